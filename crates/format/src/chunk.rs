@@ -1,0 +1,382 @@
+//! File header and chunk framing.
+//!
+//! ```text
+//! file   := header(4096 bytes) chunk*
+//! chunk  := chunk-header(64 bytes) payload(payload_len bytes)
+//! ```
+//! All integers little-endian. A chunk is self-contained: its header says which
+//! stream it belongs to, its sequence number in that stream, how it is compressed,
+//! how long it is, and carries CRC-32s of itself and of its payload, so a reader can
+//! skip, verify and decode it alone and stop cleanly at a torn tail.
+
+use crate::Error;
+
+/// First eight bytes of every trace.
+pub const FILE_MAGIC: [u8; 8] = *b"MEMLENS\0";
+/// Current format version.
+pub const VERSION: u32 = 1;
+/// Bytes reserved for the file header; chunks start here.
+pub const HEADER_SIZE: usize = 4096;
+/// First four bytes of every chunk.
+pub const CHUNK_MAGIC: [u8; 4] = *b"MLCK";
+/// Size of a chunk header.
+pub const CHUNK_HEADER_SIZE: usize = 64;
+/// Upper bound on a chunk's decompressed size, so corrupt lengths cannot make a
+/// reader allocate gigabytes.
+pub const MAX_CHUNK_RAW: u32 = 64 << 20;
+/// The stream number of metadata chunks.
+pub const META_STREAM: u32 = u32::MAX;
+
+/// What a chunk carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ChunkKind {
+    /// Events of one thread.
+    Events = 1,
+    /// Metadata records ([`crate::meta`]).
+    Meta = 2,
+}
+
+/// How a chunk's payload is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Codec {
+    /// Stored as is.
+    None = 0,
+    /// zstd frame.
+    Zstd = 1,
+}
+
+/// Per-chunk counters, so `memlens info` can sum a trace without decoding it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkCounts {
+    /// Events in the chunk.
+    pub events: u32,
+    /// Loads (an RMW counts once here and once in stores).
+    pub loads: u32,
+    /// Stores.
+    pub stores: u32,
+    /// Allocations (realloc counts as one).
+    pub allocs: u32,
+    /// Frees (realloc counts as one).
+    pub frees: u32,
+}
+
+impl ChunkCounts {
+    /// Adds another chunk's counts.
+    pub fn add(&mut self, o: &ChunkCounts) {
+        self.events += o.events;
+        self.loads += o.loads;
+        self.stores += o.stores;
+        self.allocs += o.allocs;
+        self.frees += o.frees;
+    }
+}
+
+/// A decoded chunk header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHeader {
+    /// Events or metadata.
+    pub kind: ChunkKind,
+    /// Payload compression.
+    pub codec: Codec,
+    /// Bit 0: last chunk of its stream.
+    pub flags: u16,
+    /// Thread stream, or [`META_STREAM`].
+    pub stream: u32,
+    /// Sequence number within the stream, from 0.
+    pub seq: u32,
+    /// Decompressed payload length.
+    pub raw_len: u32,
+    /// Stored payload length.
+    pub payload_len: u32,
+    /// Counters of the events inside.
+    pub counts: ChunkCounts,
+    /// Ordering clock of the first event (0: none).
+    pub first_clock: u64,
+    /// CRC-32 of the stored payload.
+    pub payload_crc: u32,
+}
+
+/// Flag: no more chunks follow in this stream.
+pub const FLAG_LAST: u16 = 1;
+
+impl ChunkHeader {
+    /// Serialises the header (computing its own CRC).
+    pub fn encode(&self) -> [u8; CHUNK_HEADER_SIZE] {
+        let mut b = [0u8; CHUNK_HEADER_SIZE];
+        b[0..4].copy_from_slice(&CHUNK_MAGIC);
+        b[4] = self.kind as u8;
+        b[5] = self.codec as u8;
+        b[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        let words = [
+            self.stream,
+            self.seq,
+            self.raw_len,
+            self.payload_len,
+            self.counts.events,
+            self.counts.loads,
+            self.counts.stores,
+            self.counts.allocs,
+            self.counts.frees,
+            0,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            b[8 + 4 * i..12 + 4 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        b[48..56].copy_from_slice(&self.first_clock.to_le_bytes());
+        b[56..60].copy_from_slice(&self.payload_crc.to_le_bytes());
+        let crc = crc32fast::hash(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses and verifies a header; `offset` is only used in errors.
+    pub fn decode(b: &[u8; CHUNK_HEADER_SIZE], offset: u64) -> Result<ChunkHeader, Error> {
+        if b[0..4] != CHUNK_MAGIC {
+            return Err(Error::Corrupt { offset, what: "chunk magic missing" });
+        }
+        if crc32fast::hash(&b[..60]) != u32_at(b, 60) {
+            return Err(Error::Corrupt { offset, what: "chunk header checksum mismatch" });
+        }
+        let kind = match b[4] {
+            1 => ChunkKind::Events,
+            2 => ChunkKind::Meta,
+            _ => return Err(Error::Corrupt { offset, what: "unknown chunk kind" }),
+        };
+        let codec = match b[5] {
+            0 => Codec::None,
+            1 => Codec::Zstd,
+            _ => return Err(Error::Corrupt { offset, what: "unknown chunk codec" }),
+        };
+        let w = |i: usize| u32_at(b, 8 + 4 * i);
+        let h = ChunkHeader {
+            kind,
+            codec,
+            flags: u16::from_le_bytes([b[6], b[7]]),
+            stream: w(0),
+            seq: w(1),
+            raw_len: w(2),
+            payload_len: w(3),
+            counts: ChunkCounts {
+                events: w(4),
+                loads: w(5),
+                stores: w(6),
+                allocs: w(7),
+                frees: w(8),
+            },
+            first_clock: u64::from_le_bytes(b[48..56].try_into().unwrap()),
+            payload_crc: u32_at(b, 56),
+        };
+        if h.raw_len > MAX_CHUNK_RAW || h.payload_len > MAX_CHUNK_RAW {
+            return Err(Error::Corrupt { offset, what: "chunk length out of range" });
+        }
+        Ok(h)
+    }
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().unwrap())
+}
+
+/// The fixed-size file header. The runtime rewrites its stats in place when the
+/// process ends, which needs no new disk space even when the disk is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileHeader {
+    /// Format version.
+    pub version: u32,
+    /// Recording process id.
+    pub pid: u32,
+    /// Wall-clock start, ns since the Unix epoch.
+    pub start_ns: u64,
+    /// The final stats were written (the process ended through a path memlens saw).
+    pub finished: bool,
+    /// How it ended: [`crate::meta::EndStatus`] code.
+    pub end_kind: u32,
+    /// Exit code or signal number.
+    pub end_value: i32,
+    /// Events the runtime could not record or write.
+    pub dropped_events: u64,
+    /// Bytes of chunks that could not be written.
+    pub dropped_bytes: u64,
+    /// Chunks written.
+    pub chunks: u64,
+    /// Thread streams started.
+    pub threads: u32,
+}
+
+impl FileHeader {
+    /// Serialises into the 4096-byte header block.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; HEADER_SIZE];
+        b[0..8].copy_from_slice(&FILE_MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
+        b[16..20].copy_from_slice(&self.pid.to_le_bytes());
+        b[24..32].copy_from_slice(&self.start_ns.to_le_bytes());
+        b[32..36].copy_from_slice(&u32::from(self.finished).to_le_bytes());
+        b[36..40].copy_from_slice(&self.end_kind.to_le_bytes());
+        b[40..44].copy_from_slice(&self.end_value.to_le_bytes());
+        b[44..48].copy_from_slice(&self.threads.to_le_bytes());
+        b[48..56].copy_from_slice(&self.dropped_events.to_le_bytes());
+        b[56..64].copy_from_slice(&self.dropped_bytes.to_le_bytes());
+        b[64..72].copy_from_slice(&self.chunks.to_le_bytes());
+        let crc = crc32fast::hash(&b[..124]);
+        b[124..128].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses the header block.
+    pub fn decode(b: &[u8]) -> Result<FileHeader, Error> {
+        if b.len() < 128 || b[0..8] != FILE_MAGIC {
+            return Err(Error::NotATrace);
+        }
+        let version = u32_at(b, 8);
+        if version != VERSION {
+            return Err(Error::Version(version));
+        }
+        if crc32fast::hash(&b[..124]) != u32_at(b, 124) {
+            return Err(Error::Corrupt { offset: 0, what: "file header checksum mismatch" });
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        Ok(FileHeader {
+            version,
+            pid: u32_at(b, 16),
+            start_ns: u64_at(24),
+            finished: u32_at(b, 32) != 0,
+            end_kind: u32_at(b, 36),
+            end_value: u32_at(b, 40) as i32,
+            threads: u32_at(b, 44),
+            dropped_events: u64_at(48),
+            dropped_bytes: u64_at(56),
+            chunks: u64_at(64),
+        })
+    }
+}
+
+/// Compresses payloads and frames chunks; one per writer thread (keeps its zstd
+/// context between chunks).
+pub struct ChunkEncoder {
+    level: i32,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+}
+
+impl ChunkEncoder {
+    /// `level` 0 stores chunks uncompressed; 1..=19 are zstd levels.
+    pub fn new(level: i32) -> ChunkEncoder {
+        let zstd = if level > 0 { zstd::bulk::Compressor::new(level).ok() } else { None };
+        ChunkEncoder { level, zstd }
+    }
+
+    /// Frames `raw` as one chunk into `out` (cleared first): header then payload.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode(
+        &mut self,
+        kind: ChunkKind,
+        stream: u32,
+        seq: u32,
+        flags: u16,
+        counts: ChunkCounts,
+        first_clock: u64,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        out.clear();
+        out.resize(CHUNK_HEADER_SIZE, 0);
+        let mut codec = Codec::None;
+        if let (Some(z), true) = (self.zstd.as_mut(), self.level > 0) {
+            let bound = zstd::zstd_safe::compress_bound(raw.len());
+            out.reserve(bound);
+            let start = out.len();
+            out.resize(start + bound, 0);
+            match z.compress_to_buffer(raw, &mut out[start..]) {
+                Ok(n) if n < raw.len() => {
+                    out.truncate(start + n);
+                    codec = Codec::Zstd;
+                }
+                _ => out.truncate(start),
+            }
+        }
+        if codec == Codec::None {
+            out.extend_from_slice(raw);
+        }
+        let payload = &out[CHUNK_HEADER_SIZE..];
+        let h = ChunkHeader {
+            kind,
+            codec,
+            flags,
+            stream,
+            seq,
+            raw_len: raw.len() as u32,
+            payload_len: payload.len() as u32,
+            counts,
+            first_clock,
+            payload_crc: crc32fast::hash(payload),
+        };
+        out[..CHUNK_HEADER_SIZE].copy_from_slice(&h.encode());
+    }
+}
+
+/// Verifies and decompresses a chunk payload.
+pub fn decode_payload(h: &ChunkHeader, payload: &[u8], offset: u64) -> Result<Vec<u8>, Error> {
+    if crc32fast::hash(payload) != h.payload_crc {
+        return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
+    }
+    match h.codec {
+        Codec::None => Ok(payload.to_vec()),
+        Codec::Zstd => {
+            let v = zstd::bulk::decompress(payload, h.raw_len as usize)
+                .map_err(|_| Error::Corrupt { offset, what: "zstd payload does not decompress" })?;
+            if v.len() != h.raw_len as usize {
+                return Err(Error::Corrupt {
+                    offset,
+                    what: "chunk decompressed to the wrong size",
+                });
+            }
+            Ok(v)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_roundtrip_and_crc() {
+        let h = ChunkHeader {
+            kind: ChunkKind::Events,
+            codec: Codec::Zstd,
+            flags: FLAG_LAST,
+            stream: 3,
+            seq: 9,
+            raw_len: 100,
+            payload_len: 40,
+            counts: ChunkCounts { events: 5, loads: 2, stores: 1, allocs: 1, frees: 1 },
+            first_clock: 77,
+            payload_crc: 0xdead_beef,
+        };
+        let mut b = h.encode();
+        assert_eq!(ChunkHeader::decode(&b, 0).unwrap(), h);
+        b[10] ^= 1;
+        assert!(ChunkHeader::decode(&b, 0).is_err());
+    }
+
+    #[test]
+    fn file_header_roundtrip() {
+        let f = FileHeader {
+            version: VERSION,
+            pid: 5,
+            start_ns: 6,
+            finished: true,
+            end_kind: 1,
+            end_value: -3,
+            dropped_events: 7,
+            dropped_bytes: 8,
+            chunks: 9,
+            threads: 10,
+        };
+        assert_eq!(FileHeader::decode(&f.encode()).unwrap(), f);
+        assert!(matches!(FileHeader::decode(b"hello world"), Err(Error::NotATrace)));
+    }
+}

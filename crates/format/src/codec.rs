@@ -1,0 +1,747 @@
+//! The wire encoding of one thread's events inside a chunk.
+//!
+//! Every event starts with a tag byte. Code addresses are zigzag deltas from the
+//! previous code address in the chunk; access addresses are zigzag deltas from the
+//! last address seen at the same code address (a direct-mapped table indexed by a
+//! hash of the pc). A strided loop therefore encodes to the same few bytes again
+//! and again, which the chunk compressor then folds away. Encoder and decoder start
+//! each chunk from a zeroed state, so every chunk decodes on its own.
+//!
+//! Tag layout:
+//! - `0x00..=0x3f` access: bit 5 store, bit 4 atomic, bit 3 value follows,
+//!   bits 0..=2 log2(size) (0..=4). Fields: pc, addr, \[value\].
+//! - `0x40`/`0x41` range read/write: pc, addr, len.
+//! - `0x42` RMW: byte `op << 4 | log2(size)` (bit 3 of the low nibble: value follows),
+//!   pc, addr, \[value\].
+//! - `0x43` fence: pc, order.
+//! - `0x50` function entry: pc, call site (zigzag delta from pc). `0x51` exit: pc.
+//! - `0x60` alloc: kind, pc, addr, size, n, n stack pcs (zigzag deltas from pc).
+//! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
+//! - `0x70..` thread and control events, see [`Tag`].
+
+use crate::event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
+use crate::types::{Addr, Pc, ThreadId};
+use crate::varint::{self, unzigzag, zigzag, MAX_VARINT};
+
+/// Number of address-prediction slots (a power of two).
+pub const SLOTS: usize = 1 << SLOT_BITS;
+const SLOT_BITS: u32 = 10;
+
+/// Largest encoding of an access or RMW event; the runtime reserves this much
+/// before calling the hot encoders.
+pub const MAX_ACCESS_LEN: usize = 2 + 3 * MAX_VARINT;
+
+/// Tags of the non-access events.
+#[allow(missing_docs)]
+pub mod tag {
+    pub const ACCESS_MAX: u8 = 0x3f;
+    pub const ACCESS_WRITE: u8 = 0x20;
+    pub const ACCESS_ATOMIC: u8 = 0x10;
+    pub const ACCESS_VALUE: u8 = 0x08;
+    pub const RANGE_READ: u8 = 0x40;
+    pub const RANGE_WRITE: u8 = 0x41;
+    pub const RMW: u8 = 0x42;
+    pub const FENCE: u8 = 0x43;
+    pub const FUNC_ENTER: u8 = 0x50;
+    pub const FUNC_EXIT: u8 = 0x51;
+    pub const ALLOC: u8 = 0x60;
+    pub const FREE: u8 = 0x61;
+    pub const REALLOC: u8 = 0x62;
+    pub const THREAD_START: u8 = 0x70;
+    pub const THREAD_EXIT: u8 = 0x71;
+    pub const THREAD_NAME: u8 = 0x72;
+    pub const REGISTER_THREAD: u8 = 0x73;
+    pub const ROI_BEGIN: u8 = 0x74;
+    pub const ROI_END: u8 = 0x75;
+    pub const TRACE_ON: u8 = 0x76;
+    pub const TRACE_OFF: u8 = 0x77;
+    pub const FORK: u8 = 0x78;
+    pub const EXEC: u8 = 0x79;
+    pub const CLOCK: u8 = 0x7a;
+    pub const DROPPED: u8 = 0x7b;
+    pub const SIGNAL: u8 = 0x7c;
+}
+pub use tag as Tag;
+
+/// log2 of an access size, or `None` for sizes that must be sent as ranges.
+#[inline(always)]
+pub fn size_log2(size: usize) -> Option<u8> {
+    match size {
+        1 => Some(0),
+        2 => Some(1),
+        4 => Some(2),
+        8 => Some(3),
+        16 => Some(4),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn slot(pc: u64) -> usize {
+    (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOT_BITS)) as usize
+}
+
+/// Per-chunk prediction state, shared in shape by encoder and decoder.
+#[derive(Clone)]
+pub struct Predictor {
+    prev_pc: u64,
+    last: [u64; SLOTS],
+}
+
+impl Default for Predictor {
+    fn default() -> Self {
+        Predictor { prev_pc: 0, last: [0; SLOTS] }
+    }
+}
+
+impl Predictor {
+    /// Back to the chunk-start state.
+    pub fn reset(&mut self) {
+        self.prev_pc = 0;
+        self.last.fill(0);
+    }
+
+    #[inline(always)]
+    fn pc_delta(&mut self, pc: u64) -> u64 {
+        let d = zigzag(pc.wrapping_sub(self.prev_pc) as i64);
+        self.prev_pc = pc;
+        d
+    }
+
+    #[inline(always)]
+    fn addr_delta(&mut self, pc: u64, addr: u64) -> u64 {
+        let s = &mut self.last[slot(pc)];
+        let d = zigzag(addr.wrapping_sub(*s) as i64);
+        *s = addr;
+        d
+    }
+
+    #[inline(always)]
+    fn pc_from(&mut self, d: u64) -> u64 {
+        self.prev_pc = self.prev_pc.wrapping_add(unzigzag(d) as u64);
+        self.prev_pc
+    }
+
+    #[inline(always)]
+    fn addr_from(&mut self, pc: u64, d: u64) -> u64 {
+        let s = &mut self.last[slot(pc)];
+        *s = s.wrapping_add(unzigzag(d) as u64);
+        *s
+    }
+}
+
+/// Encodes events of one thread. The hot methods write through raw pointers into a
+/// buffer the caller has reserved; the others append to a `Vec`.
+#[derive(Clone, Default)]
+pub struct Encoder {
+    pred: Predictor,
+}
+
+impl Encoder {
+    /// A fresh encoder (chunk-start state).
+    pub fn new() -> Encoder {
+        Encoder::default()
+    }
+
+    /// Starts a new chunk.
+    pub fn reset(&mut self) {
+        self.pred.reset();
+    }
+
+    /// Encodes a load/store. `tag` is built with [`access_tag`].
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn access(&mut self, p: *mut u8, tag: u8, pc: u64, addr: u64) -> *mut u8 {
+        p.write(tag);
+        let p = varint::put(p.add(1), self.pred.pc_delta(pc));
+        varint::put(p, self.pred.addr_delta(pc, addr))
+    }
+
+    /// Encodes a load/store followed by its value.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn access_value(
+        &mut self,
+        p: *mut u8,
+        tag: u8,
+        pc: u64,
+        addr: u64,
+        value: u64,
+    ) -> *mut u8 {
+        let p = self.access(p, tag | tag::ACCESS_VALUE, pc, addr);
+        varint::put(p, value)
+    }
+
+    /// Encodes an atomic RMW (`value`: the old value, if recorded).
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn rmw(
+        &mut self,
+        p: *mut u8,
+        op: RmwOp,
+        size_log2: u8,
+        pc: u64,
+        addr: u64,
+        value: Option<u64>,
+    ) -> *mut u8 {
+        p.write(tag::RMW);
+        let flag = if value.is_some() { 8 } else { 0 };
+        p.add(1).write(((op as u8) << 4) | size_log2 | flag);
+        let mut p = varint::put(p.add(2), self.pred.pc_delta(pc));
+        p = varint::put(p, self.pred.addr_delta(pc, addr));
+        if let Some(v) = value {
+            p = varint::put(p, v);
+        }
+        p
+    }
+
+    /// Encodes a range access.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn range(
+        &mut self,
+        p: *mut u8,
+        kind: AccessKind,
+        pc: u64,
+        addr: u64,
+        len: u64,
+    ) -> *mut u8 {
+        p.write(match kind {
+            AccessKind::Read => tag::RANGE_READ,
+            AccessKind::Write => tag::RANGE_WRITE,
+        });
+        let p = varint::put(p.add(1), self.pred.pc_delta(pc));
+        let p = varint::put(p, self.pred.addr_delta(pc, addr));
+        varint::put(p, len)
+    }
+
+    /// Encodes a function entry.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn func_enter(&mut self, p: *mut u8, pc: u64, call_site: u64) -> *mut u8 {
+        p.write(tag::FUNC_ENTER);
+        let p = varint::put(p.add(1), self.pred.pc_delta(pc));
+        varint::put(p, zigzag(call_site.wrapping_sub(pc) as i64))
+    }
+
+    /// Encodes a function exit.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn func_exit(&mut self, p: *mut u8, pc: u64) -> *mut u8 {
+        p.write(tag::FUNC_EXIT);
+        varint::put(p.add(1), self.pred.pc_delta(pc))
+    }
+
+    /// Encodes a fence.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn fence(&mut self, p: *mut u8, pc: u64, order: u8) -> *mut u8 {
+        p.write(tag::FENCE);
+        let p = varint::put(p.add(1), self.pred.pc_delta(pc));
+        p.write(order);
+        p.add(1)
+    }
+
+    /// Bytes [`Encoder::alloc`] or [`Encoder::realloc`] may need for a stack of `frames`.
+    pub const fn alloc_len(frames: usize) -> usize {
+        3 + (6 + frames) * MAX_VARINT
+    }
+
+    /// Encodes an allocation.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`Encoder::alloc_len`]`(stack.len())` bytes.
+    pub unsafe fn alloc(
+        &mut self,
+        p: *mut u8,
+        kind: AllocKind,
+        pc: u64,
+        addr: u64,
+        size: u64,
+        stack: &[u64],
+    ) -> *mut u8 {
+        p.write(tag::ALLOC);
+        p.add(1).write(kind as u8);
+        let mut p = varint::put(p.add(2), self.pred.pc_delta(pc));
+        p = varint::put(p, addr);
+        p = varint::put(p, size);
+        self.stack(p, pc, stack)
+    }
+
+    /// Encodes a realloc.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`Encoder::alloc_len`]`(stack.len())` bytes.
+    pub unsafe fn realloc(
+        &mut self,
+        p: *mut u8,
+        pc: u64,
+        old: u64,
+        new: u64,
+        size: u64,
+        stack: &[u64],
+    ) -> *mut u8 {
+        p.write(tag::REALLOC);
+        let mut p = varint::put(p.add(1), self.pred.pc_delta(pc));
+        p = varint::put(p, old);
+        p = varint::put(p, new);
+        p = varint::put(p, size);
+        self.stack(p, pc, stack)
+    }
+
+    unsafe fn stack(&mut self, mut p: *mut u8, pc: u64, stack: &[u64]) -> *mut u8 {
+        p = varint::put(p, stack.len() as u64);
+        for &f in stack {
+            p = varint::put(p, zigzag(f.wrapping_sub(pc) as i64));
+        }
+        p
+    }
+
+    /// Encodes a free.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    pub unsafe fn free(&mut self, p: *mut u8, kind: FreeKind, pc: u64, addr: u64) -> *mut u8 {
+        p.write(tag::FREE);
+        p.add(1).write(kind as u8);
+        let p = varint::put(p.add(2), self.pred.pc_delta(pc));
+        varint::put(p, addr)
+    }
+
+    /// Appends any event to a vector (slow path: thread and control events, tests).
+    pub fn push(&mut self, out: &mut Vec<u8>, ev: &Event) {
+        let need = match ev {
+            Event::Alloc { stack, .. } | Event::Realloc { stack, .. } => {
+                Encoder::alloc_len(stack.len())
+            }
+            Event::ThreadStart { name, .. } => 3 * MAX_VARINT + name.len() + 1,
+            Event::ThreadName(name) => MAX_VARINT + name.len() + 1,
+            _ => MAX_ACCESS_LEN,
+        };
+        out.reserve(need);
+        let start = out.len();
+        // SAFETY: `need` bytes were reserved past `start`; the encoders write at most
+        // that many and we set the length to what they wrote.
+        unsafe {
+            let p = out.as_mut_ptr().add(start);
+            let end = self.encode_raw(p, ev);
+            out.set_len(start + (end as usize - p as usize));
+        }
+    }
+
+    unsafe fn encode_raw(&mut self, p: *mut u8, ev: &Event) -> *mut u8 {
+        match ev {
+            Event::Access { pc, addr, size, kind, atomic, value } => {
+                let t = access_tag(*kind, *atomic, size_log2(*size as usize).unwrap_or(0));
+                match value {
+                    Some(v) => self.access_value(p, t, pc.0, addr.0, *v),
+                    None => self.access(p, t, pc.0, addr.0),
+                }
+            }
+            Event::Range { pc, addr, len, kind } => self.range(p, *kind, pc.0, addr.0, *len),
+            Event::Rmw { pc, addr, size, op, value } => {
+                self.rmw(p, *op, size_log2(*size as usize).unwrap_or(0), pc.0, addr.0, *value)
+            }
+            Event::Fence { pc, order } => self.fence(p, pc.0, *order),
+            Event::FuncEnter { pc, call_site } => self.func_enter(p, pc.0, call_site.0),
+            Event::FuncExit { pc } => self.func_exit(p, pc.0),
+            Event::Alloc { pc, addr, size, kind, stack } => {
+                let s: Vec<u64> = stack.iter().map(|x| x.0).collect();
+                self.alloc(p, *kind, pc.0, addr.0, *size, &s)
+            }
+            Event::Realloc { pc, old, new, size, stack } => {
+                let s: Vec<u64> = stack.iter().map(|x| x.0).collect();
+                self.realloc(p, pc.0, old.0, new.0, *size, &s)
+            }
+            Event::Free { pc, addr, kind } => self.free(p, *kind, pc.0, addr.0),
+            Event::ThreadStart { os_tid, parent, name } => {
+                p.write(tag::THREAD_START);
+                let mut q = varint::put(p.add(1), u64::from(*os_tid));
+                q = varint::put(q, parent.map_or(0, |t| u64::from(t.0) + 1));
+                put_str(q, name)
+            }
+            Event::ThreadExit => one(p, tag::THREAD_EXIT),
+            Event::ThreadName(name) => {
+                p.write(tag::THREAD_NAME);
+                put_str(p.add(1), name)
+            }
+            Event::RegisterThread(id) => {
+                p.write(tag::REGISTER_THREAD);
+                varint::put(p.add(1), zigzag(*id))
+            }
+            Event::Roi(b) => one(p, if *b { tag::ROI_BEGIN } else { tag::ROI_END }),
+            Event::Tracing(b) => one(p, if *b { tag::TRACE_ON } else { tag::TRACE_OFF }),
+            Event::Fork { child_pid } => {
+                p.write(tag::FORK);
+                varint::put(p.add(1), u64::from(*child_pid))
+            }
+            Event::Exec => one(p, tag::EXEC),
+            Event::Clock(t) => {
+                p.write(tag::CLOCK);
+                varint::put(p.add(1), *t)
+            }
+            Event::Dropped(n) => {
+                p.write(tag::DROPPED);
+                varint::put(p.add(1), *n)
+            }
+            Event::Signal(s) => {
+                p.write(tag::SIGNAL);
+                varint::put(p.add(1), zigzag(i64::from(*s)))
+            }
+        }
+    }
+}
+
+unsafe fn one(p: *mut u8, t: u8) -> *mut u8 {
+    p.write(t);
+    p.add(1)
+}
+
+unsafe fn put_str(p: *mut u8, s: &str) -> *mut u8 {
+    let p = varint::put(p, s.len() as u64);
+    std::ptr::copy_nonoverlapping(s.as_ptr(), p, s.len());
+    p.add(s.len())
+}
+
+/// The tag byte of a load/store.
+#[inline(always)]
+pub const fn access_tag(kind: AccessKind, atomic: bool, size_log2: u8) -> u8 {
+    let w = match kind {
+        AccessKind::Read => 0,
+        AccessKind::Write => tag::ACCESS_WRITE,
+    };
+    w | if atomic { tag::ACCESS_ATOMIC } else { 0 } | size_log2
+}
+
+/// Why a chunk's events could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad event encoding at byte {offset} of the chunk: {what}")]
+pub struct DecodeError {
+    /// Offset in the decompressed chunk.
+    pub offset: usize,
+    /// What was wrong.
+    pub what: &'static str,
+}
+
+/// Decodes a chunk's events in order. Stops (fused) at the first error.
+pub struct Decoder<B: AsRef<[u8]>> {
+    buf: B,
+    pos: usize,
+    pred: Box<Predictor>,
+    failed: bool,
+}
+
+impl<B: AsRef<[u8]>> Decoder<B> {
+    /// A decoder over one decompressed chunk payload (borrowed or owned).
+    pub fn new(buf: B) -> Decoder<B> {
+        Decoder { buf, pos: 0, pred: Box::default(), failed: false }
+    }
+
+    /// Reuses this decoder (and its prediction table) for another chunk.
+    pub fn reset(&mut self, buf: B) {
+        self.buf = buf;
+        self.pos = 0;
+        self.failed = false;
+        self.pred.reset();
+    }
+
+    /// Current byte offset.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    fn err(&mut self, what: &'static str) -> DecodeError {
+        self.failed = true;
+        DecodeError { offset: self.pos, what }
+    }
+
+    fn v(&mut self) -> Result<u64, DecodeError> {
+        match varint::get(self.buf.as_ref(), &mut self.pos) {
+            Some(v) => Ok(v),
+            None => Err(self.err("truncated or overlong varint")),
+        }
+    }
+
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        match self.buf.as_ref().get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(self.err("event cut short")),
+        }
+    }
+
+    fn pc(&mut self) -> Result<u64, DecodeError> {
+        let d = self.v()?;
+        Ok(self.pred.pc_from(d))
+    }
+
+    fn addr(&mut self, pc: u64) -> Result<u64, DecodeError> {
+        let d = self.v()?;
+        Ok(self.pred.addr_from(pc, d))
+    }
+
+    fn string(&mut self) -> Result<String, DecodeError> {
+        let n = self.v()? as usize;
+        let buf = self.buf.as_ref();
+        if n > buf.len() - self.pos {
+            return Err(self.err("string longer than the chunk"));
+        }
+        let s = String::from_utf8_lossy(&buf[self.pos..self.pos + n]).into_owned();
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn stack(&mut self, pc: u64) -> Result<Vec<Pc>, DecodeError> {
+        let n = self.v()? as usize;
+        if n > self.buf.as_ref().len() - self.pos {
+            return Err(self.err("stack longer than the chunk"));
+        }
+        let mut s = Vec::with_capacity(n);
+        for _ in 0..n {
+            s.push(Pc(pc.wrapping_add(unzigzag(self.v()?) as u64)));
+        }
+        Ok(s)
+    }
+
+    /// The next event, `Ok(None)` at the end of the chunk.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Event>, DecodeError> {
+        if self.failed || self.pos >= self.buf.as_ref().len() {
+            return Ok(None);
+        }
+        let t = self.byte()?;
+        let ev = match t {
+            0..=tag::ACCESS_MAX => {
+                let lg = t & 7;
+                if lg > 4 {
+                    return Err(self.err("access size code out of range"));
+                }
+                let pc = self.pc()?;
+                let addr = self.addr(pc)?;
+                let value = if t & tag::ACCESS_VALUE != 0 { Some(self.v()?) } else { None };
+                Event::Access {
+                    pc: Pc(pc),
+                    addr: Addr(addr),
+                    size: 1 << lg,
+                    kind: if t & tag::ACCESS_WRITE != 0 {
+                        AccessKind::Write
+                    } else {
+                        AccessKind::Read
+                    },
+                    atomic: t & tag::ACCESS_ATOMIC != 0,
+                    value,
+                }
+            }
+            tag::RANGE_READ | tag::RANGE_WRITE => {
+                let pc = self.pc()?;
+                let addr = self.addr(pc)?;
+                let len = self.v()?;
+                let kind = if t == tag::RANGE_READ { AccessKind::Read } else { AccessKind::Write };
+                Event::Range { pc: Pc(pc), addr: Addr(addr), len, kind }
+            }
+            tag::RMW => {
+                let b = self.byte()?;
+                let Some(op) = RmwOp::from_u8(b >> 4) else {
+                    return Err(self.err("unknown atomic operation"));
+                };
+                let lg = b & 7;
+                if lg > 4 {
+                    return Err(self.err("atomic size code out of range"));
+                }
+                let pc = self.pc()?;
+                let addr = self.addr(pc)?;
+                let value = if b & 8 != 0 { Some(self.v()?) } else { None };
+                Event::Rmw { pc: Pc(pc), addr: Addr(addr), size: 1 << lg, op, value }
+            }
+            tag::FENCE => {
+                let pc = self.pc()?;
+                let order = self.byte()?;
+                Event::Fence { pc: Pc(pc), order }
+            }
+            tag::FUNC_ENTER => {
+                let pc = self.pc()?;
+                let cs = pc.wrapping_add(unzigzag(self.v()?) as u64);
+                Event::FuncEnter { pc: Pc(pc), call_site: Pc(cs) }
+            }
+            tag::FUNC_EXIT => Event::FuncExit { pc: Pc(self.pc()?) },
+            tag::ALLOC => {
+                let Some(kind) = AllocKind::from_u8(self.byte()?) else {
+                    return Err(self.err("unknown allocation kind"));
+                };
+                let pc = self.pc()?;
+                let addr = self.v()?;
+                let size = self.v()?;
+                let stack = self.stack(pc)?;
+                Event::Alloc { pc: Pc(pc), addr: Addr(addr), size, kind, stack }
+            }
+            tag::REALLOC => {
+                let pc = self.pc()?;
+                let old = self.v()?;
+                let new = self.v()?;
+                let size = self.v()?;
+                let stack = self.stack(pc)?;
+                Event::Realloc { pc: Pc(pc), old: Addr(old), new: Addr(new), size, stack }
+            }
+            tag::FREE => {
+                let Some(kind) = FreeKind::from_u8(self.byte()?) else {
+                    return Err(self.err("unknown free kind"));
+                };
+                let pc = self.pc()?;
+                let addr = self.v()?;
+                Event::Free { pc: Pc(pc), addr: Addr(addr), kind }
+            }
+            tag::THREAD_START => {
+                let os_tid = self.v()? as u32;
+                let p = self.v()?;
+                let parent = if p == 0 { None } else { Some(ThreadId((p - 1) as u32)) };
+                let name = self.string()?;
+                Event::ThreadStart { os_tid, parent, name }
+            }
+            tag::THREAD_EXIT => Event::ThreadExit,
+            tag::THREAD_NAME => Event::ThreadName(self.string()?),
+            tag::REGISTER_THREAD => Event::RegisterThread(unzigzag(self.v()?)),
+            tag::ROI_BEGIN => Event::Roi(true),
+            tag::ROI_END => Event::Roi(false),
+            tag::TRACE_ON => Event::Tracing(true),
+            tag::TRACE_OFF => Event::Tracing(false),
+            tag::FORK => Event::Fork { child_pid: self.v()? as u32 },
+            tag::EXEC => Event::Exec,
+            tag::CLOCK => Event::Clock(self.v()?),
+            tag::DROPPED => Event::Dropped(self.v()?),
+            tag::SIGNAL => Event::Signal(unzigzag(self.v()?) as i32),
+            _ => {
+                self.pos -= 1;
+                return Err(self.err("unknown event tag"));
+            }
+        };
+        Ok(Some(ev))
+    }
+}
+
+impl<B: AsRef<[u8]>> Iterator for Decoder<B> {
+    type Item = Result<Event, DecodeError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        Decoder::next(self).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Event> {
+        vec![
+            Event::ThreadStart { os_tid: 42, parent: Some(ThreadId(0)), name: "w".into() },
+            Event::FuncEnter { pc: Pc(0x1000), call_site: Pc(0x2000) },
+            Event::Access {
+                pc: Pc(0x1010),
+                addr: Addr(0x7fff_0000),
+                size: 8,
+                kind: AccessKind::Read,
+                atomic: false,
+                value: None,
+            },
+            Event::Access {
+                pc: Pc(0x1010),
+                addr: Addr(0x7fff_0008),
+                size: 4,
+                kind: AccessKind::Write,
+                atomic: true,
+                value: Some(7),
+            },
+            Event::Range { pc: Pc(0x1020), addr: Addr(5), len: 4096, kind: AccessKind::Write },
+            Event::Rmw {
+                pc: Pc(0x1030),
+                addr: Addr(64),
+                size: 8,
+                op: RmwOp::CasFailed,
+                value: None,
+            },
+            Event::Rmw {
+                pc: Pc(0x1030),
+                addr: Addr(64),
+                size: 4,
+                op: RmwOp::FetchAdd,
+                value: Some(9),
+            },
+            Event::Fence { pc: Pc(0x1040), order: 5 },
+            Event::Alloc {
+                pc: Pc(0x1050),
+                addr: Addr(0x5555_0000),
+                size: 100,
+                kind: AllocKind::Calloc,
+                stack: vec![Pc(0x3000), Pc(0x900)],
+            },
+            Event::Realloc { pc: Pc(1), old: Addr(2), new: Addr(3), size: 4, stack: vec![] },
+            Event::Free { pc: Pc(0x1060), addr: Addr(0x5555_0000), kind: FreeKind::DeleteArray },
+            Event::FuncExit { pc: Pc(0x1070) },
+            Event::ThreadName("worker-1".into()),
+            Event::RegisterThread(-3),
+            Event::Roi(true),
+            Event::Roi(false),
+            Event::Tracing(false),
+            Event::Fork { child_pid: 99 },
+            Event::Exec,
+            Event::Clock(123456789),
+            Event::Dropped(17),
+            Event::Signal(11),
+            Event::ThreadExit,
+        ]
+    }
+
+    #[test]
+    fn every_event_roundtrips() {
+        let evs = sample();
+        let mut enc = Encoder::new();
+        let mut buf = Vec::new();
+        for e in &evs {
+            enc.push(&mut buf, e);
+        }
+        let got: Vec<Event> = Decoder::new(&buf[..]).collect::<Result<_, _>>().unwrap();
+        assert_eq!(got, evs);
+    }
+
+    #[test]
+    fn strided_accesses_encode_small() {
+        let mut enc = Encoder::new();
+        let mut buf = Vec::new();
+        for i in 0..1000u64 {
+            let e = Event::Access {
+                pc: Pc(0x401000),
+                addr: Addr(0x10_0000 + i * 8),
+                size: 8,
+                kind: AccessKind::Read,
+                atomic: false,
+                value: None,
+            };
+            enc.push(&mut buf, &e);
+        }
+        // tag + 1-byte pc delta + 1-byte addr delta after the first
+        assert!(buf.len() < 3 * 1000 + 16, "{}", buf.len());
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let mut d = Decoder::new(&[0xffu8, 1, 2][..]);
+        assert!(d.next().is_err());
+        assert_eq!(d.next(), Ok(None));
+        let mut d = Decoder::new(&[tag::ALLOC, 0, 0x80][..]);
+        assert!(d.next().is_err());
+    }
+}

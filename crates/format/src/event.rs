@@ -1,0 +1,431 @@
+//! Decoded events: the expanded form that consumers see.
+//!
+//! The compact wire form lives in [`crate::codec`]; this is what a reader yields.
+
+use crate::types::{Addr, Pc, ThreadId};
+use std::fmt;
+
+/// Direction of a memory access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    /// A load.
+    Read,
+    /// A store.
+    Write,
+}
+
+/// The read-modify-write operation of an atomic RMW event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RmwOp {
+    /// `atomic_exchange`.
+    Exchange = 0,
+    /// `atomic_fetch_add`.
+    FetchAdd = 1,
+    /// `atomic_fetch_sub`.
+    FetchSub = 2,
+    /// `atomic_fetch_and`.
+    FetchAnd = 3,
+    /// `atomic_fetch_or`.
+    FetchOr = 4,
+    /// `atomic_fetch_xor`.
+    FetchXor = 5,
+    /// `atomic_fetch_nand`.
+    FetchNand = 6,
+    /// A compare-exchange that stored.
+    Cas = 7,
+    /// A compare-exchange that failed: a load only.
+    CasFailed = 8,
+}
+
+impl RmwOp {
+    /// Decodes the wire value.
+    pub fn from_u8(v: u8) -> Option<RmwOp> {
+        use RmwOp::*;
+        Some(match v {
+            0 => Exchange,
+            1 => FetchAdd,
+            2 => FetchSub,
+            3 => FetchAnd,
+            4 => FetchOr,
+            5 => FetchXor,
+            6 => FetchNand,
+            7 => Cas,
+            8 => CasFailed,
+            _ => return None,
+        })
+    }
+
+    /// Short lowercase name used in dumps.
+    pub fn name(self) -> &'static str {
+        use RmwOp::*;
+        match self {
+            Exchange => "xchg",
+            FetchAdd => "add",
+            FetchSub => "sub",
+            FetchAnd => "and",
+            FetchOr => "or",
+            FetchXor => "xor",
+            FetchNand => "nand",
+            Cas => "cas",
+            CasFailed => "cas-fail",
+        }
+    }
+
+    /// Whether the operation wrote memory.
+    pub fn stores(self) -> bool {
+        self != RmwOp::CasFailed
+    }
+}
+
+/// Which allocation function produced a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AllocKind {
+    /// `malloc`.
+    Malloc = 0,
+    /// `calloc`.
+    Calloc = 1,
+    /// `realloc` (the new block).
+    Realloc = 2,
+    /// `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`.
+    Aligned = 3,
+    /// C++ `operator new` (any variant but array).
+    New = 4,
+    /// C++ `operator new[]`.
+    NewArray = 5,
+    /// An allocator from a user definition file (`alloc.in`).
+    Custom = 6,
+    /// `mmap` of anonymous memory (reserved for later producers).
+    Mmap = 7,
+}
+
+impl AllocKind {
+    /// Decodes the wire value.
+    pub fn from_u8(v: u8) -> Option<AllocKind> {
+        use AllocKind::*;
+        Some(match v {
+            0 => Malloc,
+            1 => Calloc,
+            2 => Realloc,
+            3 => Aligned,
+            4 => New,
+            5 => NewArray,
+            6 => Custom,
+            7 => Mmap,
+            _ => return None,
+        })
+    }
+
+    /// Short lowercase name used in dumps.
+    pub fn name(self) -> &'static str {
+        use AllocKind::*;
+        match self {
+            Malloc => "malloc",
+            Calloc => "calloc",
+            Realloc => "realloc",
+            Aligned => "aligned",
+            New => "new",
+            NewArray => "new[]",
+            Custom => "custom",
+            Mmap => "mmap",
+        }
+    }
+}
+
+/// Which deallocation function released a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FreeKind {
+    /// `free` (and the old block of `realloc`).
+    Free = 0,
+    /// C++ `operator delete`.
+    Delete = 1,
+    /// C++ `operator delete[]`.
+    DeleteArray = 2,
+    /// A user-defined deallocator.
+    Custom = 3,
+    /// `munmap` (reserved).
+    Munmap = 4,
+}
+
+impl FreeKind {
+    /// Decodes the wire value.
+    pub fn from_u8(v: u8) -> Option<FreeKind> {
+        use FreeKind::*;
+        Some(match v {
+            0 => Free,
+            1 => Delete,
+            2 => DeleteArray,
+            3 => Custom,
+            4 => Munmap,
+            _ => return None,
+        })
+    }
+
+    /// Short lowercase name used in dumps.
+    pub fn name(self) -> &'static str {
+        use FreeKind::*;
+        match self {
+            Free => "free",
+            Delete => "delete",
+            DeleteArray => "delete[]",
+            Custom => "custom",
+            Munmap => "munmap",
+        }
+    }
+}
+
+/// One decoded event of a thread's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A load or store of 1, 2, 4, 8 or 16 bytes (plain, volatile or atomic).
+    Access {
+        /// Code address of the access.
+        pc: Pc,
+        /// First byte accessed.
+        addr: Addr,
+        /// Bytes accessed.
+        size: u8,
+        /// Load or store.
+        kind: AccessKind,
+        /// An atomic load or store.
+        atomic: bool,
+        /// The value read or written, when recorded with `--values`.
+        value: Option<u64>,
+    },
+    /// A range read or written at once (memcpy, memset, aggregate copies, odd sizes).
+    Range {
+        /// Code address.
+        pc: Pc,
+        /// First byte.
+        addr: Addr,
+        /// Length in bytes.
+        len: u64,
+        /// Load or store.
+        kind: AccessKind,
+    },
+    /// An atomic read-modify-write performed by the runtime (one load and one store,
+    /// or one load when a compare-exchange failed).
+    Rmw {
+        /// Code address.
+        pc: Pc,
+        /// Target.
+        addr: Addr,
+        /// Operand size in bytes.
+        size: u8,
+        /// The operation.
+        op: RmwOp,
+        /// Value before the operation, when recorded with `--values`.
+        value: Option<u64>,
+    },
+    /// A memory fence.
+    Fence {
+        /// Code address.
+        pc: Pc,
+        /// C11 memory order (0 relaxed .. 5 seq_cst).
+        order: u8,
+    },
+    /// Function entry.
+    FuncEnter {
+        /// An address inside the entered function (its instrumented prologue).
+        pc: Pc,
+        /// The caller's return address.
+        call_site: Pc,
+    },
+    /// Function exit (also synthesised for frames skipped by longjmp or unwinding).
+    FuncExit {
+        /// An address inside the exited function, 0 when synthesised.
+        pc: Pc,
+    },
+    /// A block was allocated.
+    Alloc {
+        /// Call site of the allocation function.
+        pc: Pc,
+        /// The block.
+        addr: Addr,
+        /// Requested size in bytes.
+        size: u64,
+        /// Allocation function.
+        kind: AllocKind,
+        /// Return addresses of the callers, innermost first (the frame-pointer walk).
+        stack: Vec<Pc>,
+    },
+    /// A block was resized (counts as a free of `old` and an allocation of `new`).
+    Realloc {
+        /// Call site.
+        pc: Pc,
+        /// The old block (0 when realloc acted as malloc).
+        old: Addr,
+        /// The new block (0 when realloc acted as free).
+        new: Addr,
+        /// New size.
+        size: u64,
+        /// Callers, innermost first.
+        stack: Vec<Pc>,
+    },
+    /// A block was released.
+    Free {
+        /// Call site.
+        pc: Pc,
+        /// The block.
+        addr: Addr,
+        /// Deallocation function.
+        kind: FreeKind,
+    },
+    /// First event of every stream.
+    ThreadStart {
+        /// Kernel thread id.
+        os_tid: u32,
+        /// The creating thread, when known.
+        parent: Option<ThreadId>,
+        /// Thread name at start (`comm`).
+        name: String,
+    },
+    /// Last event of a stream whose thread ended normally.
+    ThreadExit,
+    /// The thread named itself (pthread_setname_np or `memlens_thread_name`).
+    ThreadName(String),
+    /// `memlens_register_thread(id)`.
+    RegisterThread(i64),
+    /// Region of interest begins (`true`) or ends (`false`).
+    Roi(bool),
+    /// `memlens_trace_on` (`true`) or `memlens_trace_off` (`false`).
+    Tracing(bool),
+    /// The process forked; the child records into its own trace.
+    Fork {
+        /// Child pid.
+        child_pid: u32,
+    },
+    /// The process is about to exec.
+    Exec,
+    /// An ordering timestamp for the events that follow.
+    Clock(u64),
+    /// The runtime could not record this many events of this thread here.
+    Dropped(u64),
+    /// A fatal signal arrived.
+    Signal(i32),
+}
+
+impl Event {
+    /// Loads and stores this event counts as: an RMW is one of each, a failed CAS a load.
+    #[inline]
+    pub fn loads_stores(&self) -> (u64, u64) {
+        match self {
+            Event::Access { kind: AccessKind::Read, .. }
+            | Event::Range { kind: AccessKind::Read, .. } => (1, 0),
+            Event::Access { kind: AccessKind::Write, .. }
+            | Event::Range { kind: AccessKind::Write, .. } => (0, 1),
+            Event::Rmw { op, .. } => (1, u64::from(op.stores())),
+            _ => (0, 0),
+        }
+    }
+
+    /// Bytes read and written.
+    #[inline]
+    pub fn bytes_read_written(&self) -> (u64, u64) {
+        match *self {
+            Event::Access { size, kind: AccessKind::Read, .. } => (u64::from(size), 0),
+            Event::Access { size, kind: AccessKind::Write, .. } => (0, u64::from(size)),
+            Event::Range { len, kind: AccessKind::Read, .. } => (len, 0),
+            Event::Range { len, kind: AccessKind::Write, .. } => (0, len),
+            Event::Rmw { size, op, .. } => {
+                (u64::from(size), if op.stores() { u64::from(size) } else { 0 })
+            }
+            _ => (0, 0),
+        }
+    }
+
+    /// The code address of the event, if it has one.
+    pub fn pc(&self) -> Option<Pc> {
+        match *self {
+            Event::Access { pc, .. }
+            | Event::Range { pc, .. }
+            | Event::Rmw { pc, .. }
+            | Event::Fence { pc, .. }
+            | Event::FuncEnter { pc, .. }
+            | Event::FuncExit { pc }
+            | Event::Alloc { pc, .. }
+            | Event::Realloc { pc, .. }
+            | Event::Free { pc, .. } => Some(pc),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a memory access (access, range or RMW).
+    pub fn is_access(&self) -> bool {
+        matches!(self, Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. })
+    }
+}
+
+fn rw(kind: AccessKind) -> &'static str {
+    match kind {
+        AccessKind::Read => "R",
+        AccessKind::Write => "W",
+    }
+}
+
+/// The raw text form used by `memlens dump` before names are added.
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Access { pc, addr, size, kind, atomic, value } => {
+                write!(f, "{}{} {addr} {size} pc={pc}", if *atomic { "A" } else { "" }, rw(*kind))?;
+                if let Some(v) = value {
+                    write!(f, " value={v:#x}")?;
+                }
+                Ok(())
+            }
+            Event::Range { pc, addr, len, kind } => {
+                write!(f, "{}range {addr} {len} pc={pc}", rw(*kind))
+            }
+            Event::Rmw { pc, addr, size, op, value } => {
+                write!(f, "RMW.{} {addr} {size} pc={pc}", op.name())?;
+                if let Some(v) = value {
+                    write!(f, " old={v:#x}")?;
+                }
+                Ok(())
+            }
+            Event::Fence { pc, order } => write!(f, "fence {order} pc={pc}"),
+            Event::FuncEnter { pc, call_site } => write!(f, "enter pc={pc} from={call_site}"),
+            Event::FuncExit { pc } => write!(f, "exit pc={pc}"),
+            Event::Alloc { pc, addr, size, kind, stack } => {
+                write!(f, "alloc.{} {addr} {size} pc={pc} stack=[", kind.name())?;
+                write_stack(f, stack)
+            }
+            Event::Realloc { pc, old, new, size, stack } => {
+                write!(f, "realloc {old} -> {new} {size} pc={pc} stack=[")?;
+                write_stack(f, stack)
+            }
+            Event::Free { pc, addr, kind } => write!(f, "free.{} {addr} pc={pc}", kind.name()),
+            Event::ThreadStart { os_tid, parent, name } => {
+                write!(f, "thread-start tid={os_tid} name={name:?}")?;
+                if let Some(p) = parent {
+                    write!(f, " parent={p}")?;
+                }
+                Ok(())
+            }
+            Event::ThreadExit => f.write_str("thread-exit"),
+            Event::ThreadName(n) => write!(f, "thread-name {n:?}"),
+            Event::RegisterThread(id) => write!(f, "register-thread {id}"),
+            Event::Roi(true) => f.write_str("roi-begin"),
+            Event::Roi(false) => f.write_str("roi-end"),
+            Event::Tracing(on) => write!(f, "tracing {}", if *on { "on" } else { "off" }),
+            Event::Fork { child_pid } => write!(f, "fork child={child_pid}"),
+            Event::Exec => f.write_str("exec"),
+            Event::Clock(t) => write!(f, "clock {t}"),
+            Event::Dropped(n) => write!(f, "dropped {n}"),
+            Event::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
+fn write_stack(f: &mut fmt::Formatter<'_>, stack: &[Pc]) -> fmt::Result {
+    for (i, pc) in stack.iter().enumerate() {
+        if i > 0 {
+            f.write_str(" ")?;
+        }
+        write!(f, "{pc}")?;
+    }
+    f.write_str("]")
+}

@@ -1,0 +1,338 @@
+//! Reading traces: a fast header scan, then per-stream event iteration.
+
+use crate::chunk::{
+    decode_payload, ChunkCounts, ChunkHeader, ChunkKind, FileHeader, CHUNK_HEADER_SIZE, FLAG_LAST,
+    HEADER_SIZE, META_STREAM,
+};
+use crate::codec::Decoder;
+use crate::event::Event;
+use crate::meta::{EndStatus, MetaRecord};
+use crate::types::{Module, ThreadId};
+use crate::Error;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Where a chunk sits in the file.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkIndex {
+    /// Offset of the chunk header.
+    pub offset: u64,
+    /// The header.
+    pub header: ChunkHeader,
+}
+
+/// Why reading stopped before the end of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Offset of the first byte not used.
+    pub offset: u64,
+    /// What was found there.
+    pub reason: String,
+}
+
+/// One thread's stream.
+#[derive(Clone, Debug, Default)]
+pub struct StreamInfo {
+    /// The stream's thread.
+    pub thread: ThreadId,
+    /// Its chunks in sequence order (indices into [`TraceReader::chunks`]).
+    pub chunks: Vec<usize>,
+    /// Summed chunk counters.
+    pub counts: ChunkCounts,
+    /// The stream's last chunk was found.
+    pub complete: bool,
+    /// Sequence numbers are missing (a chunk was lost).
+    pub gaps: bool,
+}
+
+/// Everything the metadata chunks said.
+#[derive(Clone, Debug, Default)]
+pub struct TraceMeta {
+    /// Traced process id.
+    pub pid: u32,
+    /// Executable path.
+    pub exe: String,
+    /// Command line.
+    pub argv: Vec<String>,
+    /// Modules, by id (the latest record for each id).
+    pub modules: Vec<Module>,
+    /// Options in force.
+    pub options: Vec<(String, String)>,
+    /// Runtime drop counters (events, bytes), when written.
+    pub dropped: Option<(u64, u64)>,
+    /// How the process ended.
+    pub end: Option<EndStatus>,
+    /// Traces of forked children: (pid, path).
+    pub children: Vec<(u32, String)>,
+}
+
+/// An open trace.
+pub struct TraceReader {
+    file: File,
+    len: u64,
+    header: FileHeader,
+    chunks: Vec<ChunkIndex>,
+    streams: Vec<StreamInfo>,
+    truncation: Option<Truncation>,
+    meta: TraceMeta,
+}
+
+impl TraceReader {
+    /// Opens a trace and scans its chunk headers (payloads are read on demand).
+    pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, Error> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::Io(path.display().to_string(), e))?;
+        let len = file.metadata().map_err(|e| Error::Io(path.display().to_string(), e))?.len();
+        let mut hb = vec![0u8; HEADER_SIZE];
+        let n =
+            read_full(&file, &mut hb, 0).map_err(|e| Error::Io(path.display().to_string(), e))?;
+        if n < 128 {
+            return Err(Error::NotATrace);
+        }
+        let header = FileHeader::decode(&hb[..n])?;
+        let mut r = TraceReader {
+            file,
+            len,
+            header,
+            chunks: Vec::new(),
+            streams: Vec::new(),
+            truncation: None,
+            meta: TraceMeta::default(),
+        };
+        r.scan().map_err(|e| Error::Io(path.display().to_string(), e))?;
+        r.build_streams();
+        r.read_meta()?;
+        Ok(r)
+    }
+
+    fn scan(&mut self) -> std::io::Result<()> {
+        if self.len < HEADER_SIZE as u64 {
+            self.truncation =
+                Some(Truncation { offset: self.len, reason: "file ends inside the header".into() });
+            return Ok(());
+        }
+        let mut rd = BufReader::with_capacity(1 << 16, self.file.try_clone()?);
+        rd.seek(SeekFrom::Start(HEADER_SIZE as u64))?;
+        let mut off = HEADER_SIZE as u64;
+        let mut hb = [0u8; CHUNK_HEADER_SIZE];
+        while off < self.len {
+            if self.len - off < CHUNK_HEADER_SIZE as u64 {
+                self.truncation = Some(Truncation {
+                    offset: off,
+                    reason: "file ends inside a chunk header".into(),
+                });
+                break;
+            }
+            rd.read_exact(&mut hb)?;
+            let h = match ChunkHeader::decode(&hb, off) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.truncation = Some(Truncation { offset: off, reason: e.to_string() });
+                    break;
+                }
+            };
+            let end = off + CHUNK_HEADER_SIZE as u64 + u64::from(h.payload_len);
+            if end > self.len {
+                self.truncation = Some(Truncation {
+                    offset: off,
+                    reason: format!(
+                        "file ends inside a chunk ({} of {} payload bytes present)",
+                        self.len - off - CHUNK_HEADER_SIZE as u64,
+                        h.payload_len
+                    ),
+                });
+                break;
+            }
+            self.chunks.push(ChunkIndex { offset: off, header: h });
+            rd.seek_relative(i64::from(h.payload_len))?;
+            off = end;
+        }
+        Ok(())
+    }
+
+    fn build_streams(&mut self) {
+        let mut streams: Vec<StreamInfo> = Vec::new();
+        for (i, c) in self.chunks.iter().enumerate() {
+            let h = &c.header;
+            if h.kind != ChunkKind::Events || h.stream == META_STREAM {
+                continue;
+            }
+            let s = h.stream as usize;
+            if s >= streams.len() {
+                if s > 1 << 24 {
+                    continue;
+                }
+                streams.resize_with(s + 1, StreamInfo::default);
+            }
+            let st = &mut streams[s];
+            st.chunks.push(i);
+            st.counts.add(&h.counts);
+            st.complete |= h.flags & FLAG_LAST != 0;
+        }
+        for (i, st) in streams.iter_mut().enumerate() {
+            st.thread = ThreadId(i as u32);
+            let chunks = &self.chunks;
+            st.chunks.sort_by_key(|&c| chunks[c].header.seq);
+            st.gaps = st.chunks.iter().enumerate().any(|(k, &c)| chunks[c].header.seq != k as u32);
+        }
+        streams.retain(|s| !s.chunks.is_empty());
+        self.streams = streams;
+    }
+
+    fn read_meta(&mut self) -> Result<(), Error> {
+        let mut meta = TraceMeta::default();
+        for c in self.chunks.iter().filter(|c| c.header.kind == ChunkKind::Meta) {
+            let raw = self.read_chunk(c)?;
+            let recs = MetaRecord::decode_all(&raw)
+                .ok_or(Error::Corrupt { offset: c.offset, what: "bad metadata record" })?;
+            for rec in recs {
+                match rec {
+                    MetaRecord::Process { pid, exe, argv } => {
+                        meta.pid = pid;
+                        meta.exe = exe;
+                        meta.argv = argv;
+                    }
+                    MetaRecord::Module(m) => match meta.modules.iter_mut().find(|x| x.id == m.id) {
+                        Some(x) => *x = m,
+                        None => meta.modules.push(m),
+                    },
+                    MetaRecord::Option(k, v) => meta.options.push((k, v)),
+                    MetaRecord::Stats { dropped_events, dropped_bytes } => {
+                        meta.dropped = Some((dropped_events, dropped_bytes))
+                    }
+                    MetaRecord::End(e) => meta.end = Some(e),
+                    MetaRecord::Child { pid, path } => meta.children.push((pid, path)),
+                }
+            }
+        }
+        meta.modules.sort_by_key(|m| m.id);
+        self.meta = meta;
+        Ok(())
+    }
+
+    /// The file header.
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    /// Every complete chunk in file order.
+    pub fn chunks(&self) -> &[ChunkIndex] {
+        &self.chunks
+    }
+
+    /// Thread streams, by thread id.
+    pub fn streams(&self) -> &[StreamInfo] {
+        &self.streams
+    }
+
+    /// Where and why reading stopped early, if it did.
+    pub fn truncation(&self) -> Option<&Truncation> {
+        self.truncation.as_ref()
+    }
+
+    /// Decoded metadata.
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// Size of the file.
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.len
+    }
+
+    /// Sum of every event chunk's counters.
+    pub fn totals(&self) -> ChunkCounts {
+        let mut t = ChunkCounts::default();
+        for s in &self.streams {
+            t.add(&s.counts);
+        }
+        t
+    }
+
+    /// Events dropped: the larger of what the header and the metadata say.
+    pub fn dropped_events(&self) -> u64 {
+        self.header.dropped_events.max(self.meta.dropped.map_or(0, |d| d.0))
+    }
+
+    /// Reads, verifies and decompresses one chunk's payload.
+    pub fn read_chunk(&self, c: &ChunkIndex) -> Result<Vec<u8>, Error> {
+        let mut payload = vec![0u8; c.header.payload_len as usize];
+        let at = c.offset + CHUNK_HEADER_SIZE as u64;
+        let n =
+            read_full(&self.file, &mut payload, at).map_err(|e| Error::Io("trace".into(), e))?;
+        if n != payload.len() {
+            return Err(Error::Corrupt { offset: c.offset, what: "chunk payload cut short" });
+        }
+        decode_payload(&c.header, &payload, c.offset)
+    }
+
+    /// Iterates over one thread's events in order, across its chunks.
+    pub fn events(&self, thread: ThreadId) -> StreamEvents<'_> {
+        let chunks = self
+            .streams
+            .iter()
+            .find(|s| s.thread == thread)
+            .map(|s| s.chunks.clone())
+            .unwrap_or_default();
+        StreamEvents { reader: self, chunks, next: 0, dec: None, done: false }
+    }
+}
+
+fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = f.read_at(&mut buf[got..], at)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+        at += n as u64;
+    }
+    Ok(got)
+}
+
+/// Events of one stream; yields an error (then stops) on a corrupt chunk.
+pub struct StreamEvents<'r> {
+    reader: &'r TraceReader,
+    chunks: Vec<usize>,
+    next: usize,
+    dec: Option<(u64, Decoder<Vec<u8>>)>,
+    done: bool,
+}
+
+impl Iterator for StreamEvents<'_> {
+    type Item = Result<Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some((off, dec)) = self.dec.as_mut() {
+                match Decoder::next(dec) {
+                    Ok(Some(e)) => return Some(Ok(e)),
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(Error::Decode { chunk_offset: *off, source: e }));
+                    }
+                    Ok(None) => self.dec = None,
+                }
+            }
+            let Some(&ci) = self.chunks.get(self.next) else {
+                self.done = true;
+                return None;
+            };
+            self.next += 1;
+            let c = &self.reader.chunks[ci];
+            match self.reader.read_chunk(c) {
+                Ok(raw) => self.dec = Some((c.offset, Decoder::new(raw))),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! A single-threaded trace writer, for tools and tests. The runtime frames chunks
+//! with the same [`ChunkEncoder`] but from its own writer threads.
+
+use crate::chunk::{ChunkCounts, ChunkEncoder, ChunkKind, FileHeader, FLAG_LAST, META_STREAM};
+use crate::codec::Encoder;
+use crate::event::Event;
+use crate::meta::MetaRecord;
+use std::collections::HashMap;
+use std::io::{Seek, SeekFrom, Write};
+
+/// Encodes a thread's events into a raw chunk payload and counts them.
+#[derive(Default)]
+pub struct EventBuffer {
+    enc: Encoder,
+    raw: Vec<u8>,
+    counts: ChunkCounts,
+}
+
+impl EventBuffer {
+    /// An empty buffer.
+    pub fn new() -> EventBuffer {
+        EventBuffer::default()
+    }
+
+    /// Appends one event.
+    pub fn push(&mut self, ev: &Event) {
+        self.enc.push(&mut self.raw, ev);
+        count(&mut self.counts, ev);
+    }
+
+    /// Encoded bytes so far.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// No events yet.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// Takes the payload and counts, leaving the buffer at chunk start.
+    pub fn take(&mut self) -> (Vec<u8>, ChunkCounts) {
+        self.enc.reset();
+        (std::mem::take(&mut self.raw), std::mem::take(&mut self.counts))
+    }
+}
+
+/// Adds an event to chunk counters (the same rules the runtime applies).
+pub fn count(c: &mut ChunkCounts, ev: &Event) {
+    c.events += 1;
+    let (l, s) = ev.loads_stores();
+    c.loads += l as u32;
+    c.stores += s as u32;
+    match ev {
+        Event::Alloc { .. } => c.allocs += 1,
+        Event::Free { .. } => c.frees += 1,
+        Event::Realloc { .. } => {
+            c.allocs += 1;
+            c.frees += 1;
+        }
+        _ => {}
+    }
+}
+
+/// Writes a trace file chunk by chunk.
+pub struct TraceWriter<W: Write + Seek> {
+    w: W,
+    header: FileHeader,
+    enc: ChunkEncoder,
+    seqs: HashMap<u32, u32>,
+    frame: Vec<u8>,
+}
+
+impl<W: Write + Seek> TraceWriter<W> {
+    /// Writes the file header; `level` is the zstd level (0: uncompressed).
+    pub fn new(mut w: W, pid: u32, level: i32) -> std::io::Result<TraceWriter<W>> {
+        let header = FileHeader { version: crate::VERSION, pid, ..FileHeader::default() };
+        w.write_all(&header.encode())?;
+        Ok(TraceWriter {
+            w,
+            header,
+            enc: ChunkEncoder::new(level),
+            seqs: HashMap::new(),
+            frame: Vec::new(),
+        })
+    }
+
+    fn next_seq(&mut self, stream: u32) -> u32 {
+        let s = self.seqs.entry(stream).or_insert(0);
+        *s += 1;
+        *s - 1
+    }
+
+    /// Writes one chunk of a thread's events; `last` marks the end of the stream.
+    pub fn write_events(
+        &mut self,
+        stream: u32,
+        buf: &mut EventBuffer,
+        last: bool,
+    ) -> std::io::Result<()> {
+        let (raw, counts) = buf.take();
+        let seq = self.next_seq(stream);
+        self.header.threads = self.header.threads.max(stream + 1);
+        let flags = if last { FLAG_LAST } else { 0 };
+        self.enc.encode(ChunkKind::Events, stream, seq, flags, counts, 0, &raw, &mut self.frame);
+        self.header.chunks += 1;
+        self.w.write_all(&self.frame)
+    }
+
+    /// Writes metadata records as one chunk.
+    pub fn write_meta(&mut self, recs: &[MetaRecord]) -> std::io::Result<()> {
+        let mut raw = Vec::new();
+        for r in recs {
+            r.encode(&mut raw);
+        }
+        let seq = self.next_seq(META_STREAM);
+        let counts = ChunkCounts::default();
+        self.enc.encode(ChunkKind::Meta, META_STREAM, seq, 0, counts, 0, &raw, &mut self.frame);
+        self.header.chunks += 1;
+        self.w.write_all(&self.frame)
+    }
+
+    /// Rewrites the header with final figures and returns the writer.
+    pub fn finish(mut self, update: impl FnOnce(&mut FileHeader)) -> std::io::Result<W> {
+        self.header.finished = true;
+        update(&mut self.header);
+        self.w.seek(SeekFrom::Start(0))?;
+        self.w.write_all(&self.header.encode())?;
+        self.w.seek(SeekFrom::End(0))?;
+        self.w.flush()?;
+        Ok(self.w)
+    }
+}
