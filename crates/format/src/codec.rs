@@ -90,11 +90,16 @@ pub struct Predictor {
 
 impl Default for Predictor {
     fn default() -> Self {
-        Predictor { prev_pc: 0, last: [0; SLOTS] }
+        Predictor::new()
     }
 }
 
 impl Predictor {
+    /// The chunk-start state (usable in `const` thread-local initialisers).
+    pub const fn new() -> Predictor {
+        Predictor { prev_pc: 0, last: [0; SLOTS] }
+    }
+
     /// Back to the chunk-start state.
     pub fn reset(&mut self) {
         self.prev_pc = 0;
@@ -132,15 +137,22 @@ impl Predictor {
 
 /// Encodes events of one thread. The hot methods write through raw pointers into a
 /// buffer the caller has reserved; the others append to a `Vec`.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Encoder {
     pred: Predictor,
 }
 
+impl Default for Encoder {
+    fn default() -> Self {
+        Encoder::new()
+    }
+}
+
 impl Encoder {
-    /// A fresh encoder (chunk-start state).
-    pub fn new() -> Encoder {
-        Encoder::default()
+    /// A fresh encoder (chunk-start state); `const` so the runtime can keep one in a
+    /// const-initialised thread-local.
+    pub const fn new() -> Encoder {
+        Encoder { pred: Predictor::new() }
     }
 
     /// Starts a new chunk.
