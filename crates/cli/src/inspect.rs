@@ -1,0 +1,485 @@
+//! `info`, `report` and `dump`: reading a trace back.
+
+use crate::names::{CodeName, Names};
+use anyhow::{Context, Result};
+use memlens_analysis::counts::{Counts, PcCounts};
+use memlens_format::{EndStatus, Event, ThreadId, TraceReader};
+use serde_json::{json, Value};
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// What `report` groups by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum By {
+    /// Source line.
+    Line,
+    /// Function.
+    Function,
+    /// Thread.
+    Thread,
+    /// Allocation site.
+    Alloc,
+}
+
+/// Opens a trace with a message that says what to do.
+pub fn open(path: &Path) -> Result<TraceReader> {
+    if !path.exists() {
+        anyhow::bail!(
+            "trace {} does not exist; record one with `memlens record -- PROG`",
+            path.display()
+        );
+    }
+    TraceReader::open(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn warn_truncated(r: &TraceReader) {
+    if let Some(t) = r.truncation() {
+        eprintln!(
+            "memlens: warning: the trace is incomplete ({} at byte {}); reading the {} complete chunks before it",
+            t.reason,
+            t.offset,
+            r.chunks().len()
+        );
+    }
+}
+
+fn end_text(e: EndStatus) -> String {
+    match e {
+        EndStatus::Unknown => "unknown".into(),
+        EndStatus::Exited(c) => format!("exited with status {c}"),
+        EndStatus::Signaled(s) => format!("killed by signal {s}"),
+        EndStatus::Exec => "replaced by exec".into(),
+    }
+}
+
+fn end_json(e: EndStatus) -> Value {
+    match e {
+        EndStatus::Unknown => json!({"kind": "unknown"}),
+        EndStatus::Exited(c) => json!({"kind": "exit", "status": c}),
+        EndStatus::Signaled(s) => json!({"kind": "signal", "signal": s}),
+        EndStatus::Exec => json!({"kind": "exec"}),
+    }
+}
+
+fn thread_info(r: &TraceReader, t: ThreadId) -> (u32, String) {
+    for ev in r.events(t).take(4).flatten() {
+        if let Event::ThreadStart { os_tid, name, .. } = ev {
+            return (os_tid, name);
+        }
+    }
+    (0, String::new())
+}
+
+/// `memlens info`.
+pub fn info(path: &Path, as_json: bool) -> Result<()> {
+    let r = open(path)?;
+    let h = r.header();
+    let t = r.totals();
+    let m = r.meta();
+    let end = EndStatus::from_parts(h.end_kind, h.end_value);
+    let accesses = u64::from(t.loads) + u64::from(t.stores);
+    let bpa = if accesses > 0 { r.bytes_on_disk() as f64 / accesses as f64 } else { 0.0 };
+    let dropped_bytes = h.dropped_bytes.max(m.dropped.map_or(0, |d| d.1));
+    let streams: Vec<Value> = r
+        .streams()
+        .iter()
+        .map(|s| {
+            let (tid, name) = thread_info(&r, s.thread);
+            json!({
+                "thread": s.thread.0, "os_tid": tid, "name": name,
+                "events": s.counts.events, "loads": s.counts.loads, "stores": s.counts.stores,
+                "chunks": s.chunks.len(), "complete": s.complete && !s.gaps,
+            })
+        })
+        .collect();
+    let sum = |f: fn(&memlens_format::StreamInfo) -> u32| -> u64 {
+        r.streams().iter().map(|s| u64::from(f(s))).sum()
+    };
+    let v = json!({
+        "trace": path.display().to_string(),
+        "pid": h.pid,
+        "exe": m.exe,
+        "argv": m.argv,
+        "end": end_json(end),
+        "finished": h.finished,
+        "threads": r.streams().len(),
+        "events": sum(|s| s.counts.events),
+        "loads": sum(|s| s.counts.loads),
+        "stores": sum(|s| s.counts.stores),
+        "allocs": sum(|s| s.counts.allocs),
+        "frees": sum(|s| s.counts.frees),
+        "dropped": r.dropped_events(),
+        "dropped_bytes": dropped_bytes,
+        "bytes_on_disk": r.bytes_on_disk(),
+        "bytes_per_access": (bpa * 1000.0).round() / 1000.0,
+        "chunks": r.chunks().len(),
+        "modules": m.modules.iter().map(|md| json!({
+            "path": md.path, "base": format!("{:#x}", md.bias), "build_id": md.build_id_hex(),
+        })).collect::<Vec<_>>(),
+        "children": m.children.iter().map(|(p, f)| json!({"pid": p, "trace": f})).collect::<Vec<_>>(),
+        "truncated": r.truncation().map(|t| json!({"offset": t.offset, "reason": t.reason})),
+        "streams": streams,
+    });
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    if as_json {
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "trace       {}", path.display())?;
+    writeln!(out, "program     {} (pid {})", m.argv.join(" "), h.pid)?;
+    writeln!(
+        out,
+        "ended       {}{}",
+        end_text(end),
+        if h.finished { "" } else { " (runtime did not finish the trace)" }
+    )?;
+    writeln!(out, "threads     {}", r.streams().len())?;
+    writeln!(out, "events      {}", v["events"])?;
+    writeln!(out, "loads       {}", v["loads"])?;
+    writeln!(out, "stores      {}", v["stores"])?;
+    writeln!(out, "allocs      {}", v["allocs"])?;
+    writeln!(out, "frees       {}", v["frees"])?;
+    writeln!(out, "dropped     {} events, {} bytes", r.dropped_events(), dropped_bytes)?;
+    writeln!(
+        out,
+        "on disk     {} bytes ({bpa:.3} B/access, {} chunks)",
+        r.bytes_on_disk(),
+        r.chunks().len()
+    )?;
+    writeln!(out, "modules     {}", m.modules.len())?;
+    for (p, f) in &m.children {
+        writeln!(out, "child       pid {p}: {f}")?;
+    }
+    if let Some(t) = r.truncation() {
+        writeln!(
+            out,
+            "TRUNCATED   at byte {}: {} (everything before it is readable)",
+            t.offset, t.reason
+        )?;
+    }
+    for s in v["streams"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "  T{:<4} tid {:<8} {:<16} {:>12} events{}",
+            s["thread"],
+            s["os_tid"],
+            s["name"].as_str().unwrap_or(""),
+            s["events"],
+            if s["complete"] == true { "" } else { "  (stream incomplete)" }
+        )?;
+    }
+    Ok(())
+}
+
+fn counts(r: &TraceReader) -> Result<Counts> {
+    let total = u64::from(r.totals().events);
+    let pb = if total > 20_000_000 {
+        let pb = indicatif::ProgressBar::new(total);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} counting {human_pos}/{human_len} events {wide_bar} {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Some(pb)
+    } else {
+        None
+    };
+    let c = if r.streams().len() > 1 {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        memlens_analysis::drive_parallel(r, Counts::default(), n)?
+    } else {
+        memlens_analysis::drive_serial(r, Counts::default(), |n| {
+            if let Some(pb) = &pb {
+                pb.set_position(n)
+            }
+        })?
+    };
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(c)
+}
+
+#[derive(Default)]
+struct Row {
+    c: PcCounts,
+}
+
+fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |out: &mut dyn Write, cells: &[String]| -> std::io::Result<()> {
+        let n = cells.len();
+        for (i, c) in cells.iter().enumerate() {
+            // numbers right-aligned, text left-aligned, last column unpadded
+            let numeric = c.parse::<f64>().is_ok();
+            if i + 1 == n && !numeric {
+                write!(out, "{c}")?;
+            } else if numeric {
+                write!(out, "{c:>width$}  ", width = w[i])?;
+            } else {
+                write!(out, "{c:<width$}  ", width = w[i])?;
+            }
+        }
+        writeln!(out)
+    };
+    line(out, &header.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+    for r in rows {
+        line(out, r)?;
+    }
+    Ok(())
+}
+
+/// `memlens report`.
+pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
+    let r = open(path)?;
+    warn_truncated(&r);
+    let c = counts(&r)?;
+    let names = Names::new(&r.meta().modules);
+    let top = if top == 0 { usize::MAX } else { top };
+    let out = std::io::stdout();
+    let mut out = BufWriter::new(out.lock());
+    let rows: Vec<Value> = match by {
+        By::Line | By::Function => {
+            let mut agg: HashMap<(Option<(std::sync::Arc<str>, u32)>, std::sync::Arc<str>), Row> =
+                HashMap::new();
+            for (pc, pcc) in &c.by_pc {
+                let CodeName { function, file, line, .. } = names.code(*pc);
+                let key =
+                    if by == By::Line { (Some((file, line)), function) } else { (None, function) };
+                agg.entry(key).or_default().c.merge(pcc);
+            }
+            let mut v: Vec<_> = agg.into_iter().collect();
+            v.sort_by(|a, b| {
+                let ka = a.1.c.loads + a.1.c.stores;
+                let kb = b.1.c.loads + b.1.c.stores;
+                kb.cmp(&ka).then_with(|| a.0.cmp(&b.0))
+            });
+            v.into_iter()
+                .take(top)
+                .map(|((fl, function), row)| {
+                    let mut o = serde_json::Map::new();
+                    if let Some((file, line)) = fl {
+                        o.insert("file".into(), json!(&*file));
+                        o.insert("line".into(), json!(line));
+                    }
+                    o.insert("function".into(), json!(&*function));
+                    o.insert("loads".into(), json!(row.c.loads));
+                    o.insert("stores".into(), json!(row.c.stores));
+                    o.insert("bytes_read".into(), json!(row.c.bytes_read));
+                    o.insert("bytes_written".into(), json!(row.c.bytes_written));
+                    o.insert("threads".into(), json!(row.c.threads.len()));
+                    Value::Object(o)
+                })
+                .collect()
+        }
+        By::Thread => {
+            let mut v: Vec<_> = c.by_thread.iter().collect();
+            v.sort_by_key(|(t, _)| **t);
+            v.into_iter()
+                .take(top)
+                .map(|(t, tc)| {
+                    let (tid, name) = thread_info(&r, *t);
+                    json!({"thread": t.0, "os_tid": tid, "name": name, "loads": tc.loads,
+                        "stores": tc.stores, "bytes_read": tc.bytes_read,
+                        "bytes_written": tc.bytes_written, "allocs": tc.allocs,
+                        "frees": tc.frees, "calls": tc.calls})
+                })
+                .collect()
+        }
+        By::Alloc => {
+            let mut agg: HashMap<CodeName, (u64, u64)> = HashMap::new();
+            for (pc, a) in &c.allocs {
+                let e = agg.entry(names.code(*pc)).or_default();
+                e.0 += a.count;
+                e.1 += a.bytes;
+            }
+            let mut v: Vec<_> = agg.into_iter().collect();
+            v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
+            v.into_iter()
+                .take(top)
+                .map(|(n, (count, bytes))| {
+                    json!({"file": &*n.file, "line": n.line, "function": &*n.function,
+                        "count": count, "bytes": bytes})
+                })
+                .collect()
+        }
+    };
+    if as_json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(out.flush()?);
+    }
+    let cols: &[&str] = match by {
+        By::Line => &[
+            "loads",
+            "stores",
+            "bytes_read",
+            "bytes_written",
+            "threads",
+            "file",
+            "line",
+            "function",
+        ],
+        By::Function => &["loads", "stores", "bytes_read", "bytes_written", "threads", "function"],
+        By::Thread => &[
+            "thread",
+            "os_tid",
+            "loads",
+            "stores",
+            "bytes_read",
+            "bytes_written",
+            "allocs",
+            "frees",
+            "calls",
+            "name",
+        ],
+        By::Alloc => &["count", "bytes", "file", "line", "function"],
+    };
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            cols.iter()
+                .map(|c| match &row[*c] {
+                    Value::String(s) => short_path(s),
+                    v => v.to_string(),
+                })
+                .collect()
+        })
+        .collect();
+    table(&mut out, cols, &cells)?;
+    Ok(out.flush()?)
+}
+
+fn short_path(s: &str) -> String {
+    if let Ok(cwd) = std::env::current_dir() {
+        if let Ok(rel) = Path::new(s).strip_prefix(&cwd) {
+            return rel.display().to_string();
+        }
+    }
+    s.to_string()
+}
+
+/// `memlens dump`.
+pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -> Result<()> {
+    let r = open(path)?;
+    warn_truncated(&r);
+    let names = with_names.then(|| Names::new(&r.meta().modules));
+    let out = std::io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, out.lock());
+    let threads: BTreeSet<ThreadId> =
+        r.streams().iter().map(|s| s.thread).filter(|t| thread.is_none_or(|n| t.0 == n)).collect();
+    if let Some(n) = thread {
+        if threads.is_empty() {
+            anyhow::bail!("the trace has no thread {n} (see `memlens info`)");
+        }
+    }
+    for t in threads {
+        for (i, ev) in r.events(t).enumerate() {
+            let ev = ev?;
+            let name = match (&names, ev.pc()) {
+                (Some(n), Some(pc)) if pc.0 != 0 => Some(n.code(pc)),
+                _ => None,
+            };
+            if as_json {
+                let mut v = event_json(&ev);
+                v["thread"] = json!(t.0);
+                v["index"] = json!(i);
+                if let Some(n) = name {
+                    v["function"] = json!(&*n.function);
+                    if n.line != 0 {
+                        v["file"] = json!(&*n.file);
+                        v["line"] = json!(n.line);
+                        v["column"] = json!(n.column);
+                    }
+                }
+                serde_json::to_writer(&mut out, &v)?;
+                writeln!(out)?;
+            } else {
+                write!(out, "T{} {i} {ev}", t.0)?;
+                if let Some(n) = name {
+                    if n.line != 0 {
+                        let file = Path::new(&*n.file)
+                            .file_name()
+                            .map(|f| f.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        write!(out, " {file}:{}:{} {}", n.line, n.column, n.function)?;
+                    } else {
+                        write!(out, " {}", n.function)?;
+                    }
+                }
+                writeln!(out)?;
+            }
+        }
+    }
+    Ok(out.flush()?)
+}
+
+fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+/// The JSON object of one event.
+pub fn event_json(ev: &Event) -> Value {
+    use memlens_format::AccessKind::*;
+    let rw = |k| if k == Read { "read" } else { "write" };
+    match ev {
+        Event::Access { pc, addr, size, kind, atomic, value } => {
+            let mut v = json!({"event": rw(*kind), "addr": hex(addr.0), "size": size, "pc": hex(pc.0), "atomic": atomic});
+            if let Some(x) = value {
+                v["value"] = json!(x);
+            }
+            v
+        }
+        Event::Range { pc, addr, len, kind } => {
+            json!({"event": format!("range_{}", rw(*kind)), "addr": hex(addr.0), "size": len, "pc": hex(pc.0)})
+        }
+        Event::Rmw { pc, addr, size, op, value } => {
+            let mut v = json!({"event": "rmw", "op": op.name(), "addr": hex(addr.0), "size": size, "pc": hex(pc.0)});
+            if let Some(x) = value {
+                v["value"] = json!(x);
+            }
+            v
+        }
+        Event::Fence { pc, order } => json!({"event": "fence", "order": order, "pc": hex(pc.0)}),
+        Event::FuncEnter { pc, call_site } => {
+            json!({"event": "enter", "pc": hex(pc.0), "call_site": hex(call_site.0)})
+        }
+        Event::FuncExit { pc } => json!({"event": "exit", "pc": hex(pc.0)}),
+        Event::Alloc { pc, addr, size, kind, stack } => {
+            json!({"event": "alloc", "kind": kind.name(),
+            "addr": hex(addr.0), "size": size, "pc": hex(pc.0),
+            "stack": stack.iter().map(|p| hex(p.0)).collect::<Vec<_>>()})
+        }
+        Event::Realloc { pc, old, new, size, stack } => {
+            json!({"event": "realloc", "old": hex(old.0),
+            "addr": hex(new.0), "size": size, "pc": hex(pc.0),
+            "stack": stack.iter().map(|p| hex(p.0)).collect::<Vec<_>>()})
+        }
+        Event::Free { pc, addr, kind } => {
+            json!({"event": "free", "kind": kind.name(), "addr": hex(addr.0), "pc": hex(pc.0)})
+        }
+        Event::ThreadStart { os_tid, parent, name } => {
+            json!({"event": "thread_start", "os_tid": os_tid,
+            "parent": parent.map(|p| p.0), "name": name})
+        }
+        Event::ThreadExit => json!({"event": "thread_exit"}),
+        Event::ThreadName(n) => json!({"event": "thread_name", "name": n}),
+        Event::RegisterThread(id) => json!({"event": "register_thread", "id": id}),
+        Event::Roi(b) => json!({"event": if *b { "roi_begin" } else { "roi_end" }}),
+        Event::Tracing(b) => json!({"event": if *b { "trace_on" } else { "trace_off" }}),
+        Event::Fork { child_pid } => json!({"event": "fork", "child_pid": child_pid}),
+        Event::Exec => json!({"event": "exec"}),
+        Event::Clock(t) => json!({"event": "clock", "time": t}),
+        Event::Dropped(n) => json!({"event": "dropped", "count": n}),
+        Event::Signal(s) => json!({"event": "signal", "signal": s}),
+    }
+}

@@ -1,0 +1,217 @@
+//! The `memlens` command line: the only crate that knows clap.
+
+mod allocdefs;
+mod cc;
+mod filter;
+mod inspect;
+mod names;
+mod record;
+mod runtime;
+mod rust;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Shows how a program really uses memory: records every load, store, allocation
+/// and function call of a program built with memlens, names each access, and
+/// analyses the trace.
+#[derive(Parser)]
+#[command(name = "memlens", version, about, long_about = None, disable_help_subcommand = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// C compiler driver: `memlens cc [gcc/clang args]` (MEMLENS_CC picks the compiler)
+    #[command(name = "cc", disable_help_flag = true)]
+    Cc {
+        /// Arguments for the compiler.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// C++ compiler driver: `memlens c++ [g++/clang++ args]` (MEMLENS_CXX picks it)
+    #[command(name = "c++", alias = "cxx", disable_help_flag = true)]
+    Cxx {
+        /// Arguments for the compiler.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build a Rust project instrumented: `memlens cargo build --release`
+    #[command(disable_help_flag = true)]
+    Cargo {
+        /// Arguments for cargo.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run a program built with memlens and record its trace
+    Record(RecordArgs),
+    /// Summarise what a trace holds
+    Info {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// The trace.
+        trace: PathBuf,
+    },
+    /// Hottest lines, functions, threads or allocation sites
+    Report {
+        /// What to group by.
+        #[arg(long, value_enum, default_value_t = By::Line)]
+        by: By,
+        /// Rows to show (0: all).
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// The trace.
+        trace: PathBuf,
+    },
+    /// Print every event, one per line
+    Dump {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
+        format: DumpFormat,
+        /// Only this thread (memlens thread index).
+        #[arg(long)]
+        thread: Option<u32>,
+        /// Leave code addresses unnamed (faster).
+        #[arg(long)]
+        no_names: bool,
+        /// The trace.
+        trace: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct RecordArgs {
+    /// Where to write the trace.
+    #[arg(short, long, default_value = "memlens.trace")]
+    output: PathBuf,
+    /// Also record the value each load read and each store wrote.
+    #[arg(long)]
+    values: bool,
+    /// Depth of the call stack recorded with each allocation.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=64))]
+    stack_depth: u32,
+    /// zstd level for the trace (0: uncompressed).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..=19))]
+    zstd_level: i32,
+    /// Record accesses only between memlens_roi_begin() and memlens_roi_end().
+    #[arg(long)]
+    roi: bool,
+    /// Trace only these functions (comma-separated globs; `!glob` excludes).
+    #[arg(long, value_name = "GLOBS")]
+    functions: Option<String>,
+    /// Trace only functions in these source files (comma-separated globs; `!glob` excludes).
+    #[arg(long, value_name = "GLOBS")]
+    files: Option<String>,
+    /// DINAMITE function_filter.json (blacklist / whitelist).
+    #[arg(long, value_name = "FILE")]
+    filter_file: Option<PathBuf>,
+    /// Print nothing but the program's own output.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, required = true, value_name = "PROG [ARGS]")]
+    cmd: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum DumpFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum By {
+    Line,
+    Function,
+    Thread,
+    Alloc,
+}
+
+fn main() {
+    let code = match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                0
+            } else {
+                eprintln!("memlens: error: {e:#}");
+                2
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+fn real_main() -> Result<i32> {
+    // Compiler drivers take the compiler's arguments verbatim, `--help` included.
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.get(1).map(String::as_str) {
+        Some("cc") => return cc::main(cc::Lang::C, argv[2..].to_vec()),
+        Some("c++") | Some("cxx") => return cc::main(cc::Lang::Cxx, argv[2..].to_vec()),
+        Some("cargo") => return cc::cargo(argv[2..].to_vec()),
+        _ => {}
+    }
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return Ok(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match cli.cmd {
+        Cmd::Cc { args } => cc::main(cc::Lang::C, args),
+        Cmd::Cxx { args } => cc::main(cc::Lang::Cxx, args),
+        Cmd::Cargo { args } => cc::cargo(args),
+        Cmd::Record(a) => {
+            let mut filter = filter::FilterSpec::default();
+            if let Some(f) = &a.functions {
+                filter.add_list(f, false);
+            }
+            if let Some(f) = &a.files {
+                filter.add_list(f, true);
+            }
+            if let Some(p) = &a.filter_file {
+                filter.add_dinamite_json(p)?;
+            }
+            record::run(record::RecordOpts {
+                output: a.output,
+                values: a.values,
+                stack_depth: a.stack_depth,
+                zstd_level: a.zstd_level,
+                roi: a.roi,
+                filter,
+                quiet: a.quiet,
+                cmd: a.cmd,
+            })
+        }
+        Cmd::Info { format, trace } => inspect::info(&trace, format == Format::Json).map(|_| 0),
+        Cmd::Report { by, top, format, trace } => {
+            let by = match by {
+                By::Line => inspect::By::Line,
+                By::Function => inspect::By::Function,
+                By::Thread => inspect::By::Thread,
+                By::Alloc => inspect::By::Alloc,
+            };
+            inspect::report(&trace, by, top, format == Format::Json).map(|_| 0)
+        }
+        Cmd::Dump { format, thread, no_names, trace } => {
+            inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names).map(|_| 0)
+        }
+    }
+}

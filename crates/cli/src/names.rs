@@ -1,0 +1,69 @@
+//! Names for code addresses, cached per distinct pc.
+
+use memlens_format::{Module, Pc};
+use memlens_symbols::Symbolizer;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where a code address is in the source.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeName {
+    /// Innermost (possibly inlined) function, demangled.
+    pub function: Arc<str>,
+    /// Source file, empty when unknown.
+    pub file: Arc<str>,
+    /// Line, 0 when unknown.
+    pub line: u32,
+    /// Column, 0 when unknown.
+    pub column: u32,
+}
+
+/// Symbolises code addresses of one trace.
+pub struct Names {
+    sym: Symbolizer,
+    cache: RefCell<HashMap<Pc, CodeName>>,
+}
+
+impl Names {
+    /// For the modules of a trace.
+    pub fn new(modules: &[Module]) -> Names {
+        Names { sym: Symbolizer::new(modules), cache: RefCell::default() }
+    }
+
+    /// The symboliser, for data names.
+    pub fn symbolizer(&self) -> &Symbolizer {
+        &self.sym
+    }
+
+    /// Name of a code address (a callback's return address).
+    pub fn code(&self, pc: Pc) -> CodeName {
+        if let Some(c) = self.cache.borrow().get(&pc) {
+            return c.clone();
+        }
+        let name = self.resolve(pc);
+        self.cache.borrow_mut().insert(pc, name.clone());
+        name
+    }
+
+    fn resolve(&self, pc: Pc) -> CodeName {
+        let unknown = || CodeName { function: format!("{pc}").into(), ..CodeName::default() };
+        let Some(loc) = self.sym.frames(pc) else {
+            return match self.sym.function_symbol(pc) {
+                Some(f) => CodeName { function: f.name.clone(), ..CodeName::default() },
+                None => unknown(),
+            };
+        };
+        let Some(fr) = loc.innermost() else { return unknown() };
+        CodeName {
+            function: fr
+                .function
+                .clone()
+                .or_else(|| self.sym.function_symbol(pc).map(|f| f.name.clone()))
+                .unwrap_or_else(|| format!("{pc}").into()),
+            file: fr.file.clone().unwrap_or_else(|| "".into()),
+            line: fr.line.unwrap_or(0),
+            column: fr.column.unwrap_or(0),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `memlens record`: run a program built with memlens and write its trace.
+
+use anyhow::{bail, Context, Result};
+use memlens_format::{FileHeader, HEADER_SIZE};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What `record` was asked to do (validated CLI arguments).
+pub struct RecordOpts {
+    /// Trace path.
+    pub output: PathBuf,
+    /// Record loaded and stored values.
+    pub values: bool,
+    /// Allocation call-stack depth.
+    pub stack_depth: u32,
+    /// zstd level (0: none).
+    pub zstd_level: i32,
+    /// Only accesses inside `memlens_roi_begin/end`.
+    pub roi: bool,
+    /// Function globs to include / exclude, file globs to include / exclude.
+    pub filter: crate::filter::FilterSpec,
+    /// Custom allocator definitions (alloc.in) used when the program was built.
+    pub quiet: bool,
+    /// The program and its arguments.
+    pub cmd: Vec<String>,
+}
+
+/// Resolves `prog` like a shell would.
+fn find_program(prog: &str) -> Result<PathBuf> {
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        if !p.exists() {
+            bail!("program {prog} does not exist");
+        }
+        return Ok(p);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            let c = d.join(prog);
+            if c.is_file() {
+                return Ok(c);
+            }
+        }
+    }
+    bail!("program {prog} not found in PATH (give a path like ./{prog})")
+}
+
+/// Checks that `exe` is an x86-64 ELF built with the memlens runtime.
+fn check_program(exe: &Path) -> Result<()> {
+    let md = std::fs::metadata(exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    if md.is_dir() {
+        bail!("{} is a directory, not a program", exe.display());
+    }
+    if md.permissions().mode() & 0o111 == 0 {
+        bail!("{} is not executable (chmod +x it, or give the right file)", exe.display());
+    }
+    let data = std::fs::read(exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    if data.len() < 4 || &data[..4] != b"\x7fELF" {
+        bail!(
+            "{} is not an ELF executable (scripts must exec a memlens-built program)",
+            exe.display()
+        );
+    }
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not a readable ELF file", exe.display()))?;
+    use object::{Object, ObjectSymbol};
+    if file.architecture() != object::Architecture::X86_64 {
+        bail!(
+            "{} is built for {:?}; memlens records x86-64 programs",
+            exe.display(),
+            file.architecture()
+        );
+    }
+    let defines = |name: &str| {
+        file.symbols()
+            .chain(file.dynamic_symbols())
+            .any(|s| s.name() == Ok(name) && !s.is_undefined())
+    };
+    if !defines("__memlens_custom_alloc") {
+        if let Ok(libs) = file.imports() {
+            let _ = libs;
+        }
+        let tsan = data.windows(10).any(|w| w == b"libtsan.so");
+        if tsan {
+            bail!("{} is linked against the real ThreadSanitizer runtime (libtsan); link it with `memlens cc` instead of `-fsanitize=thread`", exe.display());
+        }
+        bail!("{} was not built with memlens; rebuild it with `memlens cc`/`memlens c++` (C, C++) or `memlens cargo` (Rust)", exe.display());
+    }
+    Ok(())
+}
+
+/// Runs the program under recording and returns the exit code to use.
+pub fn run(opts: RecordOpts) -> Result<i32> {
+    let Some(prog) = opts.cmd.first() else {
+        bail!("no program given: memlens record -- PROG [ARGS]")
+    };
+    let exe = find_program(prog)?;
+    check_program(&exe)?;
+    let output = absolute(&opts.output)?;
+    // Create the file now so an unwritable path fails before the program runs.
+    std::fs::File::create(&output).with_context(|| {
+        format!("cannot write the trace to {}; choose another path with -o", output.display())
+    })?;
+    let tmp = crate::cc::TempDir::new()?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(&opts.cmd[1..]);
+    cmd.env("MEMLENS_OUTPUT", &output)
+        .env("MEMLENS_STACK_DEPTH", opts.stack_depth.to_string())
+        .env("MEMLENS_ZSTD_LEVEL", opts.zstd_level.to_string())
+        .env_remove("MEMLENS_OWNER_PID");
+    if opts.values {
+        cmd.env("MEMLENS_VALUES", "1");
+    }
+    if opts.roi {
+        cmd.env("MEMLENS_ROI", "1");
+    }
+    if !opts.filter.is_empty() {
+        let ranges = crate::filter::code_ranges(&exe, &opts.filter)?;
+        let f = tmp.path.join("filter.txt");
+        std::fs::write(&f, ranges)?;
+        cmd.env("MEMLENS_FILTER", &f);
+    }
+    // The child gets Ctrl-C itself; we wait for it and report.
+    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let old_term = unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let spawned = cmd.spawn();
+    let status = spawned.and_then(|mut c| c.wait());
+    unsafe {
+        libc::signal(libc::SIGINT, old_int);
+        libc::signal(libc::SIGTERM, old_term);
+    }
+    let status = status.with_context(|| format!("cannot run {}", exe.display()))?;
+    let (kind, value) = match (status.code(), status.signal()) {
+        (Some(c), _) => (1u32, c),
+        (None, Some(s)) => (2u32, s),
+        _ => (0, 0),
+    };
+    patch_end_status(&output, kind, value)?;
+    if !opts.quiet {
+        summary(&output);
+    }
+    if let Some(sig) = status.signal() {
+        // Die the same way, so the shell sees what it would have seen.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(128 + sig);
+    }
+    Ok(status.code().unwrap_or(1))
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    Ok(if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) })
+}
+
+/// Writes the waitpid status into the header (the runtime cannot know it when
+/// main returns, or when the process was killed).
+fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+    let mut b = vec![0u8; HEADER_SIZE];
+    let n = f.read(&mut b)?;
+    if n < 128 {
+        bail!(
+            "the program ran but wrote no trace to {}: was it built with `memlens cc`, and did it start at all?",
+            path.display()
+        );
+    }
+    let mut h = match FileHeader::decode(&b) {
+        Ok(h) => h,
+        Err(e) => bail!("the trace header in {} is unreadable: {e}", path.display()),
+    };
+    h.end_kind = kind;
+    h.end_value = value;
+    f.seek(SeekFrom::Start(0))?;
+    f.write_all(&h.encode())?;
+    Ok(())
+}
+
+fn summary(path: &Path) {
+    match memlens_format::TraceReader::open(path) {
+        Ok(r) => {
+            let t = r.totals();
+            let acc = t.loads + t.stores;
+            let bytes = r.bytes_on_disk();
+            eprintln!(
+                "memlens: wrote {} ({} threads, {} events, {} accesses, {:.2} B/access, {} dropped)",
+                path.display(),
+                r.streams().len(),
+                t.events,
+                acc,
+                if acc > 0 { bytes as f64 / acc as f64 } else { 0.0 },
+                r.dropped_events()
+            );
+            if let Some(tr) = r.truncation() {
+                eprintln!(
+                    "memlens: warning: trace is incomplete: {} at byte {}",
+                    tr.reason, tr.offset
+                );
+            }
+        }
+        Err(e) => eprintln!("memlens: warning: cannot read back {}: {e}", path.display()),
+    }
+}

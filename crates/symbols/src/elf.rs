@@ -1,0 +1,155 @@
+//! ELF-level facts about a module: segments, build-id, debug links and symbol tables.
+
+use std::path::Path;
+
+use memlens_format::{Module, Segment};
+use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+use crate::Error;
+
+/// The `PT_TLS` segment of a module: the initialisation image of its thread-local block.
+///
+/// Thread-local variables are named by their offset in this block (see
+/// [`ThreadLocal`](crate::ThreadLocal)); the runtime address of a thread's block is
+/// determined by the dynamic loader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsSegment {
+    /// `p_vaddr`: file virtual address of the initialisation image.
+    pub vaddr: u64,
+    /// `p_filesz`: bytes of initialised data (`.tdata`).
+    pub file_size: u64,
+    /// `p_memsz`: total block size including `.tbss`.
+    pub mem_size: u64,
+    /// `p_align`.
+    pub align: u64,
+}
+
+/// Builds a [`Module`] description from an ELF file on disk: its PT_LOAD segments and
+/// build-id, with the given load bias (0 for a non-PIE executable, or for file
+/// addresses). The module id is 0; set [`Module::id`] afterwards if it matters.
+///
+/// The path is stored as given.
+pub fn module_from_file(path: impl AsRef<Path>, bias: u64) -> Result<Module, Error> {
+    let path = path.as_ref();
+    let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    module_from_elf_bytes(&path.to_string_lossy(), &data, bias)
+        .map_err(|source| Error::Object { path: path.to_owned(), source })
+}
+
+/// Like [`module_from_file`], for ELF bytes already in memory; `path` is only recorded.
+pub fn module_from_elf_bytes(path: &str, data: &[u8], bias: u64) -> Result<Module, object::Error> {
+    let obj = object::File::parse(data)?;
+    let (segments, _) = program_headers(&obj);
+    let build_id = obj.build_id()?.map(<[u8]>::to_vec).unwrap_or_default();
+    Ok(Module { id: 0, path: path.to_owned(), build_id, bias, segments })
+}
+
+/// The PT_LOAD segments and the PT_TLS segment of an ELF object.
+pub(crate) fn program_headers(obj: &object::File<'_>) -> (Vec<Segment>, Option<TlsSegment>) {
+    match obj {
+        object::File::Elf32(elf) => phdrs(elf),
+        object::File::Elf64(elf) => phdrs(elf),
+        _ => (Vec::new(), None),
+    }
+}
+
+fn phdrs<Elf: FileHeader>(elf: &ElfFile<'_, Elf>) -> (Vec<Segment>, Option<TlsSegment>) {
+    let endian = elf.endian();
+    let mut loads = Vec::new();
+    let mut tls = None;
+    for ph in elf.elf_program_headers() {
+        match ph.p_type(endian) {
+            object::elf::PT_LOAD => loads.push(Segment {
+                vaddr: ph.p_vaddr(endian).into(),
+                memsz: ph.p_memsz(endian).into(),
+                flags: ph.p_flags(endian),
+            }),
+            object::elf::PT_TLS => {
+                tls = Some(TlsSegment {
+                    vaddr: ph.p_vaddr(endian).into(),
+                    file_size: ph.p_filesz(endian).into(),
+                    mem_size: ph.p_memsz(endian).into(),
+                    align: ph.p_align(endian).into(),
+                })
+            }
+            _ => {}
+        }
+    }
+    (loads, tls)
+}
+
+/// What is needed to find a module's separate debug files.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ElfIdentity {
+    pub build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`: file name and CRC-32 of the debug file.
+    pub debuglink: Option<(String, u32)>,
+    /// `.gnu_debugaltlink`: path and build-id of the supplementary (dwz) file.
+    pub altlink: Option<(String, Vec<u8>)>,
+    /// Whether the object has a non-empty `.debug_info`.
+    pub has_dwarf: bool,
+}
+
+pub(crate) fn identity(obj: &object::File<'_>) -> ElfIdentity {
+    let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let debuglink = obj
+        .gnu_debuglink()
+        .ok()
+        .flatten()
+        .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc));
+    let altlink = obj
+        .gnu_debugaltlink()
+        .ok()
+        .flatten()
+        .map(|(name, id)| (String::from_utf8_lossy(name).into_owned(), id.to_vec()));
+    let has_dwarf = obj
+        .section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0 && s.kind() != object::SectionKind::UninitializedData);
+    ElfIdentity { build_id, debuglink, altlink, has_dwarf }
+}
+
+/// The kind of an ELF symbol we keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SymKind {
+    Function,
+    Data,
+    Tls,
+}
+
+/// A defined ELF symbol, still mangled. `addr` is a file virtual address (a TLS offset
+/// for [`SymKind::Tls`]).
+#[derive(Clone, Debug)]
+pub(crate) struct RawSymbol {
+    pub name: String,
+    pub addr: u64,
+    pub size: u64,
+    pub kind: SymKind,
+    pub global: bool,
+}
+
+/// Defined function, data and TLS symbols from `.symtab` and `.dynsym`.
+pub(crate) fn symbols(obj: &object::File<'_>, out: &mut Vec<RawSymbol>) {
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let kind = match sym.kind() {
+            SymbolKind::Text => SymKind::Function,
+            SymbolKind::Data => SymKind::Data,
+            SymbolKind::Tls => SymKind::Tls,
+            _ => continue,
+        };
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        out.push(RawSymbol {
+            name: name.to_owned(),
+            addr: sym.address(),
+            size: sym.size(),
+            kind,
+            global: sym.is_global(),
+        });
+    }
+}

@@ -1,0 +1,8 @@
+//! Integration tests: real C, C++ and Rust programs compiled at test time, symbolized
+//! through the public API, with addresses taken from `nm` and `objdump`.
+
+mod c;
+mod cpp;
+mod rust;
+mod selftest;
+mod util;
