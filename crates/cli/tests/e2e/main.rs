@@ -1,0 +1,7 @@
+//! End-to-end tests: real programs built with `memlens cc`/`c++` by gcc and clang,
+//! recorded, and checked for exact counts.
+
+mod util;
+
+mod errors;
+mod record;

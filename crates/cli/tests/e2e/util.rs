@@ -1,0 +1,161 @@
+//! Shared helpers: build test programs with `memlens cc`, record, read reports.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub fn memlens() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_memlens"))
+}
+
+/// The runtime must have been built next to the binary (`cargo build --workspace`).
+pub fn require_runtime() {
+    let lib = memlens().parent().unwrap().join("libmemlens_rt.a");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        lib.display()
+    );
+}
+
+pub fn programs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs")
+}
+
+/// A fresh scratch directory under target/.
+pub fn scratch(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = memlens()
+        .parent()
+        .unwrap()
+        .join("e2e")
+        .join(format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Cc {
+    Gcc,
+    Clang,
+}
+
+impl Cc {
+    pub fn all() -> Vec<Cc> {
+        let clang = Command::new("clang-22").arg("--version").output().is_ok();
+        if !clang {
+            assert!(std::env::var_os("CI").is_none(), "clang-22 is required in CI");
+            eprintln!("note: clang-22 not installed; testing gcc only");
+            return vec![Cc::Gcc];
+        }
+        vec![Cc::Gcc, Cc::Clang]
+    }
+
+    fn env(self, cxx: bool) -> (&'static str, &'static str) {
+        match (self, cxx) {
+            (Cc::Gcc, false) => ("MEMLENS_CC", "gcc"),
+            (Cc::Gcc, true) => ("MEMLENS_CXX", "g++"),
+            (Cc::Clang, false) => ("MEMLENS_CC", "clang-22"),
+            (Cc::Clang, true) => ("MEMLENS_CXX", "clang++-22"),
+        }
+    }
+}
+
+/// Builds `tests/programs/<src>` with `memlens cc`/`c++` into `dir`.
+pub fn build(cc: Cc, src: &str, dir: &Path, extra: &[&str]) -> PathBuf {
+    require_runtime();
+    let cxx = src.ends_with(".cpp");
+    let (var, compiler) = cc.env(cxx);
+    let exe = dir.join(format!("{}-{:?}", src.replace('.', "_"), cc));
+    let out = Command::new(memlens())
+        .arg(if cxx { "c++" } else { "cc" })
+        .args(["-O2", "-pthread"])
+        .args(extra)
+        .arg(programs().join(src))
+        .arg("-o")
+        .arg(&exe)
+        .env(var, compiler)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "memlens {} failed for {src}:\n{}",
+        if cxx { "c++" } else { "cc" },
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `memlens record -o TRACE -- exe args`.
+pub fn record(exe: &Path, trace: &Path, args: &[&str]) -> Output {
+    Command::new(memlens())
+        .arg("record")
+        .arg("-q")
+        .arg("-o")
+        .arg(trace)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+pub fn run_memlens(args: &[&str]) -> Output {
+    Command::new(memlens()).args(args).output().unwrap()
+}
+
+pub fn json(args: &[&str]) -> Value {
+    let out = run_memlens(args);
+    assert!(out.status.success(), "memlens {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+pub fn info(trace: &Path) -> Value {
+    json(&["info", "--format", "json", trace.to_str().unwrap()])
+}
+
+pub fn report(trace: &Path, by: &str) -> Vec<Value> {
+    let v = json(&["report", "--by", by, "--top", "0", "--format", "json", trace.to_str().unwrap()]);
+    v.as_array().unwrap().clone()
+}
+
+/// Line number of the `// @marker` comment in a test program.
+pub fn line_of(src: &str, marker: &str) -> u64 {
+    let text = std::fs::read_to_string(programs().join(src)).unwrap();
+    let tag = format!("// @{marker}");
+    let hits: Vec<usize> =
+        text.lines().enumerate().filter(|(_, l)| l.trim_end().ends_with(&tag)).map(|(i, _)| i + 1).collect();
+    assert_eq!(hits.len(), 1, "marker {marker} must appear once in {src}");
+    hits[0] as u64
+}
+
+/// Sums of a report's rows at a file:line.
+pub fn at_line(rows: &[Value], src: &str, line: u64, key: &str) -> u64 {
+    rows.iter()
+        .filter(|r| {
+            r["line"] == line && r["file"].as_str().is_some_and(|f| f.ends_with(src))
+        })
+        .map(|r| r[key].as_u64().unwrap())
+        .sum()
+}
+
+/// Events of a trace as JSON lines.
+pub fn dump(trace: &Path) -> Vec<Value> {
+    let out = run_memlens(&["dump", "--format", "json", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The quick start: install what is missing, build memlens, build the bundled
+# example with `memlens cc`, record it, and show what it did with memory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+cargo build --release --workspace --quiet
+ml=target/release/memlens
+out=target/demo
+mkdir -p "$out"
+"$ml" cc -O2 -pthread examples/hotspots.c -o "$out/hotspots"
+"$ml" record -o "$out/hotspots.trace" -- "$out/hotspots"
+echo
+"$ml" info "$out/hotspots.trace"
+echo
+echo "== hottest lines"
+"$ml" report --top 8 "$out/hotspots.trace"
+echo
+echo "== allocation sites"
+"$ml" report --by alloc --top 5 "$out/hotspots.trace"
+echo
+echo "== threads"
+"$ml" report --by thread "$out/hotspots.trace"
+echo
+echo "first events:"
+"$ml" dump "$out/hotspots.trace" | head -5
