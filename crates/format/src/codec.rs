@@ -14,7 +14,8 @@
 //! - `0x42` RMW: byte `op << 4 | log2(size)` (bit 3 of the low nibble: value follows),
 //!   pc, addr, \[value\].
 //! - `0x43` fence: pc, order.
-//! - `0x50` function entry: pc, call site (zigzag delta from pc). `0x51` exit: pc.
+//! - `0x50` function entry: pc, call site (zigzag delta from pc), frame pointer
+//!   (zigzag delta from the previous one). `0x51` exit: pc.
 //! - `0x60` alloc: kind, pc, addr, size, n, n stack pcs (zigzag deltas from pc).
 //! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
 //! - `0x70..` thread and control events, see [`Tag`].
@@ -85,6 +86,7 @@ fn slot(pc: u64) -> usize {
 #[derive(Clone)]
 pub struct Predictor {
     prev_pc: u64,
+    prev_frame: u64,
     last: [u64; SLOTS],
 }
 
@@ -97,12 +99,13 @@ impl Default for Predictor {
 impl Predictor {
     /// The chunk-start state (usable in `const` thread-local initialisers).
     pub const fn new() -> Predictor {
-        Predictor { prev_pc: 0, last: [0; SLOTS] }
+        Predictor { prev_pc: 0, prev_frame: 0, last: [0; SLOTS] }
     }
 
     /// Back to the chunk-start state.
     pub fn reset(&mut self) {
         self.prev_pc = 0;
+        self.prev_frame = 0;
         self.last.fill(0);
     }
 
@@ -235,15 +238,26 @@ impl Encoder {
         varint::put(p, len)
     }
 
-    /// Encodes a function entry.
+    /// Encodes a function entry. `frame` is the frame pointer (rbp) at the entry
+    /// callback, i.e. after the prologue: the canonical frame address is
+    /// `frame + 16`, which names stack variables later. 0 when unknown.
     ///
     /// # Safety
     /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
     #[inline(always)]
-    pub unsafe fn func_enter(&mut self, p: *mut u8, pc: u64, call_site: u64) -> *mut u8 {
+    pub unsafe fn func_enter(
+        &mut self,
+        p: *mut u8,
+        pc: u64,
+        call_site: u64,
+        frame: u64,
+    ) -> *mut u8 {
         p.write(tag::FUNC_ENTER);
         let p = varint::put(p.add(1), self.pred.pc_delta(pc));
-        varint::put(p, zigzag(call_site.wrapping_sub(pc) as i64))
+        let p = varint::put(p, zigzag(call_site.wrapping_sub(pc) as i64));
+        let d = zigzag(frame.wrapping_sub(self.pred.prev_frame) as i64);
+        self.pred.prev_frame = frame;
+        varint::put(p, d)
     }
 
     /// Encodes a function exit.
@@ -369,7 +383,9 @@ impl Encoder {
                 self.rmw(p, *op, size_log2(*size as usize).unwrap_or(0), pc.0, addr.0, *value)
             }
             Event::Fence { pc, order } => self.fence(p, pc.0, *order),
-            Event::FuncEnter { pc, call_site } => self.func_enter(p, pc.0, call_site.0),
+            Event::FuncEnter { pc, call_site, frame } => {
+                self.func_enter(p, pc.0, call_site.0, frame.0)
+            }
             Event::FuncExit { pc } => self.func_exit(p, pc.0),
             Event::Alloc { pc, addr, size, kind, stack } => {
                 let s: Vec<u64> = stack.iter().map(|x| x.0).collect();
@@ -589,7 +605,13 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             tag::FUNC_ENTER => {
                 let pc = self.pc()?;
                 let cs = pc.wrapping_add(unzigzag(self.v()?) as u64);
-                Event::FuncEnter { pc: Pc(pc), call_site: Pc(cs) }
+                let d = self.v()?;
+                self.pred.prev_frame = self.pred.prev_frame.wrapping_add(unzigzag(d) as u64);
+                Event::FuncEnter {
+                    pc: Pc(pc),
+                    call_site: Pc(cs),
+                    frame: Addr(self.pred.prev_frame),
+                }
             }
             tag::FUNC_EXIT => Event::FuncExit { pc: Pc(self.pc()?) },
             tag::ALLOC => {
@@ -660,7 +682,7 @@ mod tests {
     fn sample() -> Vec<Event> {
         vec![
             Event::ThreadStart { os_tid: 42, parent: Some(ThreadId(0)), name: "w".into() },
-            Event::FuncEnter { pc: Pc(0x1000), call_site: Pc(0x2000) },
+            Event::FuncEnter { pc: Pc(0x1000), call_site: Pc(0x2000), frame: Addr(0x7ffd_0000) },
             Event::Access {
                 pc: Pc(0x1010),
                 addr: Addr(0x7fff_0000),

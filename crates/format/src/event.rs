@@ -232,6 +232,8 @@ pub enum Event {
         pc: Pc,
         /// The caller's return address.
         call_site: Pc,
+        /// Frame pointer after the prologue (canonical frame address - 16), 0 if unknown.
+        frame: Addr,
     },
     /// Function exit (also synthesised for frames skipped by longjmp or unwinding).
     FuncExit {
@@ -387,7 +389,9 @@ impl fmt::Display for Event {
                 Ok(())
             }
             Event::Fence { pc, order } => write!(f, "fence {order} pc={pc}"),
-            Event::FuncEnter { pc, call_site } => write!(f, "enter pc={pc} from={call_site}"),
+            Event::FuncEnter { pc, call_site, frame } => {
+                write!(f, "enter pc={pc} from={call_site} frame={frame}")
+            }
             Event::FuncExit { pc } => write!(f, "exit pc={pc}"),
             Event::Alloc { pc, addr, size, kind, stack } => {
                 write!(f, "alloc.{} {addr} {size} pc={pc} stack=[", kind.name())?;

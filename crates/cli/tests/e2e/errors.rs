@@ -22,7 +22,10 @@ fn record_rejects_bad_programs() {
     one_line_error(&run_memlens(&["record", "-o", t, "--", "no-such-prog-xyz"]), "not found");
     let text = dir.join("script.txt");
     std::fs::write(&text, "hello").unwrap();
-    one_line_error(&run_memlens(&["record", "-o", t, "--", text.to_str().unwrap()]), "not executable");
+    one_line_error(
+        &run_memlens(&["record", "-o", t, "--", text.to_str().unwrap()]),
+        "not executable",
+    );
     std::process::Command::new("chmod").arg("+x").arg(&text).status().unwrap();
     one_line_error(&run_memlens(&["record", "-o", t, "--", text.to_str().unwrap()]), "not an ELF");
     one_line_error(&run_memlens(&["record", "-o", t, "--", "/bin/true"]), "not built with memlens");
@@ -49,7 +52,10 @@ fn readers_reject_bad_traces() {
     let empty = dir.join("empty.trace");
     std::fs::write(&empty, b"").unwrap();
     one_line_error(&run_memlens(&["info", empty.to_str().unwrap()]), "not a memlens trace");
-    one_line_error(&run_memlens(&["report", "--by", "nonsense", junk.to_str().unwrap()]), "invalid value");
+    one_line_error(
+        &run_memlens(&["report", "--by", "nonsense", junk.to_str().unwrap()]),
+        "invalid value",
+    );
     let out = run_memlens(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!stderr(&out).contains("panicked"));
@@ -98,7 +104,10 @@ fn disk_full_keeps_the_program_running_and_counts_drops() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root and must be able to mount tmpfs");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root and must be able to mount tmpfs"
+        );
         eprintln!("note: cannot mount tmpfs here; skipping disk-full test");
         return;
     }
@@ -106,7 +115,8 @@ fn disk_full_keeps_the_program_running_and_counts_drops() {
     let _ = std::fs::write(mnt.join("filler"), vec![0u8; 60 * 1024]);
     let trace = mnt.join("t.trace");
     let out = record(&exe, &trace, &["a", "b"]);
-    let i = Command::new(memlens()).args(["info", "--format", "json"]).arg(&trace).output().unwrap();
+    let i =
+        Command::new(memlens()).args(["info", "--format", "json"]).arg(&trace).output().unwrap();
     let _ = Command::new("umount").arg(&mnt).status();
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stdout(&out), "sum=499500 argc=3\n");

@@ -94,7 +94,11 @@ fn a_crash_leaves_a_readable_trace() {
         assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{cc:?}: {:?}", out.status);
         assert_eq!(stdout(&out), "about to crash\n");
         let rows = report(&trace, "line");
-        assert_eq!(at_line(&rows, "crash.c", line_of("crash.c", "store-g"), "stores"), 5000, "{cc:?}");
+        assert_eq!(
+            at_line(&rows, "crash.c", line_of("crash.c", "store-g"), "stores"),
+            5000,
+            "{cc:?}"
+        );
         let i = info(&trace);
         assert_eq!(i["end"]["signal"], libc::SIGSEGV, "{cc:?}");
         assert!(i["truncated"].is_null(), "{cc:?}: {i}");

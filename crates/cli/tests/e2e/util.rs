@@ -26,11 +26,11 @@ pub fn programs() -> PathBuf {
 /// A fresh scratch directory under target/.
 pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let dir = memlens()
-        .parent()
-        .unwrap()
-        .join("e2e")
-        .join(format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let dir = memlens().parent().unwrap().join("e2e").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -108,7 +108,11 @@ pub fn run_memlens(args: &[&str]) -> Output {
 
 pub fn json(args: &[&str]) -> Value {
     let out = run_memlens(args);
-    assert!(out.status.success(), "memlens {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "memlens {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -117,7 +121,8 @@ pub fn info(trace: &Path) -> Value {
 }
 
 pub fn report(trace: &Path, by: &str) -> Vec<Value> {
-    let v = json(&["report", "--by", by, "--top", "0", "--format", "json", trace.to_str().unwrap()]);
+    let v =
+        json(&["report", "--by", by, "--top", "0", "--format", "json", trace.to_str().unwrap()]);
     v.as_array().unwrap().clone()
 }
 
@@ -125,8 +130,12 @@ pub fn report(trace: &Path, by: &str) -> Vec<Value> {
 pub fn line_of(src: &str, marker: &str) -> u64 {
     let text = std::fs::read_to_string(programs().join(src)).unwrap();
     let tag = format!("// @{marker}");
-    let hits: Vec<usize> =
-        text.lines().enumerate().filter(|(_, l)| l.trim_end().ends_with(&tag)).map(|(i, _)| i + 1).collect();
+    let hits: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end().ends_with(&tag))
+        .map(|(i, _)| i + 1)
+        .collect();
     assert_eq!(hits.len(), 1, "marker {marker} must appear once in {src}");
     hits[0] as u64
 }
@@ -134,9 +143,7 @@ pub fn line_of(src: &str, marker: &str) -> u64 {
 /// Sums of a report's rows at a file:line.
 pub fn at_line(rows: &[Value], src: &str, line: u64, key: &str) -> u64 {
     rows.iter()
-        .filter(|r| {
-            r["line"] == line && r["file"].as_str().is_some_and(|f| f.ends_with(src))
-        })
+        .filter(|r| r["line"] == line && r["file"].as_str().is_some_and(|f| f.ends_with(src)))
         .map(|r| r[key].as_u64().unwrap())
         .sum()
 }
