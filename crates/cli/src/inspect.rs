@@ -452,6 +452,7 @@ pub fn event_json(ev: &Event) -> Value {
         Event::Fence { pc, order } => json!({"event": "fence", "order": order, "pc": hex(pc.0)}),
         Event::FuncEnter { pc, call_site, frame } => json!({"event": "enter", "pc": hex(pc.0),
             "call_site": hex(call_site.0), "frame": hex(frame.0)}),
+        Event::FuncExit { pc } => json!({"event": "exit", "pc": hex(pc.0)}),
         Event::Alloc { pc, addr, size, kind, stack } => {
             json!({"event": "alloc", "kind": kind.name(),
             "addr": hex(addr.0), "size": size, "pc": hex(pc.0),
