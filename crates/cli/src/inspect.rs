@@ -466,10 +466,9 @@ pub fn event_json(ev: &Event) -> Value {
         Event::Free { pc, addr, kind } => {
             json!({"event": "free", "kind": kind.name(), "addr": hex(addr.0), "pc": hex(pc.0)})
         }
-        Event::ThreadStart { os_tid, parent, name } => {
-            json!({"event": "thread_start", "os_tid": os_tid,
-            "parent": parent.map(|p| p.0), "name": name})
-        }
+        Event::ThreadStart { os_tid, parent, name, stack_lo, stack_hi, tls } => json!({
+            "event": "thread_start", "os_tid": os_tid, "parent": parent.map(|p| p.0), "name": name,
+            "stack_lo": hex(stack_lo.0), "stack_hi": hex(stack_hi.0), "tls": hex(tls.0)}),
         Event::ThreadExit => json!({"event": "thread_exit"}),
         Event::ThreadName(n) => json!({"event": "thread_name", "name": n}),
         Event::RegisterThread(id) => json!({"event": "register_thread", "id": id}),

@@ -18,7 +18,8 @@
 //!   (zigzag delta from the previous one). `0x51` exit: pc.
 //! - `0x60` alloc: kind, pc, addr, size, n, n stack pcs (zigzag deltas from pc).
 //! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
-//! - `0x70..` thread and control events, see [`Tag`].
+//! - `0x70` thread start: os tid, parent+1, stack low, stack high, thread pointer, name.
+//! - `0x71..` other thread and control events, see [`Tag`].
 
 use crate::event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 use crate::types::{Addr, Pc, ThreadId};
@@ -354,7 +355,7 @@ impl Encoder {
             Event::Alloc { stack, .. } | Event::Realloc { stack, .. } => {
                 Encoder::alloc_len(stack.len())
             }
-            Event::ThreadStart { name, .. } => 3 * MAX_VARINT + name.len() + 1,
+            Event::ThreadStart { name, .. } => 6 * MAX_VARINT + name.len() + 1,
             Event::ThreadName(name) => MAX_VARINT + name.len() + 1,
             _ => MAX_ACCESS_LEN,
         };
@@ -396,10 +397,13 @@ impl Encoder {
                 self.realloc(p, pc.0, old.0, new.0, *size, &s)
             }
             Event::Free { pc, addr, kind } => self.free(p, *kind, pc.0, addr.0),
-            Event::ThreadStart { os_tid, parent, name } => {
+            Event::ThreadStart { os_tid, parent, name, stack_lo, stack_hi, tls } => {
                 p.write(tag::THREAD_START);
                 let mut q = varint::put(p.add(1), u64::from(*os_tid));
                 q = varint::put(q, parent.map_or(0, |t| u64::from(t.0) + 1));
+                q = varint::put(q, stack_lo.0);
+                q = varint::put(q, stack_hi.0);
+                q = varint::put(q, tls.0);
                 put_str(q, name)
             }
             Event::ThreadExit => one(p, tag::THREAD_EXIT),
@@ -644,8 +648,11 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 let os_tid = self.v()? as u32;
                 let p = self.v()?;
                 let parent = if p == 0 { None } else { Some(ThreadId((p - 1) as u32)) };
+                let stack_lo = Addr(self.v()?);
+                let stack_hi = Addr(self.v()?);
+                let tls = Addr(self.v()?);
                 let name = self.string()?;
-                Event::ThreadStart { os_tid, parent, name }
+                Event::ThreadStart { os_tid, parent, name, stack_lo, stack_hi, tls }
             }
             tag::THREAD_EXIT => Event::ThreadExit,
             tag::THREAD_NAME => Event::ThreadName(self.string()?),
@@ -681,7 +688,14 @@ mod tests {
 
     fn sample() -> Vec<Event> {
         vec![
-            Event::ThreadStart { os_tid: 42, parent: Some(ThreadId(0)), name: "w".into() },
+            Event::ThreadStart {
+                os_tid: 42,
+                parent: Some(ThreadId(0)),
+                name: "w".into(),
+                stack_lo: Addr(0x7000),
+                stack_hi: Addr(0x9000),
+                tls: Addr(0x7f00_0000),
+            },
             Event::FuncEnter { pc: Pc(0x1000), call_site: Pc(0x2000), frame: Addr(0x7ffd_0000) },
             Event::Access {
                 pc: Pc(0x1010),

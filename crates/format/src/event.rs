@@ -283,6 +283,12 @@ pub enum Event {
         parent: Option<ThreadId>,
         /// Thread name at start (`comm`).
         name: String,
+        /// Lowest address of the thread's stack (0 if unknown).
+        stack_lo: Addr,
+        /// One past the highest address of the thread's stack (0 if unknown).
+        stack_hi: Addr,
+        /// The thread pointer (`%fs` base), which locates its static TLS block.
+        tls: Addr,
     },
     /// Last event of a stream whose thread ended normally.
     ThreadExit,
@@ -402,8 +408,11 @@ impl fmt::Display for Event {
                 write_stack(f, stack)
             }
             Event::Free { pc, addr, kind } => write!(f, "free.{} {addr} pc={pc}", kind.name()),
-            Event::ThreadStart { os_tid, parent, name } => {
-                write!(f, "thread-start tid={os_tid} name={name:?}")?;
+            Event::ThreadStart { os_tid, parent, name, stack_lo, stack_hi, tls } => {
+                write!(
+                    f,
+                    "thread-start tid={os_tid} name={name:?} stack={stack_lo}..{stack_hi} tls={tls}"
+                )?;
                 if let Some(p) = parent {
                     write!(f, " parent={p}")?;
                 }

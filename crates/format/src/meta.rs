@@ -67,6 +67,9 @@ pub enum MetaRecord {
     },
     /// How the process ended.
     End(EndStatus),
+    /// The process's memory map (`/proc/self/maps` text) near its end, to say which
+    /// mapping an address that has no better name falls in.
+    Maps(String),
     /// A forked child writes its own trace at this path.
     Child {
         /// Child pid.
@@ -82,6 +85,7 @@ const OPTION: u8 = 3;
 const STATS: u8 = 4;
 const END: u8 = 5;
 const CHILD: u8 = 6;
+const MAPS: u8 = 7;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     put_bytes(out, s.as_bytes());
@@ -133,6 +137,10 @@ impl MetaRecord {
                 let (k, v) = st.to_parts();
                 varint::push(out, u64::from(k));
                 varint::push(out, varint::zigzag(i64::from(v)));
+            }
+            MetaRecord::Maps(text) => {
+                out.push(MAPS);
+                put_str(out, text);
             }
             MetaRecord::Child { pid, path } => {
                 out.push(CHILD);
@@ -199,6 +207,7 @@ impl MetaRecord {
                     let val = varint::unzigzag(v(&mut pos)?) as i32;
                     MetaRecord::End(EndStatus::from_parts(k, val))
                 }
+                MAPS => MetaRecord::Maps(string(&mut pos)?),
                 CHILD => MetaRecord::Child { pid: v(&mut pos)? as u32, path: string(&mut pos)? },
                 _ => return None,
             };
@@ -231,6 +240,7 @@ mod tests {
             MetaRecord::Stats { dropped_events: 3, dropped_bytes: 4 },
             MetaRecord::End(EndStatus::Signaled(11)),
             MetaRecord::Child { pid: 77, path: "t.77".into() },
+            MetaRecord::Maps("00400000-00401000 r-xp 0 0:0 0 /bin/x\n".into()),
         ];
         let mut buf = Vec::new();
         for r in &recs {

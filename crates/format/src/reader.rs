@@ -66,6 +66,8 @@ pub struct TraceMeta {
     pub end: Option<EndStatus>,
     /// Traces of forked children: (pid, path).
     pub children: Vec<(u32, String)>,
+    /// The last memory map written (`/proc/self/maps` text).
+    pub maps: Option<String>,
 }
 
 /// An open trace.
@@ -204,6 +206,7 @@ impl TraceReader {
                     }
                     MetaRecord::End(e) => meta.end = Some(e),
                     MetaRecord::Child { pid, path } => meta.children.push((pid, path)),
+                    MetaRecord::Maps(m) => meta.maps = Some(m),
                 }
             }
         }
