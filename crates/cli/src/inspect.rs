@@ -16,6 +16,8 @@ pub enum By {
     Line,
     /// Function.
     Function,
+    /// Variable, field, heap block or mapping.
+    Variable(crate::vars::Group),
     /// Thread.
     Thread,
     /// Allocation site.
@@ -72,7 +74,7 @@ fn thread_info(r: &TraceReader, t: ThreadId) -> (u32, String) {
 }
 
 /// `memlens info`.
-pub fn info(path: &Path, as_json: bool) -> Result<()> {
+pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
     let r = open(path)?;
     let h = r.header();
     let t = r.totals();
@@ -96,7 +98,9 @@ pub fn info(path: &Path, as_json: bool) -> Result<()> {
     let sum = |f: fn(&memlens_format::StreamInfo) -> u32| -> u64 {
         r.streams().iter().map(|s| u64::from(f(s))).sum()
     };
+    let coverage = if with_coverage { Some(crate::vars::coverage(&r)?) } else { None };
     let v = json!({
+        "coverage": coverage,
         "trace": path.display().to_string(),
         "pid": h.pid,
         "exe": m.exe,
@@ -150,6 +154,21 @@ pub fn info(path: &Path, as_json: bool) -> Result<()> {
         r.chunks().len()
     )?;
     writeln!(out, "modules     {}", m.modules.len())?;
+    if let Some(c) = &v["coverage"].as_object() {
+        writeln!(
+            out,
+            "named       {}% of accesses have a source line, {}% a variable/field/heap name",
+            c["with_line_pct"], c["with_name_pct"]
+        )?;
+        for u in c["unnamed"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "  unnamed   {} accesses in {}",
+                u["accesses"],
+                u["where"].as_str().unwrap_or("")
+            )?;
+        }
+    }
     for (p, f) in &m.children {
         writeln!(out, "child       pid {p}: {f}")?;
     }
@@ -248,6 +267,7 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
     let out = std::io::stdout();
     let mut out = BufWriter::new(out.lock());
     let rows: Vec<Value> = match by {
+        By::Variable(g) => crate::vars::variable_rows(&r, g, top)?,
         By::Line | By::Function => {
             let mut agg: HashMap<(Option<(std::sync::Arc<str>, u32)>, std::sync::Arc<str>), Row> =
                 HashMap::new();
@@ -343,6 +363,9 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
             "name",
         ],
         By::Alloc => &["count", "bytes", "file", "line", "function"],
+        By::Variable(_) => {
+            &["loads", "stores", "bytes_read", "bytes_written", "threads", "kind", "variable"]
+        }
     };
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -373,6 +396,10 @@ pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -
     let r = open(path)?;
     warn_truncated(&r);
     let names = with_names.then(|| Names::new(&r.meta().modules));
+    let mut attr = match &names {
+        Some(n) => Some(crate::vars::attributor(&r, n)?),
+        None => None,
+    };
     let out = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, out.lock());
     let threads: BTreeSet<ThreadId> =
@@ -383,16 +410,38 @@ pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -
         }
     }
     for t in threads {
-        for (i, ev) in r.events(t).enumerate() {
+        let mut it = r.events(t);
+        while let Some(ev) = it.next() {
             let ev = ev?;
+            let i = it.index();
             let name = match (&names, ev.pc()) {
                 (Some(n), Some(pc)) if pc.0 != 0 => Some(n.code(pc)),
+                _ => None,
+            };
+            let var = match (&mut attr, &ev) {
+                (
+                    Some(a),
+                    Event::Access { pc, addr, .. }
+                    | Event::Range { pc, addr, .. }
+                    | Event::Rmw { pc, addr, .. },
+                ) => {
+                    a.observe(t, &ev);
+                    let id = a.attribute(t, i, *pc, *addr);
+                    Some(a.label(id).display())
+                }
+                (Some(a), _) => {
+                    a.observe(t, &ev);
+                    None
+                }
                 _ => None,
             };
             if as_json {
                 let mut v = event_json(&ev);
                 v["thread"] = json!(t.0);
                 v["index"] = json!(i);
+                if let Some(var) = &var {
+                    v["variable"] = json!(var);
+                }
                 if let Some(n) = name {
                     v["function"] = json!(&*n.function);
                     if n.line != 0 {
@@ -405,6 +454,9 @@ pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -
                 writeln!(out)?;
             } else {
                 write!(out, "T{} {i} {ev}", t.0)?;
+                if let Some(var) = &var {
+                    write!(out, " {var}")?;
+                }
                 if let Some(n) = name {
                     if n.line != 0 {
                         let file = Path::new(&*n.file)

@@ -8,6 +8,7 @@ mod names;
 mod record;
 mod runtime;
 mod rust;
+mod vars;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -50,17 +51,23 @@ enum Cmd {
     Record(RecordArgs),
     /// Summarise what a trace holds
     Info {
+        /// Skip the attribution-coverage pass (reads only chunk headers: instant).
+        #[arg(long)]
+        fast: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
         /// The trace.
         trace: PathBuf,
     },
-    /// Hottest lines, functions, threads or allocation sites
+    /// Hottest lines, functions, variables, threads or allocation sites
     Report {
         /// What to group by.
         #[arg(long, value_enum, default_value_t = By::Line)]
         by: By,
+        /// With --by variable: name fields (`stats.v[3]`) or whole variables (`stats`).
+        #[arg(long, value_enum, default_value_t = GroupBy::Field)]
+        group_by: GroupBy,
         /// Rows to show (0: all).
         #[arg(long, default_value_t = 20)]
         top: usize,
@@ -127,6 +134,12 @@ enum Format {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum GroupBy {
+    Field,
+    Variable,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum DumpFormat {
     Text,
     Json,
@@ -136,6 +149,7 @@ enum DumpFormat {
 enum By {
     Line,
     Function,
+    Variable,
     Thread,
     Alloc,
 }
@@ -200,11 +214,17 @@ fn real_main() -> Result<i32> {
                 cmd: a.cmd,
             })
         }
-        Cmd::Info { format, trace } => inspect::info(&trace, format == Format::Json).map(|_| 0),
-        Cmd::Report { by, top, format, trace } => {
+        Cmd::Info { fast, format, trace } => {
+            inspect::info(&trace, format == Format::Json, !fast).map(|_| 0)
+        }
+        Cmd::Report { by, group_by, top, format, trace } => {
             let by = match by {
                 By::Line => inspect::By::Line,
                 By::Function => inspect::By::Function,
+                By::Variable => inspect::By::Variable(match group_by {
+                    GroupBy::Field => vars::Group::Field,
+                    GroupBy::Variable => vars::Group::Variable,
+                }),
                 By::Thread => inspect::By::Thread,
                 By::Alloc => inspect::By::Alloc,
             };

@@ -273,13 +273,29 @@ impl TraceReader {
 
     /// Iterates over one thread's events in order, across its chunks.
     pub fn events(&self, thread: ThreadId) -> StreamEvents<'_> {
-        let chunks = self
-            .streams
-            .iter()
-            .find(|s| s.thread == thread)
-            .map(|s| s.chunks.clone())
-            .unwrap_or_default();
-        StreamEvents { reader: self, chunks, next: 0, dec: None, done: false }
+        self.events_where(thread, |_| true)
+    }
+
+    /// Like [`TraceReader::events`], but only from the chunks `keep` accepts (judged
+    /// by their headers, e.g. skip chunks without allocations).
+    /// [`StreamEvents::index`] still counts every event of the stream.
+    pub fn events_where(
+        &self,
+        thread: ThreadId,
+        keep: impl Fn(&ChunkHeader) -> bool,
+    ) -> StreamEvents<'_> {
+        let mut chunks = Vec::new();
+        let mut base = 0u64;
+        if let Some(s) = self.streams.iter().find(|s| s.thread == thread) {
+            for &c in &s.chunks {
+                let h = &self.chunks[c].header;
+                if keep(h) {
+                    chunks.push((c, base));
+                }
+                base += u64::from(h.counts.events);
+            }
+        }
+        StreamEvents { reader: self, chunks, next: 0, dec: None, done: false, index: 0 }
     }
 }
 
@@ -299,10 +315,18 @@ fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
 /// Events of one stream; yields an error (then stops) on a corrupt chunk.
 pub struct StreamEvents<'r> {
     reader: &'r TraceReader,
-    chunks: Vec<usize>,
+    chunks: Vec<(usize, u64)>,
     next: usize,
     dec: Option<(u64, Decoder<Vec<u8>>)>,
     done: bool,
+    index: u64,
+}
+
+impl StreamEvents<'_> {
+    /// Index in the stream of the event returned last (0 before the first).
+    pub fn index(&self) -> u64 {
+        self.index.saturating_sub(1)
+    }
 }
 
 impl Iterator for StreamEvents<'_> {
@@ -315,7 +339,10 @@ impl Iterator for StreamEvents<'_> {
             }
             if let Some((off, dec)) = self.dec.as_mut() {
                 match Decoder::next(dec) {
-                    Ok(Some(e)) => return Some(Ok(e)),
+                    Ok(Some(e)) => {
+                        self.index += 1;
+                        return Some(Ok(e));
+                    }
                     Err(e) => {
                         self.done = true;
                         return Some(Err(Error::Decode { chunk_offset: *off, source: e }));
@@ -323,11 +350,12 @@ impl Iterator for StreamEvents<'_> {
                     Ok(None) => self.dec = None,
                 }
             }
-            let Some(&ci) = self.chunks.get(self.next) else {
+            let Some(&(ci, base)) = self.chunks.get(self.next) else {
                 self.done = true;
                 return None;
             };
             self.next += 1;
+            self.index = base;
             let c = &self.reader.chunks[ci];
             match self.reader.read_chunk(c) {
                 Ok(raw) => self.dec = Some((c.offset, Decoder::new(raw))),
