@@ -154,9 +154,18 @@ fn compile_flags(fam: Family, p: &Parsed, rt: &Runtime) -> Vec<String> {
     f
 }
 
-fn link_flags(rt: &Runtime) -> Vec<String> {
+/// Link arguments: the runtime for executables. A shared library is left with
+/// its callbacks undefined; they resolve to the executable's runtime at load time,
+/// which is why the executable exports them (also for `dlopen`ed libraries).
+fn link_flags(rt: &Runtime, shared: bool) -> Vec<String> {
+    if shared {
+        return Vec::new();
+    }
     let mut f = vec![rt.staticlib.display().to_string()];
     f.extend(["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-lgcc_s"].map(String::from));
+    for pat in ["__tsan_*", "__sanitizer_cov_*", "__memlens_*", "memlens_*"] {
+        f.push(format!("-Wl,--export-dynamic-symbol={pat}"));
+    }
     f
 }
 
@@ -183,9 +192,10 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     if p.compile_only {
         return run(Command::new(&cc).args(&cflags).args(&args));
     }
+    let shared = args.iter().any(|a| a == "-shared");
     let alloc = crate::allocdefs::link_wrappers(&cc)?;
     if p.sources.is_empty() {
-        return run(Command::new(&cc).args(&args).args(&alloc.args).args(link_flags(&rt)));
+        return run(Command::new(&cc).args(&args).args(&alloc.args).args(link_flags(&rt, shared)));
     }
     if fam == Family::Clang {
         // clang can be told not to link its TSan runtime, so one command does.
@@ -194,7 +204,7 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
             .arg("-fno-sanitize-link-runtime")
             .args(&args)
             .args(&alloc.args)
-            .args(link_flags(&rt)));
+            .args(link_flags(&rt, shared)));
     }
     if p.has_x {
         bail!("with gcc, `-x` and linking in one command are not supported; compile with -c first, then link with memlens cc");
@@ -257,7 +267,7 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     if !p.has_g {
         cmd.arg("-g");
     }
-    cmd.args(&link_args).args(&alloc.args).args(link_flags(&rt));
+    cmd.args(&link_args).args(&alloc.args).args(link_flags(&rt, shared));
     run(&mut cmd)
 }
 

@@ -4,4 +4,5 @@
 mod util;
 
 mod errors;
+mod names;
 mod record;

@@ -166,3 +166,42 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Runs `memlens cc` (or `c++`) with explicit arguments; panics on failure.
+pub fn memlens_cc(cc: Cc, cxx: bool, args: &[&str]) {
+    require_runtime();
+    let (var, compiler) = cc.env(cxx);
+    let out = Command::new(memlens())
+        .arg(if cxx { "c++" } else { "cc" })
+        .args(args)
+        .env(var, compiler)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "memlens cc {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Rows of `report --by variable`.
+pub fn variables(trace: &Path, group: &str) -> Vec<Value> {
+    let v = json(&[
+        "report",
+        "--by",
+        "variable",
+        "--group-by",
+        group,
+        "--top",
+        "0",
+        "--format",
+        "json",
+        trace.to_str().unwrap(),
+    ]);
+    v.as_array().unwrap().clone()
+}
+
+/// The row of a variable name in `report --by variable` output.
+pub fn var<'a>(rows: &'a [Value], name: &str) -> Option<&'a Value> {
+    rows.iter().find(|r| r["variable"] == name)
+}
