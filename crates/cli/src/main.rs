@@ -175,6 +175,9 @@ fn main() {
 fn real_main() -> Result<i32> {
     // Compiler drivers take the compiler's arguments verbatim, `--help` included.
     let argv: Vec<String> = std::env::args().collect();
+    if rust::is_wrapper_call() && argv.len() > 1 && !argv[1].starts_with('-') {
+        return rust::wrapper(argv[1..].to_vec());
+    }
     match argv.get(1).map(String::as_str) {
         Some("cc") => return cc::main(cc::Lang::C, argv[2..].to_vec()),
         Some("c++") | Some("cxx") => return cc::main(cc::Lang::Cxx, argv[2..].to_vec()),

@@ -1,8 +1,120 @@
-//! `memlens cargo`: instrumented Rust builds (filled in with the runtime's link recipe).
+//! `memlens cargo`: instrumented Rust builds.
+//!
+//! cargo runs with an explicit `--target` so that build scripts and proc-macros
+//! (host code that runs during the build, without the runtime) are compiled apart
+//! from the program, and with `memlens` itself as `RUSTC_WRAPPER`. The wrapper
+//! adds the instrumentation to target crates only — the program's crates and
+//! their dependencies; the runtime is a prebuilt, uninstrumented rlib, so its own
+//! callbacks cannot recurse — and links that rlib into every final artefact:
+//!
+//! - `-C passes=function(tsan),sancov-module` with the SanitizerCoverage load and
+//!   store callbacks: the tsan pass (stable rustc) turns atomics into
+//!   `__tsan_atomic*` calls and adds function entry/exit; sancov then sees only the
+//!   plain loads and stores that remain, so nothing is counted twice.
+//! - `-C force-frame-pointers=yes` and debug info, for call stacks and names.
+//! - `--extern force:memlens_rt=...`: rustc drops an unused `--extern` crate, and
+//!   the program never names the runtime. `force:` is behind `-Z unstable-options`,
+//!   so only these rustc invocations run with `RUSTC_BOOTSTRAP=1`; nothing else
+//!   about the build changes.
 
-use anyhow::{bail, Result};
+use crate::runtime::Runtime;
+use anyhow::{bail, Context, Result};
+use std::process::Command;
 
-/// Runs cargo with memlens instrumentation.
-pub fn cargo(_args: Vec<String>) -> Result<i32> {
-    bail!("memlens cargo is not available in this build")
+/// The target triple memlens builds for.
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+const WRAP_ENV: &str = "MEMLENS_RUSTC_WRAPPER";
+
+/// `memlens cargo ARGS`.
+pub fn cargo(args: Vec<String>) -> Result<i32> {
+    let rt = Runtime::locate()?;
+    let rlib = rt.dir.join("libmemlens_rt.rlib");
+    if !rlib.is_file() {
+        bail!("the Rust runtime {} is missing; build memlens with `cargo build --release --workspace`", rlib.display());
+    }
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(&args);
+    let builds = args.first().is_some_and(|a| {
+        matches!(
+            a.as_str(),
+            "build" | "b" | "run" | "r" | "test" | "t" | "bench" | "rustc" | "install"
+        )
+    });
+    if builds {
+        if !args.iter().any(|a| a == "--target" || a.starts_with("--target=")) {
+            cmd.args(["--target", TARGET]);
+        }
+        if !args.iter().any(|a| a == "--target-dir" || a.starts_with("--target-dir=")) {
+            cmd.args(["--target-dir", "target/memlens"]);
+        }
+    }
+    cmd.env("RUSTC_WRAPPER", &exe)
+        .env(WRAP_ENV, "1")
+        .env("MEMLENS_RT_RLIB", &rlib)
+        .env("MEMLENS_RT_DEPS", rt.dir.join("deps"));
+    let st = cmd.status().context("cannot run cargo")?;
+    if st.success() && builds {
+        eprintln!("memlens: instrumented binaries are under target/memlens/{TARGET}/");
+    }
+    Ok(st.code().unwrap_or(1))
+}
+
+/// When memlens runs as cargo's `RUSTC_WRAPPER`: `memlens /path/to/rustc ARGS`.
+pub fn is_wrapper_call() -> bool {
+    std::env::var_os(WRAP_ENV).is_some()
+}
+
+/// Instrumentation flags for rustc (also used by tests that call rustc directly).
+pub fn instrument_flags() -> Vec<String> {
+    [
+        "-C",
+        "passes=function(tsan),sancov-module",
+        "-C",
+        "llvm-args=-sanitizer-coverage-level=3",
+        "-C",
+        "llvm-args=-sanitizer-coverage-trace-loads",
+        "-C",
+        "llvm-args=-sanitizer-coverage-trace-stores",
+        "-C",
+        "force-frame-pointers=yes",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Runs rustc, instrumenting target crates.
+pub fn wrapper(args: Vec<String>) -> Result<i32> {
+    let Some((rustc, rest)) = args.split_first() else {
+        bail!("RUSTC_WRAPPER called without rustc")
+    };
+    let has = |flag: &str| rest.iter().any(|a| a == flag);
+    let crate_types: Vec<&str> =
+        rest.windows(2).filter(|w| w[0] == "--crate-type").map(|w| w[1].as_str()).collect();
+    let target = rest.iter().any(|a| a == "--target" || a.starts_with("--target="));
+    let host_only = crate_types.contains(&"proc-macro")
+        || rest.windows(2).any(|w| w[0] == "--crate-name" && w[1].starts_with("build_script_"));
+    let mut cmd = Command::new(rustc);
+    cmd.args(rest);
+    // `rustc -vV` and `--print` probes pass through untouched.
+    if target && !host_only && !has("-vV") && !rest.iter().any(|a| a == "--print") {
+        cmd.args(instrument_flags());
+        if !rest.iter().any(|a| a.starts_with("debuginfo=") || a == "-g") {
+            cmd.args(["-C", "debuginfo=2"]);
+        }
+        let links = has("--test")
+            || crate_types.is_empty()
+            || crate_types.iter().any(|t| matches!(*t, "bin" | "cdylib" | "dylib" | "staticlib"));
+        if links {
+            let rlib = std::env::var("MEMLENS_RT_RLIB").context("MEMLENS_RT_RLIB not set")?;
+            let deps = std::env::var("MEMLENS_RT_DEPS").context("MEMLENS_RT_DEPS not set")?;
+            cmd.args(["-Z", "unstable-options"])
+                .arg(format!("--extern=force:memlens_rt={rlib}"))
+                .arg(format!("-Ldependency={deps}"))
+                .env("RUSTC_BOOTSTRAP", "1");
+        }
+    }
+    let st = cmd.status().with_context(|| format!("cannot run {rustc}"))?;
+    Ok(st.code().unwrap_or(1))
 }

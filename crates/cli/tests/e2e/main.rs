@@ -6,3 +6,4 @@ mod util;
 mod errors;
 mod names;
 mod record;
+mod rust;
