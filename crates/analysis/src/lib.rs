@@ -5,13 +5,36 @@
 //! kernels that allow it) one shard per thread in parallel, merged at the end. The
 //! same kernels later run over a live stream. Kernels see raw code and data
 //! addresses; naming (file:line, variables) is applied to their results afterwards,
-//! so each distinct address is symbolised once, never per event.
+//! through a [`Namer`], so each distinct address is symbolised once, never per event.
+//!
+//! Kernels are push consumers (the driver calls `process`) rather than pull
+//! iterators: one trace pass can feed several kernels (a tuple of kernels is a
+//! kernel), kernels never do I/O, and the same code runs over files and live streams.
+//! Kernels that only need per-thread state are [`ShardKernel`]s; kernels whose result
+//! depends on the interleaving of threads (cache simulation, ownership transfers,
+//! working sets over all threads) take events in whatever order the driver delivers
+//! them, and give exact cross-thread answers once the driver merges streams in time
+//! order.
 //!
 //! # Brief overview
-//! - [`Kernel`]: `process(thread, event)` + `finish()`.
-//! - [`counts::Counts`]: loads/stores/bytes per code address and thread, allocations
-//!   per call site — what `memlens report` shows.
+//! - [`Kernel`]: `process(thread, event)` + `finish()`; [`ShardKernel`]: `fork` + `merge`.
 //! - [`drive_serial`], [`drive_parallel`]: feed a kernel from a trace.
+//! - [`Filter`] / [`Filtered`]: thread, code range, data range and event-window filters
+//!   around any kernel.
+//! - [`Namer`] ([`NoNames`]), [`Render`], [`Table`], [`RenderOpts`]: naming and
+//!   printing results as aligned text or JSON.
+//! - Kernels:
+//!   - [`counts::Counts`]: loads/stores/bytes per code address and thread, allocations
+//!     per call site — what `memlens report` shows.
+//!   - [`cachesim::CacheSim`]: N-level cache hierarchy, per level, line and variable.
+//!   - [`reuse::Reuse`]: exact reuse distance and reuse time histograms.
+//!   - [`working_set::WorkingSet`]: distinct lines and pages per interval.
+//!   - [`sharing::Sharing`]: data touched by several threads (DINAMITE's analysis).
+//!   - [`false_sharing::FalseSharing`]: lines written by one thread and accessed by
+//!     another at disjoint bytes.
+//!   - [`heap::Heap`]: DHAT-like allocation-site profile.
+//!   - [`layout::Layout`]: field hotness and co-access per allocation site, with
+//!     layout advice.
 //!
 //! # Example
 //! ```
@@ -36,9 +59,37 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod counts;
+/// Builds a [`table::Row`] from `key => value` pairs.
+macro_rules! row {
+    ($($k:expr => $v:expr),* $(,)?) => {{
+        let mut r = $crate::table::Row::new();
+        $( r.insert(::std::string::String::from($k), ::serde_json::json!($v)); )*
+        r
+    }};
+}
+pub(crate) use row;
 
-use memlens_format::{Event, ThreadId, TraceReader};
+mod blocks;
+pub mod cachesim;
+pub mod counts;
+pub mod false_sharing;
+pub mod filter;
+mod fxhash;
+pub mod heap;
+pub mod layout;
+pub mod names;
+pub mod reuse;
+pub mod sharing;
+pub mod table;
+#[cfg(test)]
+mod testutil;
+pub mod working_set;
+
+pub use filter::{Filter, Filtered, WindowBasis};
+pub use names::{CodeName, DataName, Namer, NoNames};
+pub use table::{Render, RenderOpts, Table};
+
+use memlens_format::{AccessKind, Event, Pc, ThreadId, TraceReader};
 
 /// Why an analysis could not run.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +98,12 @@ pub enum Error {
     /// The trace could not be read.
     #[error(transparent)]
     Trace(#[from] memlens_format::Error),
+    /// A kernel's configuration is invalid (cache geometry, option syntax).
+    #[error("{0}")]
+    Config(String),
+    /// A cache annotation file could not be read.
+    #[error("{0}")]
+    Annotation(String),
 }
 
 /// A consumer of events. Push model: the driver reads the trace and calls
@@ -60,6 +117,81 @@ pub trait Kernel {
 
     /// Called once after the last event.
     fn finish(self) -> Self::Output;
+}
+
+/// Feeding a kernel through a mutable reference: the owner keeps the kernel and
+/// finishes it itself (finishing the reference does nothing).
+impl<K: Kernel + ?Sized> Kernel for &mut K {
+    type Output = ();
+
+    #[inline]
+    fn process(&mut self, thread: ThreadId, ev: &Event) {
+        (**self).process(thread, ev)
+    }
+
+    fn finish(self) {}
+}
+
+/// Two kernels fed by one pass.
+impl<A: Kernel, B: Kernel> Kernel for (A, B) {
+    type Output = (A::Output, B::Output);
+
+    #[inline]
+    fn process(&mut self, thread: ThreadId, ev: &Event) {
+        self.0.process(thread, ev);
+        self.1.process(thread, ev);
+    }
+
+    fn finish(self) -> Self::Output {
+        (self.0.finish(), self.1.finish())
+    }
+}
+
+/// Three kernels fed by one pass.
+impl<A: Kernel, B: Kernel, C: Kernel> Kernel for (A, B, C) {
+    type Output = (A::Output, B::Output, C::Output);
+
+    #[inline]
+    fn process(&mut self, thread: ThreadId, ev: &Event) {
+        self.0.process(thread, ev);
+        self.1.process(thread, ev);
+        self.2.process(thread, ev);
+    }
+
+    fn finish(self) -> Self::Output {
+        (self.0.finish(), self.1.finish(), self.2.finish())
+    }
+}
+
+/// One contiguous run of bytes an event reads or writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Touch {
+    pub pc: Pc,
+    pub addr: u64,
+    pub len: u64,
+    pub write: bool,
+}
+
+/// Calls `f` for each memory touch of an event: one for an access or range, a load
+/// then a store for an RMW (a load only for a failed compare-exchange).
+#[inline]
+pub(crate) fn for_each_touch(ev: &Event, mut f: impl FnMut(Touch)) {
+    match *ev {
+        Event::Access { pc, addr, size, kind, .. } => {
+            f(Touch { pc, addr: addr.0, len: u64::from(size.max(1)), write: kind == AccessKind::Write })
+        }
+        Event::Range { pc, addr, len, kind } if len > 0 => {
+            f(Touch { pc, addr: addr.0, len, write: kind == AccessKind::Write })
+        }
+        Event::Rmw { pc, addr, size, op, .. } => {
+            let len = u64::from(size.max(1));
+            f(Touch { pc, addr: addr.0, len, write: false });
+            if op.stores() {
+                f(Touch { pc, addr: addr.0, len, write: true });
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A kernel that can run as independent per-thread shards and merge them.
