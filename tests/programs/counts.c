@@ -30,18 +30,24 @@ __attribute__((noinline)) static long sum(void) {
     return s;
 }
 
+// Pointers escape through this, so the optimizer cannot drop malloc/free pairs.
+void *volatile sink;
+
 __attribute__((noinline)) static void allocs(void) {
     void *p[10];
     for (int i = 0; i < 10; i++) {
         p[i] = malloc(100); // @malloc
+        sink = p[i];
     }
     for (int i = 0; i < 10; i++) {
         free(p[i]);
     }
     struct node *n = calloc(4, sizeof(struct node)); // @calloc
+    sink = n;
     volatile struct node *vn = n;
     vn[2].val = 7; // @store-field
     n = realloc(n, 8 * sizeof(struct node)); // @realloc
+    sink = n;
     free(n);
 }
 

@@ -20,18 +20,24 @@ __attribute__((noinline)) static long thrower(int n) {
     return thrower(n - 1) + 1;
 }
 
+// Pointers escape through this, so the optimizer cannot drop new/delete pairs.
+void *volatile sink;
+
 int main() {
     long total = 0;
     for (int i = 0; i < 8; i++) {
         Shape *s = new Rect(i, 2); // @new
+        sink = s;
         total += s->area();
         delete s;
     }
     int *a = new int[32]; // @new-array
+    sink = a;
     a[3] = 5;
     total += a[3];
     delete[] a;
     int *q = new (std::nothrow) int(4); // @new-nothrow
+    sink = q;
     total += *q;
     delete q;
     std::vector<long> v;

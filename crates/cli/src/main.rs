@@ -186,9 +186,17 @@ fn real_main() -> Result<i32> {
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return Ok(if e.use_stderr() { 2 } else { 0 });
+            return Ok(0);
+        }
+        Err(e) => {
+            // One line, like every other memlens error.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.trim_start_matches("error: ");
+            eprintln!("memlens: error: {first} (see `memlens --help`)");
+            return Ok(2);
         }
     };
     match cli.cmd {

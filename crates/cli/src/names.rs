@@ -19,6 +19,14 @@ pub struct CodeName {
     pub column: u32,
 }
 
+/// Sources of the compilers' own libraries (std, libstdc++ headers, libc headers).
+pub fn is_toolchain_source(path: &str) -> bool {
+    path.starts_with("/rustc/")
+        || path.starts_with("/usr/include/")
+        || path.starts_with("/usr/lib/gcc/")
+        || path.starts_with("/usr/lib/llvm")
+}
+
 /// Symbolises code addresses of one trace.
 pub struct Names {
     sym: Symbolizer,
@@ -54,7 +62,17 @@ impl Names {
                 None => unknown(),
             };
         };
-        let Some(fr) = loc.innermost() else { return unknown() };
+        // Inlined standard-library frames (Rust's core/alloc, libstdc++ headers) say
+        // less than the user's line that inlined them: take the innermost frame
+        // outside the toolchain's own sources, else the innermost.
+        let Some(fr) = loc
+            .frames
+            .iter()
+            .find(|f| f.file.as_deref().is_some_and(|p| !is_toolchain_source(p)))
+            .or_else(|| loc.innermost())
+        else {
+            return unknown();
+        };
         CodeName {
             function: fr
                 .function

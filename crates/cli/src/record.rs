@@ -66,7 +66,7 @@ fn check_program(exe: &Path) -> Result<()> {
     }
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not a readable ELF file", exe.display()))?;
-    use object::{Object, ObjectSymbol};
+    use object::Object;
     if file.architecture() != object::Architecture::X86_64 {
         bail!(
             "{} is built for {:?}; memlens records x86-64 programs",
@@ -74,22 +74,20 @@ fn check_program(exe: &Path) -> Result<()> {
             file.architecture()
         );
     }
-    let defines = |name: &str| {
-        file.symbols()
-            .chain(file.dynamic_symbols())
-            .any(|s| s.name() == Ok(name) && !s.is_undefined())
-    };
-    if !defines("__memlens_custom_alloc") {
-        if let Ok(libs) = file.imports() {
-            let _ = libs;
-        }
-        let tsan = data.windows(10).any(|w| w == b"libtsan.so");
+    // The runtime reads MEMLENS_OUTPUT; the string is in every program that has it,
+    // stripped or not, and in no other TSan runtime.
+    if !contains(&data, b"MEMLENS_OUTPUT") {
+        let tsan = contains(&data, b"libtsan.so") || contains(&data, b"__tsan_on_report");
         if tsan {
             bail!("{} is linked against the real ThreadSanitizer runtime (libtsan); link it with `memlens cc` instead of `-fsanitize=thread`", exe.display());
         }
         bail!("{} was not built with memlens; rebuild it with `memlens cc`/`memlens c++` (C, C++) or `memlens cargo` (Rust)", exe.display());
     }
     Ok(())
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Runs the program under recording and returns the exit code to use.

@@ -90,6 +90,10 @@ impl VarEntry {
 pub(crate) struct DataIndex {
     pub globals: Vec<VarEntry>,
     pub tls: Vec<VarEntry>,
+    /// Types of unit-level `extern` declarations, by name: a variable defined in a
+    /// shared library but copy-relocated into the executable has only an ELF symbol
+    /// there, and its declaration gives it a type.
+    decls: HashMap<String, (usize, UnitOffset)>,
 }
 
 impl DataIndex {
@@ -124,7 +128,7 @@ impl DataIndex {
                     name: demangle(&sym.name, None).into(),
                     start: sym.addr,
                     size: sym.size,
-                    ty: None,
+                    ty: index.decls.get(sym.name.as_str()).copied(),
                 }),
                 None => {}
             }
@@ -247,7 +251,15 @@ fn index_unit(units: &Units, uid: usize, layouts: &LayoutCache, index: &mut Data
                 decl_scopes.insert(die.offset().0, scopes.iter().map(|s| s.1).collect());
             }
             gimli::DW_TAG_variable => {
-                let Some(loc) = static_location(units, uid, die) else { continue };
+                let Some(loc) = static_location(units, uid, die) else {
+                    if scopes.is_empty() && dwarf::flag(die, gimli::DW_AT_declaration) {
+                        if let (Some(n), Some(ty)) = (units.name(uid, die), units.type_of(uid, die))
+                        {
+                            index.decls.entry(n).or_insert(ty);
+                        }
+                    }
+                    continue;
+                };
                 let name = match units.linkage_name(uid, die) {
                     Some(l) => demangle(&l, lang),
                     None => {

@@ -119,7 +119,7 @@ fn disk_full_keeps_the_program_running_and_counts_drops() {
         Command::new(memlens()).args(["info", "--format", "json"]).arg(&trace).output().unwrap();
     let _ = Command::new("umount").arg(&mnt).status();
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "sum=499500 argc=3\n");
+    assert_eq!(stdout(&out), "sum=999000 argc=3\n");
     assert!(i.status.success(), "{}", stderr(&i));
     let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap();
     assert!(v["dropped"].as_u64().unwrap() > 0, "{v}");

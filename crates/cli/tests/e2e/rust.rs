@@ -26,7 +26,7 @@ fn cargo_project_is_instrumented_and_recorded() {
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "s=499500 boxed=57 counter=4000\n");
+    assert_eq!(stdout(&out), "s=999000 boxed=57 counter=4000\n");
     let rows = report(&trace, "line");
     let f = "rsprog/src/main.rs";
     let l = |m| line_of("rsprog/src/main.rs", m);
@@ -39,7 +39,11 @@ fn cargo_project_is_instrumented_and_recorded() {
     let allocs = report(&trace, "alloc");
     assert!(!allocs.is_empty());
     let vars = variables(&trace, "field");
-    assert_eq!(var(&vars, "rsprog::GLOBAL").map(|r| r["stores"].as_u64().unwrap()), Some(1000), "{vars:#?}");
+    assert_eq!(
+        var(&vars, "rsprog::GLOBAL").map(|r| r["stores"].as_u64().unwrap()),
+        Some(1000),
+        "{vars:#?}"
+    );
     let funcs = report(&trace, "function");
     assert!(funcs.iter().any(|r| r["function"] == "rsprog::stores"), "{funcs:#?}");
 }

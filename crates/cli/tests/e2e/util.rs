@@ -11,7 +11,10 @@ pub fn memlens() -> PathBuf {
 
 /// The runtime must have been built next to the binary (`cargo build --workspace`).
 pub fn require_runtime() {
-    let lib = memlens().parent().unwrap().join("libmemlens_rt.a");
+    let dir = std::env::var_os("MEMLENS_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| memlens().parent().unwrap().to_path_buf());
+    let lib = dir.join("libmemlens_rt.a");
     assert!(
         lib.is_file(),
         "{} is missing: run `cargo build --workspace` before the tests",
