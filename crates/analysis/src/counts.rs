@@ -162,3 +162,84 @@ impl ShardKernel for Counts {
         }
     }
 }
+
+impl crate::table::Render for Counts {
+    /// Sections `by_line` (accesses per function/file/line, most first), `allocs`
+    /// (per call site) and `by_thread`.
+    fn render(
+        &self,
+        namer: &dyn crate::names::Namer,
+        opts: &crate::table::RenderOpts,
+    ) -> crate::table::Table {
+        use crate::table::{Column, Section, Table};
+        let mut lines: HashMap<crate::names::CodeName, PcCounts> = HashMap::new();
+        for (pc, c) in &self.by_pc {
+            lines.entry(namer.code(*pc)).or_default().merge(c);
+        }
+        let mut lines: Vec<_> =
+            lines.into_iter().filter(|(_, c)| c.loads + c.stores >= opts.min_count).collect();
+        lines.sort_by(|a, b| (b.1.loads + b.1.stores, &a.0).cmp(&(a.1.loads + a.1.stores, &b.0)));
+        opts.cut(&mut lines);
+        let mut by_line = Section::new(
+            "by_line",
+            "Accesses by source line",
+            vec![
+                Column::text("location", "location"),
+                Column::text("function", "function"),
+                Column::num("loads", "loads"),
+                Column::num("stores", "stores"),
+                Column::num("bytes_read", "bytes read"),
+                Column::num("bytes_written", "bytes written"),
+                Column::num("threads", "threads"),
+            ],
+        );
+        for (c, n) in &lines {
+            by_line.rows.push(row! {
+                "function" => c.function, "file" => c.file, "line" => c.line, "location" => c.location(),
+                "loads" => n.loads, "stores" => n.stores,
+                "bytes_read" => n.bytes_read, "bytes_written" => n.bytes_written,
+                "threads" => n.threads.len(),
+            });
+        }
+        let mut allocs: Vec<_> = self.allocs.iter().collect();
+        allocs.sort_by(|a, b| (b.1.bytes, a.0).cmp(&(a.1.bytes, b.0)));
+        opts.cut(&mut allocs);
+        let mut al = Section::new(
+            "allocs",
+            "Allocations by call site",
+            vec![
+                Column::text("location", "call site"),
+                Column::num("count", "blocks"),
+                Column::num("bytes", "bytes"),
+            ],
+        );
+        for (pc, a) in allocs {
+            let c = namer.code(*pc);
+            al.rows.push(row! {
+                "function" => c.function, "file" => c.file, "line" => c.line, "location" => c.location(),
+                "count" => a.count, "bytes" => a.bytes,
+            });
+        }
+        let mut threads: Vec<_> = self.by_thread.iter().collect();
+        threads.sort_by_key(|(t, _)| **t);
+        let mut th = Section::new(
+            "by_thread",
+            "By thread",
+            vec![
+                Column::num("thread", "thread"),
+                Column::num("loads", "loads"),
+                Column::num("stores", "stores"),
+                Column::num("allocs", "allocs"),
+                Column::num("frees", "frees"),
+                Column::num("calls", "calls"),
+            ],
+        );
+        for (t, c) in threads {
+            th.rows.push(row! {
+                "thread" => t.0, "loads" => c.loads, "stores" => c.stores, "bytes_read" => c.bytes_read,
+                "bytes_written" => c.bytes_written, "allocs" => c.allocs, "frees" => c.frees, "calls" => c.calls,
+            });
+        }
+        Table { sections: vec![by_line, al, th] }
+    }
+}

@@ -1,7 +1,7 @@
 //! Analysis kernels over memlens traces.
 //!
 //! A [`Kernel`] consumes events one at a time and finishes with a result; the
-//! [`drive`] functions feed it from a [`TraceReader`] — stream by stream, or (for
+//! `drive_*` functions feed it from a [`TraceReader`] — stream by stream, or (for
 //! kernels that allow it) one shard per thread in parallel, merged at the end. The
 //! same kernels later run over a live stream. Kernels see raw code and data
 //! addresses; naming (file:line, variables) is applied to their results afterwards,
@@ -67,7 +67,6 @@ macro_rules! row {
         r
     }};
 }
-pub(crate) use row;
 
 mod blocks;
 pub mod cachesim;
@@ -177,9 +176,12 @@ pub(crate) struct Touch {
 #[inline]
 pub(crate) fn for_each_touch(ev: &Event, mut f: impl FnMut(Touch)) {
     match *ev {
-        Event::Access { pc, addr, size, kind, .. } => {
-            f(Touch { pc, addr: addr.0, len: u64::from(size.max(1)), write: kind == AccessKind::Write })
-        }
+        Event::Access { pc, addr, size, kind, .. } => f(Touch {
+            pc,
+            addr: addr.0,
+            len: u64::from(size.max(1)),
+            write: kind == AccessKind::Write,
+        }),
         Event::Range { pc, addr, len, kind } if len > 0 => {
             f(Touch { pc, addr: addr.0, len, write: kind == AccessKind::Write })
         }
@@ -266,4 +268,31 @@ pub fn drive_parallel<K: ShardKernel>(
         k.merge(s);
     }
     Ok(k.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+
+    #[test]
+    fn tuples_references_and_filters_share_a_pass() {
+        let r = trace(&[
+            (0, vec![rd(0x10, 0x1000, 8), wr(0x20, 0x1000, 8)]),
+            (1, vec![rd(0x10, 0x1000, 8)]),
+        ]);
+        let mut reuse = reuse::Reuse::default();
+        let filtered = Filter::new().threads([ThreadId(1)]).apply(sharing::Sharing::default());
+        let (counts, shared, ()) =
+            drive_serial(&r, (counts::Counts::default(), filtered, &mut reuse), |_| {}).unwrap();
+        assert_eq!(counts.by_pc[&Pc(0x10)].loads, 2);
+        assert_eq!(shared.by_addr.len(), 1);
+        assert_eq!(shared.shared().len(), 0); // only thread 1 was let through
+        let rep = reuse.finish();
+        assert_eq!(rep.overall.accesses(), 3);
+        let t = counts.render(&NoNames, &RenderOpts::default());
+        assert_eq!(t.to_json()["by_line"][0]["loads"], 2);
+        assert_eq!(t.to_json()["by_thread"].as_array().map(Vec::len), Some(2));
+        assert!(t.to_text().contains("Accesses by source line"));
+    }
 }

@@ -1,0 +1,332 @@
+//! Shared data: addresses and variables touched by several threads (DINAMITE's
+//! shared-variable analysis).
+//!
+//! Counts accesses per data address and thread (a range access counts once per
+//! 8-byte word it covers), with reads, writes and the code addresses involved. Rendering
+//! rolls addresses up per variable through the [`Namer`], keeps what at least two
+//! threads touched, ranks by accesses and flags *uniform* sharing: with the per-thread
+//! counts `A` sorted in descending order, `A[0] < 2 * A[1]` (no thread dominates).
+//! JSON rows use DINAMITE's keys: `threadcount`, `totalcount`, `threads`
+//! (`[[tid, count], ...]`), `file`, `line`, `variable`.
+
+use crate::fxhash::FxHashMap;
+use crate::names::{CodeName, Namer};
+use crate::table::{Column, Render, RenderOpts, Section, Table};
+use crate::{for_each_touch, Kernel, ShardKernel};
+use memlens_format::{Addr, Event, Pc, ThreadId};
+use serde_json::json;
+use std::collections::HashMap;
+
+/// Accesses to one address (or one variable after roll-up).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SharedData {
+    /// Accesses per thread, sorted by thread.
+    pub threads: Vec<(ThreadId, u64)>,
+    /// Loads.
+    pub reads: u64,
+    /// Stores.
+    pub writes: u64,
+    /// Accesses per code address.
+    pub pcs: Vec<(Pc, u64)>,
+}
+
+impl SharedData {
+    /// All accesses.
+    pub fn total(&self) -> u64 {
+        self.reads + self.writes
+    }
+
+    /// Number of threads.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Whether no thread dominates: sorted counts `A[0] < 2 * A[1]`.
+    pub fn uniform(&self) -> bool {
+        let mut a: Vec<u64> = self.threads.iter().map(|t| t.1).collect();
+        a.sort_unstable_by(|x, y| y.cmp(x));
+        a.len() >= 2 && a[0] < 2 * a[1]
+    }
+
+    #[inline]
+    fn add(&mut self, t: ThreadId, pc: Pc, write: bool, n: u64) {
+        match self.threads.binary_search_by_key(&t, |x| x.0) {
+            Ok(i) => self.threads[i].1 += n,
+            Err(i) => self.threads.insert(i, (t, n)),
+        }
+        match self.pcs.iter_mut().find(|x| x.0 == pc) {
+            Some(p) => p.1 += n,
+            None => self.pcs.push((pc, n)),
+        }
+        if write {
+            self.writes += n;
+        } else {
+            self.reads += n;
+        }
+    }
+
+    /// Adds another record.
+    pub fn merge(&mut self, o: &SharedData) {
+        for &(t, n) in &o.threads {
+            match self.threads.binary_search_by_key(&t, |x| x.0) {
+                Ok(i) => self.threads[i].1 += n,
+                Err(i) => self.threads.insert(i, (t, n)),
+            }
+        }
+        for &(pc, n) in &o.pcs {
+            match self.pcs.iter_mut().find(|x| x.0 == pc) {
+                Some(p) => p.1 += n,
+                None => self.pcs.push((pc, n)),
+            }
+        }
+        self.reads += o.reads;
+        self.writes += o.writes;
+    }
+}
+
+/// The sharing kernel. Order-independent, so it shards per thread.
+#[derive(Clone, Debug, Default)]
+pub struct Sharing {
+    by_addr: FxHashMap<u64, SharedData>,
+}
+
+/// What [`Sharing`] produces: every address, shared or not (rendering filters).
+#[derive(Clone, Debug, Default)]
+pub struct SharingReport {
+    /// Accesses by address.
+    pub by_addr: HashMap<Addr, SharedData>,
+}
+
+impl Kernel for Sharing {
+    type Output = SharingReport;
+
+    fn process(&mut self, thread: ThreadId, ev: &Event) {
+        let map = &mut self.by_addr;
+        for_each_touch(ev, |t| {
+            if matches!(ev, Event::Range { .. }) {
+                let mut w = t.addr & !7;
+                while w < t.addr.saturating_add(t.len) {
+                    map.entry(w).or_default().add(thread, t.pc, t.write, 1);
+                    w += 8;
+                }
+            } else {
+                map.entry(t.addr).or_default().add(thread, t.pc, t.write, 1);
+            }
+        });
+    }
+
+    fn finish(self) -> SharingReport {
+        SharingReport { by_addr: self.by_addr.into_iter().map(|(a, d)| (Addr(a), d)).collect() }
+    }
+}
+
+impl ShardKernel for Sharing {
+    fn fork(&self) -> Sharing {
+        Sharing::default()
+    }
+
+    fn merge(&mut self, o: Sharing) {
+        for (a, d) in o.by_addr {
+            match self.by_addr.get_mut(&a) {
+                Some(m) => m.merge(&d),
+                None => {
+                    self.by_addr.insert(a, d);
+                }
+            }
+        }
+    }
+}
+
+impl SharingReport {
+    /// Addresses touched by at least two threads, most accessed first.
+    pub fn shared(&self) -> Vec<(Addr, &SharedData)> {
+        let mut v: Vec<(Addr, &SharedData)> = self
+            .by_addr
+            .iter()
+            .filter(|(_, d)| d.thread_count() >= 2)
+            .map(|(a, d)| (*a, d))
+            .collect();
+        v.sort_by(|a, b| (b.1.total(), a.0).cmp(&(a.1.total(), b.0)));
+        v
+    }
+
+    /// Rolls addresses up per variable, keeping those touched by two threads or more,
+    /// most accessed first.
+    pub fn by_variable(&self, namer: &dyn Namer) -> Vec<(String, SharedData)> {
+        let mut m: HashMap<String, SharedData> = HashMap::new();
+        for (a, d) in &self.by_addr {
+            m.entry(crate::names::variable_of(namer, *a)).or_default().merge(d);
+        }
+        let mut v: Vec<(String, SharedData)> =
+            m.into_iter().filter(|(_, d)| d.thread_count() >= 2).collect();
+        v.sort_by(|a, b| (b.1.total(), &a.0).cmp(&(a.1.total(), &b.0)));
+        v
+    }
+}
+
+fn dinamite_row(namer: &dyn Namer, variable: &str, d: &SharedData) -> crate::table::Row {
+    let mut lines: HashMap<CodeName, u64> = HashMap::new();
+    for &(pc, n) in &d.pcs {
+        *lines.entry(namer.code(pc)).or_default() += n;
+    }
+    let mut lines: Vec<(CodeName, u64)> = lines.into_iter().collect();
+    lines.sort_by(|a, b| (b.1, &a.0).cmp(&(a.1, &b.0)));
+    let top = lines.first().map(|l| l.0.clone()).unwrap_or_default();
+    let mut threads: Vec<(ThreadId, u64)> = d.threads.clone();
+    threads.sort_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
+    row! {
+        "variable" => variable,
+        "threadcount" => d.thread_count(),
+        "totalcount" => d.total(),
+        "threads" => threads.iter().map(|(t, n)| json!([t.0, n])).collect::<Vec<_>>(),
+        "uniform" => d.uniform(),
+        "reads" => d.reads,
+        "writes" => d.writes,
+        "file" => top.file,
+        "line" => top.line,
+        "function" => top.function,
+        "location" => top.location(),
+        "lines" => lines.iter().map(|(c, n)| json!({
+            "file": c.file, "line": c.line, "function": c.function, "count": n,
+        })).collect::<Vec<_>>(),
+    }
+}
+
+impl Render for SharingReport {
+    /// Sections `by_variable` (roll-up) and `by_address`, both keeping data touched
+    /// by two threads or more, ranked by accesses; `top` and `min_count` apply.
+    fn render(&self, namer: &dyn Namer, opts: &RenderOpts) -> Table {
+        let cols = |first: Column| {
+            vec![
+                first,
+                Column::num("threadcount", "threads"),
+                Column::num("totalcount", "accesses"),
+                Column::num("reads", "reads"),
+                Column::num("writes", "writes"),
+                Column::text("uniform", "uniform"),
+                Column::text("location", "top line"),
+            ]
+        };
+        let mut vars = self.by_variable(namer);
+        vars.retain(|(_, d)| d.total() >= opts.min_count);
+        opts.cut(&mut vars);
+        let mut by_var = Section::new(
+            "by_variable",
+            "Shared variables",
+            cols(Column::text("variable", "variable")),
+        );
+        for (v, d) in &vars {
+            by_var.rows.push(dinamite_row(namer, v, d));
+        }
+        let mut addrs = self.shared();
+        addrs.retain(|(_, d)| d.total() >= opts.min_count);
+        opts.cut(&mut addrs);
+        let mut by_addr = Section::new(
+            "by_address",
+            "Shared addresses",
+            cols(Column::text("address", "address"))
+                .into_iter()
+                .chain([Column::text("variable", "variable")])
+                .collect(),
+        );
+        for (a, d) in &addrs {
+            let mut r = dinamite_row(namer, &crate::names::name_of(namer, *a), d);
+            r.insert("address".into(), json!(format!("{a}")));
+            by_addr.rows.push(r);
+        }
+        Table { sections: vec![by_var, by_addr] }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::DataName;
+    use crate::testutil::*;
+    use crate::{drive_parallel, drive_serial};
+
+    struct Vars;
+    impl Namer for Vars {
+        fn code(&self, pc: Pc) -> CodeName {
+            CodeName { function: "work".into(), file: "s.c".into(), line: pc.0 as u32 }
+        }
+        fn data(&self, a: Addr) -> Option<DataName> {
+            match a.0 {
+                0x1000..=0x103f => Some(DataName {
+                    name: format!("stats.v[{}]", (a.0 - 0x1000) / 8),
+                    variable: "stats".into(),
+                }),
+                0x2000..=0x2007 => {
+                    Some(DataName { name: "counter".into(), variable: "counter".into() })
+                }
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn shared_variables_dinamite_rows() {
+        // three threads hit stats.v[tid] (100, 90, 80 times) and counter (t0 10x,
+        // t1 once); private data at 0x9000 + tid
+        let mut streams = Vec::new();
+        for (t, n) in [(0u32, 100u64), (1, 90), (2, 80)] {
+            let mut evs = Vec::new();
+            for i in 0..n {
+                evs.push(if i % 2 == 0 {
+                    rd(10, 0x1000 + 8 * u64::from(t), 8)
+                } else {
+                    wr(11, 0x1000 + 8 * u64::from(t), 8)
+                });
+            }
+            let c = match t {
+                0 => 10,
+                1 => 1,
+                _ => 0,
+            };
+            for _ in 0..c {
+                evs.push(rmw(20, 0x2000, 8));
+            }
+            evs.push(wr(30, 0x9000 + 64 * u64::from(t), 8));
+            streams.push((t, evs));
+        }
+        let r = trace(&streams);
+        let rep = drive_serial(&r, Sharing::default(), |_| {}).unwrap();
+        // per address: stats.v[i] each private, counter shared by t0 and t1
+        let shared = rep.shared();
+        assert_eq!(shared.len(), 1);
+        assert_eq!(shared[0].0, Addr(0x2000));
+        assert_eq!(shared[0].1.threads, [(ThreadId(0), 20), (ThreadId(1), 2)]);
+        assert!(!shared[0].1.uniform());
+        // per variable: stats is shared by three threads, uniformly
+        let t = rep.render(&Vars, &RenderOpts::default());
+        let j = t.to_json();
+        let v = &j["by_variable"][0];
+        assert_eq!(v["variable"], "stats");
+        assert_eq!(v["threadcount"], 3);
+        assert_eq!(v["totalcount"], 270);
+        assert_eq!(v["threads"], json!([[0, 100], [1, 90], [2, 80]]));
+        assert_eq!(v["uniform"], true);
+        assert_eq!((v["reads"].as_u64(), v["writes"].as_u64()), (Some(135), Some(135)));
+        assert_eq!(v["file"], "s.c");
+        assert_eq!(v["lines"].as_array().unwrap().len(), 2);
+        let c = &j["by_variable"][1];
+        assert_eq!(
+            (c["variable"].as_str(), c["totalcount"].as_u64(), c["uniform"].as_bool()),
+            (Some("counter"), Some(22), Some(false))
+        );
+        assert_eq!(c["line"], 20);
+        assert_eq!(j["by_variable"].as_array().unwrap().len(), 2);
+        assert_eq!(j["by_address"][0]["variable"], "counter");
+        // shards merge to the same answer
+        let par = drive_parallel(&r, Sharing::default(), 2).unwrap();
+        assert_eq!(par.by_addr, rep.by_addr);
+    }
+
+    #[test]
+    fn ranges_count_per_word() {
+        let r = trace(&[(0, vec![range_wr(1, 0x1004, 12)]), (1, vec![rd(2, 0x1008, 4)])]);
+        let rep = drive_serial(&r, Sharing::default(), |_| {}).unwrap();
+        assert_eq!(rep.by_addr.len(), 2);
+        assert_eq!(rep.shared()[0].0, Addr(0x1008));
+    }
+}

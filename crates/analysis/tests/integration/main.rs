@@ -1,0 +1,3 @@
+//! Integration tests of memlens-analysis (one binary).
+
+mod cachegrind;
