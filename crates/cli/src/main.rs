@@ -1,6 +1,7 @@
 //! The `memlens` command line: the only crate that knows clap.
 
 mod allocdefs;
+mod analyze;
 mod cc;
 mod filter;
 mod inspect;
@@ -77,6 +78,9 @@ enum Cmd {
         /// The trace.
         trace: PathBuf,
     },
+    /// Run an analysis kernel: counts, sharing, false-sharing, cachesim, reuse,
+    /// working-set, heap, layout
+    Analyze(AnalyzeArgs),
     /// Print every event, one per line
     Dump {
         /// Output format.
@@ -125,6 +129,63 @@ struct RecordArgs {
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true, value_name = "PROG [ARGS]")]
     cmd: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct AnalyzeArgs {
+    /// The kernel.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(analyze::KERNELS))]
+    kernel: String,
+    /// The trace.
+    trace: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Rows per section (0: all).
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Secondary sections (per core, per thread, histograms).
+    #[arg(short, long)]
+    verbose: bool,
+    /// Only these threads (memlens thread indices; repeat or comma-separate).
+    #[arg(long, value_delimiter = ',')]
+    thread: Vec<u32>,
+    /// Only accesses made by functions matching these globs.
+    #[arg(long, value_delimiter = ',')]
+    function: Vec<String>,
+    /// Only accesses made by code in source files matching these globs.
+    #[arg(long, value_delimiter = ',')]
+    file: Vec<String>,
+    /// Only accesses to global variables matching these globs.
+    #[arg(long, value_delimiter = ',')]
+    variable: Vec<String>,
+    /// Only events START..END of each thread (event indices, either side may be empty).
+    #[arg(long)]
+    window: Option<String>,
+    /// Only accesses inside memlens_roi_begin()/memlens_roi_end().
+    #[arg(long)]
+    roi: bool,
+    /// cachesim: first-level data cache `size,assoc,line` (as cachegrind).
+    #[arg(long = "D1", value_name = "SIZE,ASSOC,LINE")]
+    d1: Option<String>,
+    /// cachesim: last-level cache `size,assoc,line` (as cachegrind).
+    #[arg(long = "LL", value_name = "SIZE,ASSOC,LINE")]
+    ll: Option<String>,
+    /// cachesim: hierarchy description file (see docs/analysis.md).
+    #[arg(long, value_name = "FILE")]
+    cache_config: Option<PathBuf>,
+    /// cachesim: simulated cores (threads map round-robin).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// cachesim: write per-access hit/miss levels to FILE.
+    #[arg(long, value_name = "FILE")]
+    annotate: Option<PathBuf>,
+    /// Cache line size for false-sharing, reuse and working-set.
+    #[arg(long, default_value_t = 64)]
+    line: u64,
+    /// working-set: accesses per interval.
+    #[arg(long, default_value_t = 100_000)]
+    interval: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -240,6 +301,36 @@ fn real_main() -> Result<i32> {
                 By::Alloc => inspect::By::Alloc,
             };
             inspect::report(&trace, by, top, format == Format::Json).map(|_| 0)
+        }
+        Cmd::Analyze(a) => {
+            let mut cache_args = Vec::new();
+            if let Some(d) = a.d1 {
+                cache_args.push(format!("--D1={d}"));
+            }
+            if let Some(l) = a.ll {
+                cache_args.push(format!("--LL={l}"));
+            }
+            let window = a.window.as_deref().map(analyze::parse_window).transpose()?;
+            analyze::analyze(analyze::AnalyzeOpts {
+                kernel: a.kernel,
+                trace: a.trace,
+                json: a.format == Format::Json,
+                top: a.top,
+                verbose: a.verbose,
+                threads: a.thread,
+                functions: a.function,
+                files: a.file,
+                variables: a.variable,
+                window,
+                roi: a.roi,
+                cache_args,
+                cache_config: a.cache_config,
+                cores: a.cores,
+                annotate: a.annotate,
+                line: a.line,
+                interval: a.interval,
+            })
+            .map(|_| 0)
         }
         Cmd::Dump { format, thread, no_names, trace } => {
             inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names).map(|_| 0)

@@ -1,0 +1,295 @@
+//! `memlens analyze KERNEL`: run one of the analysis kernels over a trace.
+
+use crate::names::Names;
+use anyhow::{bail, Context, Result};
+use memlens_analysis::cachesim::{CacheConfig, CacheSim};
+use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
+use memlens_analysis::heap::{Heap, HeapConfig};
+use memlens_analysis::layout::{Layout, LayoutConfig};
+use memlens_analysis::reuse::{Reuse, ReuseConfig};
+use memlens_analysis::sharing::Sharing;
+use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
+use memlens_analysis::{
+    counts::Counts, CodeName, DataName, Filter, Kernel, Namer, Render, RenderOpts, WindowBasis,
+};
+use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
+use memlens_names::{Attributor, Kind};
+use std::cell::RefCell;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// What `analyze` was asked (validated CLI arguments).
+pub struct AnalyzeOpts {
+    /// Kernel name.
+    pub kernel: String,
+    /// The trace.
+    pub trace: PathBuf,
+    /// JSON output.
+    pub json: bool,
+    /// Rows per section.
+    pub top: usize,
+    /// Extra sections.
+    pub verbose: bool,
+    /// Only these threads.
+    pub threads: Vec<u32>,
+    /// Only code in functions matching these globs.
+    pub functions: Vec<String>,
+    /// Only code in source files matching these globs.
+    pub files: Vec<String>,
+    /// Only data in these variables (globals, by name glob).
+    pub variables: Vec<String>,
+    /// Only events with these indices (per thread), `A..B`.
+    pub window: Option<(u64, u64)>,
+    /// Only accesses between ROI markers.
+    pub roi: bool,
+    /// cachesim: cachegrind-style geometry flags (`--D1=...`, `--LL=...`).
+    pub cache_args: Vec<String>,
+    /// cachesim: config file.
+    pub cache_config: Option<PathBuf>,
+    /// cachesim: simulated cores.
+    pub cores: Option<usize>,
+    /// cachesim: write the per-access hit/miss annotation here.
+    pub annotate: Option<PathBuf>,
+    /// Cache line size for false-sharing, reuse, working-set.
+    pub line: u64,
+    /// Working-set interval in accesses.
+    pub interval: u64,
+}
+
+/// The kernel names.
+pub const KERNELS: &[&str] =
+    &["counts", "sharing", "false-sharing", "cachesim", "reuse", "working-set", "heap", "layout"];
+
+/// Names for kernels' results: code via DWARF, data via the attributor (without a
+/// thread context: globals exactly, heap by the most recent block at an address).
+struct TraceNamer<'a> {
+    names: &'a Names,
+    attr: RefCell<Attributor<'a>>,
+}
+
+impl Namer for TraceNamer<'_> {
+    fn code(&self, pc: Pc) -> CodeName {
+        let c = self.names.code(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
+    fn data(&self, addr: Addr) -> Option<DataName> {
+        let mut a = self.attr.borrow_mut();
+        let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), addr);
+        let l = a.label(id);
+        if l.kind == Kind::Unknown {
+            return None;
+        }
+        Some(DataName { name: l.display(), variable: l.base.to_string() })
+    }
+}
+
+/// Keeps only accesses between `memlens_roi_begin` and `memlens_roi_end` of
+/// their thread; other events pass.
+struct Roi<K> {
+    inner: K,
+    inside: std::collections::HashMap<ThreadId, bool>,
+}
+
+impl<K: Kernel> Kernel for Roi<K> {
+    type Output = K::Output;
+
+    fn process(&mut self, t: ThreadId, ev: &Event) {
+        if let Event::Roi(b) = ev {
+            self.inside.insert(t, *b);
+        }
+        if ev.is_access() && !self.inside.get(&t).copied().unwrap_or(false) {
+            return;
+        }
+        self.inner.process(t, ev);
+    }
+
+    fn finish(self) -> K::Output {
+        self.inner.finish()
+    }
+}
+
+fn code_ranges(
+    names: &Names,
+    r: &TraceReader,
+    o: &AnalyzeOpts,
+) -> Result<Vec<std::ops::Range<Pc>>> {
+    let mut out = Vec::new();
+    for m in &r.meta().modules {
+        let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
+        for g in &o.functions {
+            for f in syms.functions_matching(g) {
+                let rg = f.range();
+                // runtime pcs are return addresses: shift the range by one
+                out.push(Pc(rg.start.0 + m.bias + 1)..Pc(rg.end.0 + m.bias + 1));
+            }
+        }
+        for g in &o.files {
+            for rg in syms.source_file_ranges(g).unwrap_or_default() {
+                out.push(Pc(rg.start.0 + m.bias + 1)..Pc(rg.end.0 + m.bias + 1));
+            }
+        }
+    }
+    if out.is_empty() && (!o.functions.is_empty() || !o.files.is_empty()) {
+        bail!("no code matches the --function/--file filters (see `memlens report --by function`)");
+    }
+    Ok(out)
+}
+
+fn data_ranges(
+    names: &Names,
+    r: &TraceReader,
+    o: &AnalyzeOpts,
+) -> Result<Vec<std::ops::Range<Addr>>> {
+    let mut out = Vec::new();
+    for m in &r.meta().modules {
+        let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
+        for v in syms.static_variables() {
+            if o.variables.iter().any(|g| crate::filter::glob(g, &v.name)) {
+                let start = v.start.0 + m.bias;
+                out.push(Addr(start)..Addr(start + v.size.max(1)));
+            }
+        }
+    }
+    if out.is_empty() && !o.variables.is_empty() {
+        bail!("no global variable matches --variable (see `memlens report --by variable`)");
+    }
+    Ok(out)
+}
+
+fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K::Output> {
+    let total = r.totals().events as u64;
+    let pb = (total > 20_000_000).then(|| {
+        let pb = indicatif::ProgressBar::new(total);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {human_pos}/{human_len} events {wide_bar} {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let tick = |n| {
+        if let Some(pb) = &pb {
+            pb.set_position(n)
+        }
+    };
+    let out = if roi {
+        memlens_analysis::drive_serial(
+            r,
+            filter.apply(Roi { inner: k, inside: Default::default() }),
+            tick,
+        )?
+    } else {
+        memlens_analysis::drive_serial(r, filter.apply(k), tick)?
+    };
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(out)
+}
+
+fn print(t: memlens_analysis::Table, json: bool) -> Result<()> {
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &t.to_json())?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", t.to_text())?;
+    }
+    Ok(out.flush()?)
+}
+
+/// `memlens analyze`.
+pub fn analyze(o: AnalyzeOpts) -> Result<()> {
+    if !KERNELS.contains(&o.kernel.as_str()) {
+        bail!("unknown kernel `{}`; choose one of: {}", o.kernel, KERNELS.join(", "));
+    }
+    let r = crate::inspect::open(&o.trace)?;
+    let names = Names::new(&r.meta().modules);
+    let attr = crate::vars::attributor(&r, &names)?;
+    let namer = TraceNamer { names: &names, attr: RefCell::new(attr) };
+    let mut filter = Filter::new();
+    if !o.threads.is_empty() {
+        filter = filter.threads(o.threads.iter().map(|&t| ThreadId(t)));
+    }
+    for rg in code_ranges(&names, &r, &o)? {
+        filter = filter.pc_range(rg);
+    }
+    for rg in data_ranges(&names, &r, &o)? {
+        filter = filter.addr_range(rg);
+    }
+    if let Some((a, b)) = o.window {
+        filter = filter.window(a..b, WindowBasis::PerThread);
+    }
+    let mut opts = RenderOpts::default();
+    opts.top = if o.top == 0 { usize::MAX } else { o.top };
+    opts.verbose = o.verbose;
+    let table = match o.kernel.as_str() {
+        "counts" => run(&r, Counts::default(), filter, o.roi)?.render(&namer, &opts),
+        "sharing" => run(&r, Sharing::default(), filter, o.roi)?.render(&namer, &opts),
+        "false-sharing" => {
+            let k = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
+            run(&r, k, filter, o.roi)?.render(&namer, &opts)
+        }
+        "cachesim" => {
+            let mut cfg = match &o.cache_config {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("cannot read cache config {}", p.display()))?;
+                    CacheConfig::parse(&text)?
+                }
+                None if !o.cache_args.is_empty() => {
+                    CacheConfig::from_cachegrind_args(&o.cache_args)?
+                }
+                None => CacheConfig::default(),
+            };
+            if let Some(n) = o.cores {
+                cfg = cfg.cores(n);
+            }
+            if o.annotate.is_some() {
+                cfg = cfg.annotate(true);
+            }
+            let rep = run(&r, CacheSim::new(cfg)?, filter, o.roi)?;
+            if let (Some(path), Some(a)) = (&o.annotate, &rep.annotation) {
+                let f = std::fs::File::create(path).with_context(|| {
+                    format!("cannot write the annotation to {}", path.display())
+                })?;
+                a.write_to(std::io::BufWriter::new(f))?;
+            }
+            rep.render(&namer, &opts)
+        }
+        "reuse" => {
+            let k = Reuse::new(ReuseConfig { line: o.line, ..Default::default() })?;
+            run(&r, k, filter, o.roi)?.render(&namer, &opts)
+        }
+        "working-set" => {
+            let k = WorkingSet::new(WorkingSetConfig {
+                interval: o.interval,
+                line: o.line,
+                ..Default::default()
+            })?;
+            run(&r, k, filter, o.roi)?.render(&namer, &opts)
+        }
+        "heap" => run(&r, Heap::new(HeapConfig::default()), filter, o.roi)?.render(&namer, &opts),
+        "layout" => {
+            run(&r, Layout::new(LayoutConfig::default()), filter, o.roi)?.render(&namer, &opts)
+        }
+        _ => unreachable!("checked above"),
+    };
+    print(table, o.json)
+}
+
+/// Parses `A..B`.
+pub fn parse_window(s: &str) -> Result<(u64, u64)> {
+    let (a, b) = s.split_once("..").context("--window takes START..END (event indices)")?;
+    let a: u64 =
+        if a.is_empty() { 0 } else { a.parse().context("--window START is not a number")? };
+    let b: u64 =
+        if b.is_empty() { u64::MAX } else { b.parse().context("--window END is not a number")? };
+    if a >= b {
+        bail!("--window {s}: START must be below END");
+    }
+    Ok((a, b))
+}
