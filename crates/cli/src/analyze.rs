@@ -120,13 +120,13 @@ fn code_ranges(
         for g in &o.functions {
             for f in syms.functions_matching(g) {
                 let rg = f.range();
-                // runtime pcs are return addresses: shift the range by one
-                out.push(Pc(rg.start.0 + m.bias + 1)..Pc(rg.end.0 + m.bias + 1));
+                // symbol ranges are runtime addresses; pcs are return addresses
+                out.push(Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1));
             }
         }
         for g in &o.files {
             for rg in syms.source_file_ranges(g).unwrap_or_default() {
-                out.push(Pc(rg.start.0 + m.bias + 1)..Pc(rg.end.0 + m.bias + 1));
+                out.push(Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1));
             }
         }
     }
@@ -146,7 +146,7 @@ fn data_ranges(
         let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
         for v in syms.static_variables() {
             if o.variables.iter().any(|g| crate::filter::glob(g, &v.name)) {
-                let start = v.start.0 + m.bias;
+                let start = v.start.0;
                 out.push(Addr(start)..Addr(start + v.size.max(1)));
             }
         }

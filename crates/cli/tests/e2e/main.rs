@@ -3,6 +3,7 @@
 
 mod util;
 
+mod analysis;
 mod errors;
 mod names;
 mod record;

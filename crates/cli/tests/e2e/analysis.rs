@@ -1,0 +1,197 @@
+//! `memlens analyze` kernels on programs built for them.
+
+use crate::util::*;
+use serde_json::Value;
+use std::process::Command;
+
+fn analyze(trace: &std::path::Path, args: &[&str]) -> Value {
+    let mut a = vec!["analyze"];
+    a.extend_from_slice(args);
+    a.extend(["--format", "json", trace.to_str().unwrap()]);
+    json(&a)
+}
+
+#[test]
+fn a_shared_counter_ranks_first_in_sharing() {
+    let dir = scratch("sharing");
+    let exe = build(Cc::Gcc, "sharing.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &[]);
+    assert_eq!(stdout(&out), "hits=80000\n");
+    let v = analyze(&trace, &["sharing"]);
+    let top = &v["by_address"][0];
+    assert_eq!(top["variable"], "stats.hits", "{top}");
+    assert_eq!(top["line"], line_of("sharing.c", "hits"));
+    // four workers, plus main reading the result once
+    assert_eq!(top["threadcount"], 5);
+    assert_eq!(top["totalcount"], 4 * 20000 * 2 + 1);
+    assert_eq!(top["uniform"], true);
+    let workers: Vec<_> =
+        top["threads"].as_array().unwrap().iter().filter(|t| t[1] == 40000).collect();
+    assert_eq!(workers.len(), 4);
+    assert_eq!(v["by_variable"][0]["variable"], "stats");
+    // private arrays are not shared
+    assert!(v["by_address"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| !r["variable"].as_str().unwrap_or("").starts_with("priv")));
+}
+
+#[test]
+fn packed_counters_are_false_sharing_and_padded_ones_are_not() {
+    for cc in Cc::all() {
+        let dir = scratch("falseshare");
+        let exe = build(cc, "falseshare.c", &dir, &[]);
+        let trace = dir.join("t.trace");
+        assert_eq!(stdout(&record(&exe, &trace, &[])), "sum=80000\n");
+        let v = analyze(&trace, &["false-sharing"]);
+        let lines = v["lines"].as_array().unwrap();
+        assert_eq!(lines.len(), 1, "{cc:?}: {v}");
+        let l = &lines[0];
+        assert_eq!(l["kind"], "false", "{cc:?}: {l}");
+        assert_eq!(l["thread_count"], 4);
+        let vars: Vec<String> = l["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| {
+                t["variables"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string())
+            })
+            .collect();
+        for i in 0..4 {
+            assert!(vars.contains(&format!("counters[{i}].value")), "{cc:?}: {vars:?}");
+        }
+        assert!(l["transfers"].as_u64().unwrap() >= 3, "{cc:?}: {l}");
+        assert_eq!(l["lines"][0]["line"], line_of("falseshare.c", "bump"));
+
+        let exe = build(cc, "falseshare.c", &dir, &["-DPADDED"]);
+        let trace = dir.join("padded.trace");
+        assert_eq!(stdout(&record(&exe, &trace, &[])), "sum=80000\n");
+        let v = analyze(&trace, &["false-sharing"]);
+        assert_eq!(v["lines"].as_array().unwrap().len(), 0, "{cc:?}: {v}");
+    }
+}
+
+/// Sums cachegrind's per-function counters for `func` from its output file.
+fn cachegrind_fn(out: &std::path::Path, func: &str) -> (u64, u64) {
+    let text = std::fs::read_to_string(out).unwrap();
+    let events: Vec<&str> =
+        text.lines().find_map(|l| l.strip_prefix("events: ")).unwrap().split_whitespace().collect();
+    let col = |name: &str| events.iter().position(|e| *e == name).unwrap();
+    let (d1mr, dlmr) = (col("D1mr"), col("DLmr"));
+    let mut in_fn = false;
+    let (mut d1, mut ll) = (0, 0);
+    for l in text.lines() {
+        if let Some(f) = l.strip_prefix("fn=") {
+            in_fn = f == func;
+            continue;
+        }
+        if in_fn && l.starts_with(|c: char| c.is_ascii_digit()) {
+            let n: Vec<u64> = l.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+            // first number is the line, then one per event (trailing zeros omitted)
+            d1 += n.get(1 + d1mr).copied().unwrap_or(0);
+            ll += n.get(1 + dlmr).copied().unwrap_or(0);
+        }
+    }
+    (d1, ll)
+}
+
+#[test]
+fn cachesim_matches_cachegrind_and_reuse_is_exact() {
+    let dir = scratch("cachesim");
+    let exe = build(Cc::Gcc, "cachekernels.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    assert!(record(&exe, &trace, &[]).status.success());
+    let geometry = ["--D1=32768,8,64", "--LL=1048576,16,64"];
+    let mut args = vec!["cachesim", "--function", "stride_sweep"];
+    args.extend(geometry);
+    let v = analyze(&trace, &args);
+    let level = |name: &str| {
+        v["levels"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone()
+    };
+    // hand-computed: every access of the sweep touches a new line of a 32 MiB array
+    assert_eq!(level("D1")["accesses"], 2 * (4 << 20) / 8);
+    assert_eq!(level("D1")["misses"], 2 * (4 << 20) / 8);
+    assert_eq!(level("LL")["misses"], 2 * (4 << 20) / 8);
+
+    // Same program, built natively, under cachegrind with the same geometry.
+    let valgrind = Command::new("valgrind").arg("--version").output();
+    if valgrind.is_err() {
+        assert!(std::env::var_os("CI").is_none(), "valgrind is required in CI");
+        return;
+    }
+    let native = dir.join("native");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&native)
+        .arg(programs().join("cachekernels.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cg_out = dir.join("cachegrind.out");
+    let st = Command::new("valgrind")
+        .args(["--tool=cachegrind", "--cache-sim=yes", "--I1=32768,8,64"])
+        .args(geometry)
+        .arg(format!("--cachegrind-out-file={}", cg_out.display()))
+        .arg(&native)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", stderr(&st));
+    let (cg_d1, cg_ll) = cachegrind_fn(&cg_out, "stride_sweep");
+    let ours_d1 = level("D1")["misses"].as_u64().unwrap();
+    let ours_ll = level("LL")["misses"].as_u64().unwrap();
+    let within = |a: u64, b: u64| (a as f64 - b as f64).abs() <= 0.02 * b as f64;
+    assert!(within(ours_d1, cg_d1), "D1 misses: memlens {ours_d1}, cachegrind {cg_d1}");
+    assert!(within(ours_ll, cg_ll), "LL misses: memlens {ours_ll}, cachegrind {cg_ll}");
+
+    // A cyclic walk over K = 100 lines: every warm access has reuse distance K-1.
+    let v = analyze(&trace, &["reuse", "--function", "cyclic"]);
+    let s = &v["summary"][0];
+    assert_eq!(s["accesses"], 5000);
+    assert_eq!(s["cold"], 100);
+    assert_eq!(s["mean_distance"], 99.0);
+    let h = v["histogram"].as_array().unwrap();
+    let b = h.iter().find(|b| b["low"] == 64).unwrap();
+    assert_eq!(b["distance"], 4900);
+
+    // The loop over a set that fits in D1 misses only cold.
+    let mut args = vec!["cachesim", "--function", "cyclic"];
+    args.extend(geometry);
+    let v = analyze(&trace, &args);
+    assert_eq!(v["levels"][0]["misses"], 100);
+}
+
+#[test]
+fn every_kernel_runs_and_bad_kernel_options_are_errors() {
+    let dir = scratch("kernels");
+    let exe = build(Cc::Gcc, "counts.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    assert!(record(&exe, &trace, &[]).status.success());
+    for k in
+        ["counts", "sharing", "false-sharing", "cachesim", "reuse", "working-set", "heap", "layout"]
+    {
+        let out = run_memlens(&["analyze", k, trace.to_str().unwrap()]);
+        assert!(out.status.success(), "{k}: {}", stderr(&out));
+        let v = analyze(&trace, &[k]);
+        assert!(v.is_object(), "{k}");
+    }
+    let heap = analyze(&trace, &["heap"]);
+    let site_line = line_of("counts.c", "malloc");
+    assert!(heap.to_string().contains(&format!("counts.c:{site_line}")), "{heap}");
+    let t = trace.to_str().unwrap();
+    for bad in [
+        vec!["analyze", "nonsense", t],
+        vec!["analyze", "cachesim", "--D1=12,3", t],
+        vec!["analyze", "counts", "--window", "9..3", t],
+        vec!["analyze", "counts", "--function", "no_such_function_xyz", t],
+    ] {
+        let out = run_memlens(&bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("memlens: error:") && err.trim_end().lines().count() == 1,
+            "{bad:?}: {err}"
+        );
+    }
+}
