@@ -103,9 +103,9 @@ pub fn wrapper(args: Vec<String>) -> Result<i32> {
         if !rest.iter().any(|a| a.starts_with("debuginfo=") || a == "-g") {
             cmd.args(["-C", "debuginfo=2"]);
         }
-        let links = has("--test")
-            || crate_types.is_empty()
-            || crate_types.iter().any(|t| matches!(*t, "bin" | "cdylib" | "dylib" | "staticlib"));
+        // Only executables get the runtime; libraries keep their callbacks undefined
+        // (as C shared libraries do) and resolve to the executable's runtime.
+        let links = has("--test") || crate_types.is_empty() || crate_types.contains(&"bin");
         if links {
             let rlib = std::env::var("MEMLENS_RT_RLIB").context("MEMLENS_RT_RLIB not set")?;
             let deps = std::env::var("MEMLENS_RT_DEPS").context("MEMLENS_RT_DEPS not set")?;

@@ -1,0 +1,96 @@
+//! Recording options, read once from `MEMLENS_*` environment variables at init.
+
+use memlens_format::MetaRecord;
+use std::sync::OnceLock;
+
+/// Options in force for the whole process (a forked child keeps its parent's).
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    /// `MEMLENS_OUTPUT`: trace path; unset or empty keeps the runtime inactive.
+    pub output: Option<String>,
+    /// `MEMLENS_VALUES=1`: record the value of every load and store.
+    pub values: bool,
+    /// `MEMLENS_STACK_DEPTH` (default 8, at most 64): callers kept per allocation.
+    pub stack_depth: usize,
+    /// `MEMLENS_ZSTD_LEVEL` (default 1; 0 stores chunks uncompressed).
+    pub zstd_level: i32,
+    /// `MEMLENS_BUFFER_KB` (default 1024): per-thread buffer, i.e. raw chunk size.
+    pub buffer_bytes: usize,
+    /// `MEMLENS_FILTER`: file of code ranges whose accesses and calls are recorded.
+    pub filter: Option<String>,
+    /// `MEMLENS_ROI=1`: record accesses only inside `memlens_roi_begin/end`.
+    pub roi: bool,
+    /// `MEMLENS_WRITERS` (default 1, at most 8): background compression threads.
+    pub writers: usize,
+}
+
+/// Largest accepted stack depth.
+pub(crate) const MAX_STACK_DEPTH: usize = 64;
+
+static OPTIONS: OnceLock<Options> = OnceLock::new();
+
+/// The options, parsed on first use.
+pub(crate) fn get() -> &'static Options {
+    OPTIONS.get_or_init(|| Options::parse(|k| std::env::var(k).ok()))
+}
+
+impl Options {
+    /// Parses options from a lookup function (the environment in production).
+    pub(crate) fn parse(var: impl Fn(&str) -> Option<String>) -> Options {
+        let num = |k: &str, default: i64, lo: i64, hi: i64| -> i64 {
+            var(k).and_then(|v| v.trim().parse::<i64>().ok()).map_or(default, |v| v.clamp(lo, hi))
+        };
+        let flag =
+            |k: &str| var(k).is_some_and(|v| matches!(v.trim(), "1" | "yes" | "true" | "on"));
+        Options {
+            output: var("MEMLENS_OUTPUT").filter(|s| !s.is_empty()),
+            values: flag("MEMLENS_VALUES"),
+            stack_depth: num("MEMLENS_STACK_DEPTH", 8, 0, MAX_STACK_DEPTH as i64) as usize,
+            zstd_level: num("MEMLENS_ZSTD_LEVEL", 1, 0, 19) as i32,
+            buffer_bytes: num("MEMLENS_BUFFER_KB", 1024, 64, 32 * 1024) as usize * 1024,
+            filter: var("MEMLENS_FILTER").filter(|s| !s.is_empty()),
+            roi: flag("MEMLENS_ROI"),
+            writers: num("MEMLENS_WRITERS", 1, 1, 8) as usize,
+        }
+    }
+
+    /// The options as metadata records.
+    pub(crate) fn records(&self) -> Vec<MetaRecord> {
+        let o = |k: &str, v: String| MetaRecord::Option(k.into(), v);
+        let b = |v: bool| if v { "1" } else { "0" }.to_string();
+        vec![
+            o("output", self.output.clone().unwrap_or_default()),
+            o("values", b(self.values)),
+            o("stack_depth", self.stack_depth.to_string()),
+            o("zstd_level", self.zstd_level.to_string()),
+            o("buffer_kb", (self.buffer_bytes / 1024).to_string()),
+            o("filter", self.filter.clone().unwrap_or_default()),
+            o("roi", b(self.roi)),
+            o("writers", self.writers.to_string()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_clamping() {
+        let o = Options::parse(|_| None);
+        assert!(o.output.is_none());
+        assert_eq!((o.stack_depth, o.zstd_level, o.buffer_bytes, o.writers), (8, 1, 1 << 20, 1));
+        let o = Options::parse(|k| match k {
+            "MEMLENS_OUTPUT" => Some("/tmp/x".into()),
+            "MEMLENS_STACK_DEPTH" => Some("1000".into()),
+            "MEMLENS_BUFFER_KB" => Some("1".into()),
+            "MEMLENS_VALUES" => Some("1".into()),
+            "MEMLENS_ZSTD_LEVEL" => Some("junk".into()),
+            _ => None,
+        });
+        assert_eq!(o.output.as_deref(), Some("/tmp/x"));
+        assert_eq!((o.stack_depth, o.buffer_bytes, o.zstd_level), (64, 64 * 1024, 1));
+        assert!(o.values && !o.roi);
+        assert_eq!(o.records().len(), 8);
+    }
+}

@@ -1,0 +1,584 @@
+//! The process around the recording: start-up, normal exit, `_exit`, fatal signals,
+//! `fork`, `exec`, and threads (`pthread_create`/`pthread_exit`/`pthread_setname_np`).
+
+use crate::options;
+use crate::real::{self, R};
+use crate::record;
+use crate::session::{session, Session};
+use crate::state::{
+    self, guard_off, guard_on, kick_all, ts, Guard, ThreadState, ACTIVE, BUSY, ENDING, FILTER_ON,
+    INACTIVE, INITING, KEY, ROI_MODE, STATE, UNINIT, VALUES,
+};
+use crate::sys;
+use core::sync::atomic::{AtomicBool, Ordering::*};
+use libc::{c_char, c_int, c_void};
+use memlens_format::{EndStatus, Event, MetaRecord};
+
+/// Runs [`ensure_init`] before `main` (with the other constructors of the program).
+/// Referenced from the runtime's cold paths so the linker always keeps it.
+#[cfg(not(test))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+pub(crate) static INIT_ARRAY: extern "C" fn() = ctor;
+#[cfg(test)]
+pub(crate) static INIT_ARRAY: extern "C" fn() = ctor;
+
+extern "C" fn ctor() {
+    ensure_init();
+}
+
+const FATAL: [c_int; 7] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+    libc::SIGTERM,
+    libc::SIGINT,
+];
+
+static FINISHING: AtomicBool = AtomicBool::new(false);
+static CRASHING: AtomicBool = AtomicBool::new(false);
+static CRASH_DONE: AtomicBool = AtomicBool::new(false);
+
+/// Starts the runtime once: from the constructor, `__tsan_init`, or the first event.
+pub(crate) fn ensure_init() {
+    match STATE.compare_exchange(UNINIT, INITING, SeqCst, SeqCst) {
+        Ok(_) => init(),
+        Err(INITING) => {
+            // Another thread is starting the runtime (or this one is, further up).
+            if ts().guard.get() == 0 {
+                while STATE.load(SeqCst) == INITING {
+                    // SAFETY: no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+            }
+        }
+        Err(_) => {}
+    }
+}
+
+fn init() {
+    let st = ts();
+    guard_on(st);
+    real::resolve_all();
+    let opts = options::get();
+    let ok = match opts.output.as_deref() {
+        Some(base) => start_recording(opts, base, claim_ownership()),
+        None => false,
+    };
+    if ok {
+        install_handlers();
+    }
+    STATE.store(if ok { ACTIVE } else { INACTIVE }, SeqCst);
+    guard_off(st);
+    if ok {
+        state::thread_start(st, None, false);
+    }
+}
+
+/// The first process of a recording owns the plain output path; it marks the
+/// environment so exec'd or spawned instrumented programs write `<output>.<pid>`.
+fn claim_ownership() -> bool {
+    if std::env::var_os("MEMLENS_OWNER_PID").is_some() {
+        return false;
+    }
+    let mut b = [0u8; 20];
+    let pid = sys::fmt_u64(u64::from(sys::getpid()), &mut b);
+    if let Ok(v) = std::ffi::CString::new(pid) {
+        // SAFETY: NUL-terminated strings; done while starting up.
+        unsafe { libc::setenv(c"MEMLENS_OWNER_PID".as_ptr(), v.as_ptr(), 1) };
+    }
+    true
+}
+
+fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
+    VALUES.store(opts.values, SeqCst);
+    ROI_MODE.store(opts.roi, SeqCst);
+    let modules = crate::modules::scan();
+    if let Some(path) = &opts.filter {
+        let ranges = match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let (r, skipped) = crate::filter::parse(&text, &modules);
+                if skipped > 0 {
+                    sys::warn(&["filter ", path, ": lines naming no loaded module were skipped"]);
+                }
+                r
+            }
+            Err(e) => {
+                sys::warn(&[
+                    "cannot read filter ",
+                    path,
+                    ": ",
+                    &e.to_string(),
+                    "; nothing is recorded",
+                ]);
+                Vec::new()
+            }
+        };
+        crate::filter::install(ranges);
+        FILTER_ON.store(true, SeqCst);
+    }
+    match Session::start(opts, base, owner, modules) {
+        Ok(_) => true,
+        Err(e) => {
+            sys::warn(&[&e.to_string(), "; not recording"]);
+            false
+        }
+    }
+}
+
+extern "C" {
+    fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+}
+
+fn install_handlers() {
+    // SAFETY: registering handlers with valid function pointers.
+    unsafe {
+        on_exit(at_exit, core::ptr::null_mut());
+        libc::pthread_atfork(None, None, Some(atfork_child));
+        let mut key: libc::pthread_key_t = 0;
+        if libc::pthread_key_create(&mut key, Some(key_dtor)) == 0 {
+            KEY.store(key + 1, SeqCst);
+        }
+        for sig in FATAL {
+            let mut old: libc::sigaction = core::mem::zeroed();
+            // Only take signals the program leaves at their default; an ignored
+            // SIGINT must stay ignored.
+            if libc::sigaction(sig, core::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                continue;
+            }
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, core::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn at_exit(status: c_int, _: *mut c_void) {
+    finish(EndStatus::Exited(status), Mode::Exit);
+}
+
+extern "C" fn key_dtor(_: *mut c_void) {
+    state::finish_thread(ts());
+}
+
+/// Why the trace is being finished.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Exit,
+    Exec,
+    Crash,
+}
+
+/// Writes out every buffer, the final metadata and the header. For `Exec` the
+/// recording can resume if the exec fails.
+pub(crate) fn finish(end: EndStatus, mode: Mode) {
+    let Some(sess) = session() else { return };
+    // A vfork child shares our memory: leave the parent's recording alone.
+    if sess.pid != sys::getpid() {
+        return;
+    }
+    let crash = mode == Mode::Crash;
+    if !crash && (STATE.load(SeqCst) != ACTIVE || FINISHING.swap(true, SeqCst)) {
+        return;
+    }
+    let st = ts();
+    guard_on(st);
+    if !crash && st.recording() {
+        record::flush_pending(st);
+        // After a successful exec no frame returns; after a failed one the real
+        // exits find the shadow stack empty and are not recorded, so it balances.
+        record::close_frames(st);
+        if mode == Mode::Exit {
+            record::emit_control(st, &Event::ThreadExit);
+        }
+        state::swap_buffer(st, true);
+        if mode == Mode::Exit {
+            st.tstate.store(state::T_OFF, Relaxed);
+        }
+    }
+    STATE.store(ENDING, SeqCst);
+    kick_all();
+    let deadline = sys::monotonic_ns() + if crash { 2_000_000_000 } else { 5_000_000_000 };
+    state::steal_all(sess, deadline, crash);
+    let timeout = crash.then_some(500_000_000);
+    let mut recs = Vec::new();
+    if crash {
+        sess.drain_here(deadline);
+    } else {
+        sess.drain(None);
+        if let Ok(mut known) = sess.modules.lock() {
+            if crate::modules::merge(&mut known, crate::modules::scan()) {
+                recs.extend(known.iter().cloned().map(MetaRecord::Module));
+            }
+        }
+    }
+    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+        recs.push(MetaRecord::Maps(maps));
+    }
+    recs.extend(sess.end_records(end));
+    sess.write_meta(&recs, crash, true, timeout);
+    drop(recs);
+    sess.write_header(end, timeout);
+    guard_off(st);
+}
+
+/// The exec failed: keep recording into the same trace (a later end record wins).
+fn resume_after_exec() {
+    if STATE.compare_exchange(ENDING, ACTIVE, SeqCst, SeqCst).is_ok() {
+        FINISHING.store(false, SeqCst);
+        kick_all();
+        state::refresh_limit(ts());
+    }
+}
+
+/// Fatal signal: record it, write everything out synchronously, then die of the
+/// same signal with the default action so the exit status is unchanged.
+extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    let st = ts();
+    if !CRASHING.swap(true, SeqCst) {
+        if STATE.load(SeqCst) == ACTIVE && session().is_some() {
+            // From here on the runtime's allocations come from the arena: the signal
+            // may have interrupted malloc itself.
+            let in_runtime = st.guard.get() != 0;
+            st.crash.set(true);
+            guard_on(st);
+            crash_flush_self(st, sig, in_runtime);
+            finish(EndStatus::Signaled(sig), Mode::Crash);
+        }
+        CRASH_DONE.store(true, SeqCst);
+    } else {
+        // Another thread is writing the trace out; let it finish.
+        let deadline = sys::monotonic_ns() + 3_000_000_000;
+        while !CRASH_DONE.load(SeqCst) && sys::monotonic_ns() < deadline {
+            sys::sleep_ns(1_000_000);
+        }
+    }
+    // SAFETY: restoring the default action and re-raising: the signal is blocked in
+    // this handler, so it is delivered (and kills us) as soon as we return.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Writes the crashing thread's own buffer plus a `Signal` event, without the
+/// general path (the signal may have interrupted an event halfway).
+fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
+    let Some(sess) = session() else { return };
+    let buf = st.buf.get();
+    if !st.recording() || buf == 0 || st.own.load(SeqCst) != 0 || st.stolen.load(SeqCst) {
+        return;
+    }
+    let raw = st.pos.load(SeqCst);
+    let mut pos = raw & !BUSY;
+    if pos < buf || pos > st.buf_end.get() {
+        return;
+    }
+    let mut v = Vec::new();
+    // SAFETY: control events do not use the encoder's prediction state, so this is
+    // valid even if the interrupted event left it half-updated.
+    unsafe { st.enc().push(&mut v, &Event::Signal(sig)) };
+    if pos + v.len() <= st.buf_end.get() {
+        // SAFETY: room checked; this thread owns the buffer.
+        unsafe { crate::strings::real_memcpy(pos as *mut u8, v.as_ptr(), v.len()) };
+        pos += v.len();
+        st.bump(state::class::OTHER);
+    }
+    // Close the open frames, unless the signal interrupted an event (then the
+    // encoder's state may be ahead of the buffer) or they do not fit.
+    let frames = st.depth.get().min(state::SHADOW_CAP);
+    if raw & BUSY == 0 && !in_runtime && pos + 32 + 12 * frames <= st.buf_end.get() {
+        st.pos.store(pos, SeqCst);
+        record::close_frames(st);
+        pos = st.pos.load(SeqCst) & !BUSY;
+    }
+    let job = crate::session::Job {
+        buf,
+        len: pos - buf,
+        cap: st.buf_cap.get(),
+        stream: st.stream.get(),
+        seq: st.seq.get(),
+        last: true,
+        counts: st.counts(),
+        clock: st.clock.get(),
+        recycle: false,
+    };
+    st.stolen.store(true, SeqCst);
+    st.tstate.store(state::T_OFF, SeqCst);
+    sess.run_job(job, None, &mut Vec::new(), Some(500_000_000));
+}
+
+/// In the child of `fork`: a new trace `<output>.<pid>` whose stream 0 is this
+/// thread; the parent's buffers and threads are forgotten.
+extern "C" fn atfork_child() {
+    if STATE.load(SeqCst) != ACTIVE {
+        if STATE.load(SeqCst) == ENDING {
+            STATE.store(INACTIVE, SeqCst);
+        }
+        return;
+    }
+    let st = ts();
+    guard_on(st);
+    FINISHING.store(false, SeqCst);
+    state::reset_after_fork(st);
+    let opts = options::get();
+    let modules = session()
+        .and_then(|s| s.modules.try_lock().ok().map(|m| m.clone()))
+        .unwrap_or_else(crate::modules::scan);
+    let base = opts.output.as_deref().unwrap_or("memlens.trace");
+    if let Err(e) = Session::start(opts, base, false, modules) {
+        sys::warn(&[&e.to_string(), "; the child is not recorded"]);
+        STATE.store(INACTIVE, SeqCst);
+        st.tstate.store(state::T_OFF, SeqCst);
+    }
+    guard_off(st);
+    if STATE.load(SeqCst) == ACTIVE {
+        state::thread_start(st, None, false);
+    }
+}
+
+/// `fork`: the parent records `Fork` and names the child's trace in its metadata.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    let f = real::get(R::fork);
+    if f == 0 {
+        *libc::__errno_location() = libc::ENOSYS;
+        return -1;
+    }
+    let pid = core::mem::transmute::<usize, unsafe extern "C" fn() -> libc::pid_t>(f)();
+    if pid > 0 && STATE.load(SeqCst) == ACTIVE {
+        if let Some(s) = session() {
+            if s.pid == sys::getpid() {
+                record::control(Event::Fork { child_pid: pid as u32 });
+                let _g = Guard::new();
+                let base = options::get().output.clone().unwrap_or_default();
+                let path = format!("{base}.{pid}");
+                s.write_meta(&[MetaRecord::Child { pid: pid as u32, path }], false, false, None);
+            }
+        }
+    }
+    pid
+}
+
+/// Before an exec: record it and finish the trace. Returns a replacement
+/// environment when `envp` would lose the ownership mark.
+unsafe fn before_exec(envp: Option<*const *const c_char>) -> Option<(Vec<*const c_char>, Vec<u8>)> {
+    if STATE.load(SeqCst) != ACTIVE || session().is_none_or(|s| s.pid != sys::getpid()) {
+        return None;
+    }
+    record::control(Event::Exec);
+    finish(EndStatus::Exec, Mode::Exec);
+    let envp = envp.filter(|e| !e.is_null())?;
+    let _g = Guard::new();
+    let mut vars = Vec::new();
+    let (mut has_output, mut has_owner) = (false, false);
+    let mut i = 0;
+    loop {
+        let p = *envp.add(i);
+        if p.is_null() {
+            break;
+        }
+        let s = std::ffi::CStr::from_ptr(p).to_bytes();
+        has_output |= s.starts_with(b"MEMLENS_OUTPUT=");
+        has_owner |= s.starts_with(b"MEMLENS_OWNER_PID=");
+        vars.push(p);
+        i += 1;
+    }
+    if !has_output || has_owner {
+        return None;
+    }
+    let owner = std::env::var("MEMLENS_OWNER_PID").unwrap_or_else(|_| sys::getpid().to_string());
+    let mut mark = format!("MEMLENS_OWNER_PID={owner}").into_bytes();
+    mark.push(0);
+    vars.push(mark.as_ptr().cast());
+    vars.push(core::ptr::null());
+    Some((vars, mark))
+}
+
+fn after_failed_exec() {
+    resume_after_exec();
+}
+
+type ExecE =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type Exec = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
+
+unsafe fn exec_e(
+    r: R,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let env = before_exec(Some(envp));
+    let envp = env.as_ref().map_or(envp, |(v, _)| v.as_ptr());
+    let f = real::get(r);
+    let rc = if f == 0 { -1 } else { core::mem::transmute::<usize, ExecE>(f)(path, argv, envp) };
+    {
+        let _g = Guard::new();
+        drop(env);
+    }
+    after_failed_exec();
+    rc
+}
+
+unsafe fn exec_plain(r: R, path: *const c_char, argv: *const *const c_char) -> c_int {
+    before_exec(None);
+    let f = real::get(r);
+    let rc = if f == 0 { -1 } else { core::mem::transmute::<usize, Exec>(f)(path, argv) };
+    after_failed_exec();
+    rc
+}
+
+/// `execve`: finishes the trace first (resumes if the exec fails).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    exec_e(R::execve, path, argv, envp)
+}
+
+/// `execvpe`: as [`execve`].
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    exec_e(R::execvpe, file, argv, envp)
+}
+
+/// `execv`: as [`execve`].
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    exec_plain(R::execv, path, argv)
+}
+
+/// `execvp`: as [`execve`].
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    exec_plain(R::execvp, file, argv)
+}
+
+unsafe fn exit_now(r: R, status: c_int) -> ! {
+    finish(EndStatus::Exited(status), Mode::Exit);
+    let f = real::get(r);
+    if f != 0 {
+        core::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> !>(f)(status);
+    }
+    libc::syscall(libc::SYS_exit_group, status);
+    libc::abort()
+}
+
+/// `_exit`: finishes the trace, then exits.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    exit_now(R::_exit, status)
+}
+
+/// `_Exit`: as [`_exit`].
+#[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    exit_now(R::_Exit, status)
+}
+
+type Start = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+
+struct Wrapped {
+    start: Start,
+    arg: *mut c_void,
+    parent: Option<u32>,
+}
+
+/// A new thread's first frame: starts its stream (parent known), runs the user's
+/// routine, ends the stream.
+unsafe extern "C-unwind" fn thread_main(w: *mut c_void) -> *mut c_void {
+    let Wrapped { start, arg, parent } = (w as *mut Wrapped).read();
+    real::__libc_free(w);
+    let st = ts();
+    state::thread_start(st, parent, true);
+    let r = start(arg);
+    state::finish_thread(st);
+    r
+}
+
+type Create = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    Start,
+    *mut c_void,
+) -> c_int;
+
+/// `pthread_create`: wraps the start routine (see [`thread_main`]).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: Start,
+    arg: *mut c_void,
+) -> c_int {
+    let f = real::get(R::pthread_create);
+    if f == 0 {
+        return libc::EAGAIN;
+    }
+    let create = core::mem::transmute::<usize, Create>(f);
+    let st = ts();
+    let s = STATE.load(SeqCst);
+    if st.guard.get() != 0 || s == INACTIVE || s == ENDING {
+        return create(t, attr, start, arg);
+    }
+    let w = real::__libc_malloc(core::mem::size_of::<Wrapped>()) as *mut Wrapped;
+    if w.is_null() {
+        return create(t, attr, start, arg);
+    }
+    let parent = st.recording().then(|| st.stream.get());
+    w.write(Wrapped { start, arg, parent });
+    let rc = create(t, attr, thread_main, w.cast());
+    if rc != 0 {
+        real::__libc_free(w.cast());
+    }
+    rc
+}
+
+/// `pthread_exit`: ends the stream first.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C-unwind" fn pthread_exit(ret: *mut c_void) -> ! {
+    state::finish_thread(ts());
+    let f = real::get(R::pthread_exit);
+    if f != 0 {
+        core::mem::transmute::<usize, unsafe extern "C-unwind" fn(*mut c_void) -> !>(f)(ret);
+    }
+    libc::abort()
+}
+
+/// `pthread_setname_np`: records `ThreadName` in the named thread's stream.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn pthread_setname_np(t: libc::pthread_t, name: *const c_char) -> c_int {
+    let f = real::get(R::pthread_setname_np);
+    if f == 0 {
+        return libc::ENOSYS;
+    }
+    type SetName = unsafe extern "C" fn(libc::pthread_t, *const c_char) -> c_int;
+    let rc = core::mem::transmute::<usize, SetName>(f)(t, name);
+    if rc == 0 && !name.is_null() && STATE.load(SeqCst) == ACTIVE && ts().guard.get() == 0 {
+        // Reading the name calls strlen: do it as the runtime.
+        let g = Guard::new();
+        let bytes = std::ffi::CStr::from_ptr(name).to_bytes();
+        if t == libc::pthread_self() {
+            let n = String::from_utf8_lossy(bytes).into_owned();
+            drop(g);
+            record::control(Event::ThreadName(n));
+        } else {
+            state::name_other(t as usize, bytes);
+        }
+    }
+    rc
+}

@@ -1,0 +1,576 @@
+//! Recording events: the inlined fast paths every callback uses, and the general
+//! path that handles everything else (first event of a thread, full buffer, values,
+//! filter, ROI, tracing off, thread and control events, allocations).
+
+use crate::filter;
+use crate::options::{self, MAX_STACK_DEPTH};
+use crate::session::session;
+use crate::state::{
+    self, class, guard_off, ts, Pending, ThreadState, ACTIVE, BUSY, ROI_MODE, ROI_ON, SHADOW_CAP,
+    STATE, TRACING, T_NEW, VALUES,
+};
+use core::sync::atomic::{compiler_fence, Ordering::*};
+use memlens_format::codec::{tag, Encoder, MAX_ACCESS_LEN};
+use memlens_format::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
+
+/// Writes one event straight into the buffer if the thread is in fast mode.
+#[inline(always)]
+unsafe fn fast(
+    st: &ThreadState,
+    class: usize,
+    f: impl FnOnce(&mut Encoder, *mut u8) -> *mut u8,
+) -> bool {
+    let p = st.pos.load(Relaxed);
+    if p >= st.limit.load(Relaxed) {
+        return false;
+    }
+    st.pos.store(p | BUSY, Relaxed);
+    compiler_fence(SeqCst);
+    let np = f(st.enc(), p as *mut u8);
+    st.bump(class);
+    st.pos.store(np as usize, Release);
+    true
+}
+
+const fn access_class(t: u8) -> usize {
+    if t & tag::ACCESS_WRITE != 0 {
+        class::WRITES
+    } else {
+        class::READS
+    }
+}
+
+// The cold entries take scalars, so the fast paths can tail-call them and need
+// no stack frame of their own; an inactive runtime returns right there.
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn slow_access(tag: u8, pc: u64, addr: u64) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    slow(Ev::Access { tag, pc, addr, value: None }, true);
+}
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn slow_atomic(tag: u8, pc: u64, addr: u64, value: u64) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    slow(Ev::Access { tag, pc, addr, value: Some(value) }, true);
+}
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn slow_rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    slow(Ev::Rmw { op, lg, pc, addr, old }, true);
+}
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn slow_enter(pc: u64, call_site: u64, sp: usize, frame: u64) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    slow(Ev::Enter { pc, call_site, sp, frame }, true);
+}
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn slow_exit(pc: u64, sp: usize) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    slow(Ev::Exit { pc, sp }, true);
+}
+
+/// A load or store (`TAG` from `codec::access_tag`).
+#[inline(always)]
+pub(crate) unsafe fn access<const TAG: u8>(pc: u64, addr: u64) {
+    if !fast(ts(), access_class(TAG), |e, p| e.access(p, TAG, pc, addr)) {
+        slow_access(TAG, pc, addr);
+    }
+}
+
+/// An atomic load or store whose value is known.
+#[inline(always)]
+pub(crate) unsafe fn atomic_access<const TAG: u8>(pc: u64, addr: u64, value: u64) {
+    if !fast(ts(), access_class(TAG), |e, p| e.access(p, TAG, pc, addr)) {
+        slow_atomic(TAG, pc, addr, value);
+    }
+}
+
+/// A range read or written.
+#[inline(always)]
+pub(crate) unsafe fn range(write: bool, pc: u64, addr: u64, len: u64, may_init: bool) {
+    if len == 0 {
+        return;
+    }
+    let (kind, c) =
+        if write { (AccessKind::Write, class::WRITES) } else { (AccessKind::Read, class::READS) };
+    if !fast(ts(), c, |e, p| e.range(p, kind, pc, addr, len)) {
+        slow(Ev::Range { write, pc, addr, len }, may_init);
+    }
+}
+
+/// A copy: a range read of `src` then a range write of `dst`.
+#[inline(always)]
+pub(crate) unsafe fn copy(pc: u64, dst: u64, src: u64, len: u64, may_init: bool) {
+    if len == 0 {
+        return;
+    }
+    let st = ts();
+    let done = fast(st, class::READS, |e, p| {
+        st.bump(class::WRITES);
+        let p = e.range(p, AccessKind::Read, pc, src, len);
+        e.range(p, AccessKind::Write, pc, dst, len)
+    });
+    if !done {
+        slow(Ev::Copy { pc, dst, src, len }, may_init);
+    }
+}
+
+/// An atomic read-modify-write performed by the runtime (`old`: value before).
+#[inline(always)]
+pub(crate) unsafe fn rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
+    let c = if op == RmwOp::CasFailed { class::CAS_FAIL } else { class::RMW };
+    if !fast(ts(), c, |e, p| e.rmw(p, op, lg, pc, addr, None)) {
+        slow_rmw(op, lg, pc, addr, old);
+    }
+}
+
+/// A fence.
+pub(crate) unsafe fn fence(pc: u64, order: u8) {
+    if !fast(ts(), class::OTHER, |e, p| e.fence(p, pc, order)) {
+        slow(Ev::Fence { pc, order }, true);
+    }
+}
+
+/// Function entry; `sp` is the stack pointer at the callback (see `close_dead`),
+/// `frame` the function's frame pointer.
+#[inline(always)]
+pub(crate) unsafe fn func_enter(pc: u64, call_site: u64, sp: usize, frame: u64) {
+    let st = ts();
+    let p = st.pos.load(Relaxed);
+    if p < st.limit.load(Relaxed) {
+        let d = st.depth.get();
+        let sh = st.shadow.get();
+        if d < SHADOW_CAP && !sh.is_null() && (d == 0 || (*sh.add(d - 1) & !7) > sp) {
+            st.pos.store(p | BUSY, Relaxed);
+            compiler_fence(SeqCst);
+            *sh.add(d) = sp | 1;
+            st.depth.set(d + 1);
+            let np = st.enc().func_enter(p as *mut u8, pc, call_site, frame);
+            st.bump(class::OTHER);
+            st.pos.store(np as usize, Release);
+            return;
+        }
+    }
+    slow_enter(pc, call_site, sp, frame);
+}
+
+/// Function exit.
+#[inline(always)]
+pub(crate) unsafe fn func_exit(pc: u64, sp: usize) {
+    let st = ts();
+    let p = st.pos.load(Relaxed);
+    if p < st.limit.load(Relaxed) {
+        let d = st.depth.get();
+        if d > 0 && d <= SHADOW_CAP {
+            let top = *st.shadow.get().add(d - 1);
+            if top & !7 >= sp {
+                st.pos.store(p | BUSY, Relaxed);
+                compiler_fence(SeqCst);
+                st.depth.set(d - 1);
+                let mut np = p as *mut u8;
+                if top & 1 != 0 {
+                    np = st.enc().func_exit(np, pc);
+                    st.bump(class::OTHER);
+                }
+                st.pos.store(np as usize, Release);
+                return;
+            }
+        }
+    }
+    slow_exit(pc, sp);
+}
+
+/// An event on its way to the general path.
+#[derive(Clone, Copy)]
+pub(crate) enum Ev {
+    Access { tag: u8, pc: u64, addr: u64, value: Option<u64> },
+    Range { write: bool, pc: u64, addr: u64, len: u64 },
+    Copy { pc: u64, dst: u64, src: u64, len: u64 },
+    Rmw { op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64 },
+    Fence { pc: u64, order: u8 },
+    Enter { pc: u64, call_site: u64, sp: usize, frame: u64 },
+    Exit { pc: u64, sp: usize },
+}
+
+/// The general path. `may_init`: this event may start the runtime (TSan/sancov
+/// callbacks may; libc interposers, which run before `main` too, may not).
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn slow(ev: Ev, may_init: bool) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    let st = ts();
+    if !enter(st, may_init) {
+        return;
+    }
+    general(st, ev);
+    guard_off(st);
+}
+
+/// Checks whether this thread can record now and, if so, takes the guard and
+/// writes whatever is owed first (a name set from elsewhere, a drop count, a deferred
+/// store value). Callers release with `guard_off`.
+#[inline]
+pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
+    if st.guard.get() != 0 {
+        return false;
+    }
+    if st.pos.load(Relaxed) & BUSY != 0 {
+        note_drop(st);
+        return false;
+    }
+    if !st.recording()
+        && (st.tstate.load(Relaxed) != T_NEW || !state::thread_start(st, None, may_init))
+    {
+        return false;
+    }
+    if STATE.load(Acquire) != ACTIVE {
+        return false;
+    }
+    state::guard_on(st);
+    if st.name_kick.load(Relaxed) {
+        if let Some(n) = state::take_name(st) {
+            emit_control(st, &Event::ThreadName(n));
+        }
+    }
+    if st.dropped.get() != 0 {
+        let n = st.dropped.replace(0);
+        emit_control(st, &Event::Dropped(n));
+    }
+    flush_pending(st);
+    true
+}
+
+/// Counts an event this thread could not record.
+fn note_drop(st: &ThreadState) {
+    if st.recording() {
+        st.dropped.set(st.dropped.get() + 1);
+        st.limit.store(0, Relaxed);
+        if let Some(s) = session() {
+            s.dropped_events.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+fn accesses_on() -> bool {
+    TRACING.load(Relaxed) && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
+}
+
+/// The value at `addr` (low 64 bits for 16-byte accesses).
+unsafe fn value_at(addr: u64, lg: u8) -> u64 {
+    let p = addr as *const u8;
+    match lg {
+        0 => u64::from(p.read_volatile()),
+        1 => u64::from((p as *const u16).read_unaligned()),
+        2 => u64::from((p as *const u32).read_unaligned()),
+        _ => (p as *const u64).read_unaligned(),
+    }
+}
+
+unsafe fn general(st: &ThreadState, ev: Ev) {
+    match ev {
+        Ev::Access { tag: t, pc, addr, value } => {
+            if !accesses_on() || !filter::allowed(pc) {
+                return;
+            }
+            let write = t & tag::ACCESS_WRITE != 0;
+            let v = if !VALUES.load(Relaxed) {
+                None
+            } else if let Some(v) = value {
+                Some(v)
+            } else if write {
+                // The store has not happened yet: read it at the next event.
+                st.pend.set(Pending { tag: t, pc, addr });
+                return;
+            } else {
+                Some(value_at(addr, t & 7))
+            };
+            write_ev(st, MAX_ACCESS_LEN, access_class(t), |e, p| match v {
+                Some(v) => e.access_value(p, t, pc, addr, v),
+                None => e.access(p, t, pc, addr),
+            });
+        }
+        Ev::Range { write, pc, addr, len } => {
+            if accesses_on() && filter::allowed(pc) {
+                let (k, c) = if write {
+                    (AccessKind::Write, class::WRITES)
+                } else {
+                    (AccessKind::Read, class::READS)
+                };
+                write_ev(st, MAX_ACCESS_LEN, c, |e, p| e.range(p, k, pc, addr, len));
+            }
+        }
+        Ev::Copy { pc, dst, src, len } => {
+            if accesses_on() && filter::allowed(pc) {
+                write_ev(st, MAX_ACCESS_LEN, class::READS, |e, p| {
+                    e.range(p, AccessKind::Read, pc, src, len)
+                });
+                write_ev(st, MAX_ACCESS_LEN, class::WRITES, |e, p| {
+                    e.range(p, AccessKind::Write, pc, dst, len)
+                });
+            }
+        }
+        Ev::Rmw { op, lg, pc, addr, old } => {
+            if accesses_on() && filter::allowed(pc) {
+                let v = VALUES.load(Relaxed).then_some(old);
+                let c = if op == RmwOp::CasFailed { class::CAS_FAIL } else { class::RMW };
+                write_ev(st, MAX_ACCESS_LEN, c, |e, p| e.rmw(p, op, lg, pc, addr, v));
+            }
+        }
+        Ev::Fence { pc, order } => {
+            if accesses_on() && filter::allowed(pc) {
+                write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.fence(p, pc, order));
+            }
+        }
+        Ev::Enter { pc, call_site, sp, frame } => {
+            let d = st.depth.get();
+            if d >= SHADOW_CAP || st.shadow.get().is_null() {
+                // Too deep to track: count the frame, record nothing for it.
+                st.depth.set(d + 1);
+                return;
+            }
+            close_dead(st, sp, true);
+            let emit = TRACING.load(Relaxed)
+                && filter::allowed(pc)
+                && write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| {
+                    e.func_enter(p, pc, call_site, frame)
+                });
+            let d = st.depth.get();
+            *st.shadow.get().add(d) = sp | usize::from(emit);
+            st.depth.set(d + 1);
+        }
+        Ev::Exit { pc, sp } => {
+            let d = st.depth.get();
+            if d > SHADOW_CAP {
+                st.depth.set(d - 1);
+                return;
+            }
+            close_dead(st, sp, false);
+            let d = st.depth.get();
+            if d > 0 {
+                let top = *st.shadow.get().add(d - 1);
+                st.depth.set(d - 1);
+                if top & 1 != 0 {
+                    write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.func_exit(p, pc));
+                }
+            }
+        }
+    }
+}
+
+/// Pops frames left without an exit (longjmp, unwinding without cleanups): every
+/// frame whose saved stack pointer lies below `sp` (or at it, for an entry, since a
+/// new frame at that depth replaces the old one) is dead. Recorded ones get a
+/// synthesized `FuncExit { pc: 0 }`.
+unsafe fn close_dead(st: &ThreadState, sp: usize, inclusive: bool) {
+    let sh = st.shadow.get();
+    let mut d = st.depth.get().min(SHADOW_CAP);
+    while d > 0 {
+        let top = *sh.add(d - 1);
+        let tsp = top & !7;
+        if tsp < sp || (inclusive && tsp == sp) {
+            d -= 1;
+            st.depth.set(d);
+            if top & 1 != 0 {
+                write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.func_exit(p, 0));
+            }
+        } else {
+            break;
+        }
+    }
+}
+
+/// Closes every open frame (thread or process end). Guard held.
+pub(crate) fn close_frames(st: &ThreadState) {
+    let sh = st.shadow.get();
+    if sh.is_null() {
+        st.depth.set(0);
+        return;
+    }
+    let mut d = st.depth.get().min(SHADOW_CAP);
+    while d > 0 {
+        // SAFETY: entries below depth were written by this thread.
+        let top = unsafe { *sh.add(d - 1) };
+        d -= 1;
+        st.depth.set(d);
+        if top & 1 != 0 {
+            // SAFETY: owner, guard held.
+            unsafe { write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.func_exit(p, 0)) };
+        }
+    }
+    st.depth.set(0);
+}
+
+/// Writes a deferred store with the value now in memory. Guard held.
+pub(crate) fn flush_pending(st: &ThreadState) {
+    let pd = st.pend.replace(Pending::NONE);
+    if pd.tag != 0 {
+        // SAFETY: the program stored to this address at its last event.
+        unsafe {
+            let v = value_at(pd.addr, pd.tag & 7);
+            write_ev(st, MAX_ACCESS_LEN, class::WRITES, |e, p| {
+                e.access_value(p, pd.tag, pd.pc, pd.addr, v)
+            });
+        }
+    }
+}
+
+/// Writes an event through the general path: makes room (handing the buffer over
+/// when full), then encodes. Guard held. False if it had to be dropped.
+unsafe fn write_ev(
+    st: &ThreadState,
+    need: usize,
+    class: usize,
+    f: impl FnOnce(&mut Encoder, *mut u8) -> *mut u8,
+) -> bool {
+    let room = |st: &ThreadState| {
+        st.buf.get() != 0
+            && !st.stolen.load(Relaxed)
+            && st.pos.load(Relaxed).wrapping_add(need) <= st.buf_end.get()
+    };
+    if !(room(st) || state::swap_buffer(st, false) && room(st)) {
+        st.dropped.set(st.dropped.get() + 1);
+        if let Some(s) = session() {
+            s.dropped_events.fetch_add(1, Relaxed);
+        }
+        return false;
+    }
+    let p = st.pos.load(Relaxed);
+    st.pos.store(p | BUSY, Relaxed);
+    compiler_fence(SeqCst);
+    let np = f(st.enc(), p as *mut u8);
+    st.bump(class);
+    st.pos.store(np as usize, Release);
+    true
+}
+
+/// Writes a thread or control event (encoded into a small vector first). Guard held.
+pub(crate) fn emit_control(st: &ThreadState, ev: &Event) -> bool {
+    let mut v = Vec::with_capacity(32);
+    // SAFETY: owner, guard held; control events do not touch the prediction state.
+    unsafe {
+        st.enc().push(&mut v, ev);
+        write_ev(st, v.len(), class::OTHER, |_, p| {
+            core::ptr::copy_nonoverlapping(v.as_ptr(), p, v.len());
+            p.add(v.len())
+        })
+    }
+}
+
+/// Records a thread or control event from outside the runtime. The event is dropped
+/// with the guard held, so freeing its strings is not recorded.
+pub(crate) fn control(ev: Event) {
+    let st = ts();
+    if enter(st, true) {
+        emit_control(st, &ev);
+        drop(ev);
+        guard_off(st);
+    } else {
+        let _g = state::Guard::new();
+        drop(ev);
+    }
+}
+
+/// Callers' return addresses from a frame-pointer walk starting at `fp`, kept
+/// inside this thread's stack so a frame-pointer-less caller cannot make it fault.
+fn walk(st: &ThreadState, mut fp: usize, out: &mut [u64]) -> usize {
+    let (lo, hi) = (st.stack_lo.get(), st.stack_hi.get());
+    let mut n = 0;
+    while n < out.len() {
+        if fp < lo || fp.wrapping_add(16) > hi || fp & 7 != 0 {
+            break;
+        }
+        // SAFETY: `fp..fp+16` lies inside this thread's mapped stack.
+        let (next, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
+        if ret == 0 {
+            break;
+        }
+        out[n] = ret as u64;
+        n += 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    n
+}
+
+fn stack_of(st: &ThreadState, fp: usize, buf: &mut [u64; MAX_STACK_DEPTH]) -> usize {
+    let depth = options::get().stack_depth.min(MAX_STACK_DEPTH);
+    walk(st, fp, &mut buf[..depth])
+}
+
+/// Records an allocation made at `pc` (the caller's frame pointer is `fp`).
+pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
+    let st = ts();
+    if !enter(st, false) {
+        return;
+    }
+    let mut stack = [0u64; MAX_STACK_DEPTH];
+    let n = stack_of(st, fp, &mut stack);
+    // SAFETY: owner, guard held; `alloc_len(n)` bytes are reserved.
+    unsafe {
+        write_ev(st, Encoder::alloc_len(n), class::ALLOCS, |e, p| {
+            e.alloc(p, kind, pc, addr, size, &stack[..n])
+        })
+    };
+    guard_off(st);
+}
+
+/// Records a realloc.
+pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
+    let st = ts();
+    if !enter(st, false) {
+        return;
+    }
+    let mut stack = [0u64; MAX_STACK_DEPTH];
+    let n = stack_of(st, fp, &mut stack);
+    // SAFETY: as in `alloc`.
+    unsafe {
+        write_ev(st, Encoder::alloc_len(n), class::REALLOCS, |e, p| {
+            e.realloc(p, pc, old, new, size, &stack[..n])
+        })
+    };
+    guard_off(st);
+}
+
+/// Records a free (before the block is released, so a deferred store value can
+/// still be read).
+pub(crate) fn free(kind: FreeKind, pc: u64, addr: u64) {
+    let st = ts();
+    if !enter(st, false) {
+        return;
+    }
+    // SAFETY: owner, guard held.
+    unsafe { write_ev(st, MAX_ACCESS_LEN, class::FREES, |e, p| e.free(p, kind, pc, addr)) };
+    guard_off(st);
+}
+
+/// Writes a deferred store before an interposed function changes memory.
+#[inline(always)]
+pub(crate) fn before_op() {
+    let st = ts();
+    if st.pend.get().tag != 0 && enter(st, false) {
+        guard_off(st);
+    }
+}

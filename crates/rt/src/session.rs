@@ -1,0 +1,495 @@
+//! One recording: the trace file, the buffer pool, the queue of full buffers and
+//! the writer threads that compress and append them.
+//!
+//! Traced threads never compress or write: a full buffer becomes a [`Job`] on a
+//! bounded lock-free queue and the thread takes an empty buffer from a pool. When
+//! [`Session::cap`] jobs are waiting the thread sleeps until a writer catches up
+//! (backpressure: nothing is dropped while the disk keeps up). Once a write fails the
+//! session is `failed` for good: later chunks are counted as dropped, the program
+//! keeps running, and the counts go into the final metadata and the header, which is
+//! rewritten in place and so needs no new disk space.
+
+use crate::options::Options;
+use crate::state::{self, ACTIVE, STATE};
+use crate::sys::{self, SpinLock};
+use crate::{real, Error};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use crossbeam_queue::ArrayQueue;
+use libc::{c_int, c_void};
+use memlens_format::{
+    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, EndStatus, FileHeader, MetaRecord,
+    Module, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
+};
+use std::sync::Mutex;
+
+/// Buffer size handed to threads once many are alive.
+pub(crate) const SMALL_BUF: usize = 64 << 10;
+
+/// A full (or final) buffer of one stream, on its way to a writer.
+pub(crate) struct Job {
+    /// Buffer start.
+    pub buf: usize,
+    /// Bytes of events in it.
+    pub len: usize,
+    /// Buffer size (selects the pool it returns to).
+    pub cap: usize,
+    /// Stream (thread) id.
+    pub stream: u32,
+    /// Chunk sequence number in the stream.
+    pub seq: u32,
+    /// Last chunk of the stream.
+    pub last: bool,
+    /// Event counters of the chunk.
+    pub counts: ChunkCounts,
+    /// Monotonic time at the chunk's start.
+    pub clock: u64,
+    /// Return the buffer to the pool afterwards (false when the owning thread might
+    /// still touch it: buffers taken from running threads at exit).
+    pub recycle: bool,
+}
+
+/// An open trace file and its machinery.
+pub(crate) struct Session {
+    fd: c_int,
+    /// Path of the trace file.
+    pub path: String,
+    /// Recording process.
+    pub pid: u32,
+    start_ns: u64,
+    level: i32,
+    /// Default buffer size.
+    pub big: usize,
+    pool_big: ArrayQueue<usize>,
+    pool_small: ArrayQueue<usize>,
+    jobs: ArrayQueue<Job>,
+    /// Jobs queued or being written.
+    inflight: AtomicUsize,
+    /// Backpressure threshold on `inflight`.
+    cap: usize,
+    /// Bumped after every finished job (futex word for waiting producers).
+    progress: AtomicU32,
+    wake: AtomicU32,
+    sleepers: AtomicU32,
+    writers: AtomicU32,
+    /// Next stream id.
+    pub next_stream: AtomicU32,
+    meta_seq: AtomicU32,
+    chunks: AtomicU64,
+    /// Events not recorded or not written.
+    pub dropped_events: AtomicU64,
+    dropped_bytes: AtomicU64,
+    /// A write failed; everything after is dropped and counted.
+    pub failed: AtomicBool,
+    file: SpinLock,
+    end: AtomicU64,
+    /// Module table (ids are stable for the whole trace).
+    pub modules: Mutex<Vec<Module>>,
+}
+
+static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The current recording, if any.
+#[inline]
+pub(crate) fn session() -> Option<&'static Session> {
+    // SAFETY: sessions are leaked, never freed.
+    unsafe { SESSION.load(Acquire).as_ref() }
+}
+
+impl Session {
+    /// Opens the trace, writes the header and the start metadata, starts the writers
+    /// and installs the session as current.
+    pub(crate) fn start(
+        opts: &Options,
+        base: &str,
+        owner: bool,
+        modules: Vec<Module>,
+    ) -> Result<&'static Session, Error> {
+        let pid = sys::getpid();
+        let (fd, path) = open_output(base, owner, pid)?;
+        let big = opts.buffer_bytes;
+        let cap = 8 + 4 * opts.writers;
+        let s: &'static Session = Box::leak(Box::new(Session {
+            fd,
+            path,
+            pid,
+            start_ns: sys::realtime_ns(),
+            level: opts.zstd_level,
+            big,
+            pool_big: ArrayQueue::new(cap + 8),
+            pool_small: ArrayQueue::new(256),
+            jobs: ArrayQueue::new(4096),
+            inflight: AtomicUsize::new(0),
+            cap,
+            progress: AtomicU32::new(0),
+            wake: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+            writers: AtomicU32::new(0),
+            next_stream: AtomicU32::new(0),
+            meta_seq: AtomicU32::new(0),
+            chunks: AtomicU64::new(0),
+            dropped_events: AtomicU64::new(0),
+            dropped_bytes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            file: SpinLock::new(),
+            end: AtomicU64::new(HEADER_SIZE as u64),
+            modules: Mutex::new(modules),
+        }));
+        let header =
+            FileHeader { version: VERSION, pid, start_ns: s.start_ns, ..Default::default() };
+        if let Err(e) = sys::pwrite_all(fd, &header.encode(), 0) {
+            s.fail(e);
+        }
+        let mut recs = vec![MetaRecord::Process {
+            pid,
+            exe: crate::modules::exe_path(),
+            argv: crate::modules::cmdline(),
+        }];
+        recs.extend(opts.records());
+        if let Ok(m) = s.modules.lock() {
+            recs.extend(m.iter().cloned().map(MetaRecord::Module));
+        }
+        s.write_meta(&recs, false, false, None);
+        s.start_writers(opts.writers);
+        SESSION.store(s as *const Session as *mut Session, Release);
+        Ok(s)
+    }
+
+    fn start_writers(&'static self, n: usize) {
+        let create = real::get(real::R::pthread_create);
+        if create == 0 {
+            return;
+        }
+        type Create = unsafe extern "C" fn(
+            *mut libc::pthread_t,
+            *const libc::pthread_attr_t,
+            extern "C" fn(*mut c_void) -> *mut c_void,
+            *mut c_void,
+        ) -> c_int;
+        // SAFETY: the address came from dlsym("pthread_create").
+        let create: Create = unsafe { core::mem::transmute::<usize, Create>(create) };
+        for _ in 0..n {
+            // SAFETY: plain pthread calls with valid out-pointers; the session is 'static.
+            unsafe {
+                let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+                libc::pthread_attr_init(&mut attr);
+                libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+                let mut t: libc::pthread_t = 0;
+                let arg = self as *const Session as *mut c_void;
+                if create(&mut t, &attr, writer_main, arg) == 0 {
+                    self.writers.fetch_add(1, SeqCst);
+                }
+                libc::pthread_attr_destroy(&mut attr);
+            }
+        }
+    }
+
+    fn fail(&self, errno: i32) {
+        if !self.failed.swap(true, SeqCst) {
+            // SAFETY: strerror returns a static NUL-terminated string.
+            let msg = unsafe { std::ffi::CStr::from_ptr(libc::strerror(errno)) };
+            sys::warn(&[
+                "cannot write the trace ",
+                &self.path,
+                ": ",
+                &msg.to_string_lossy(),
+                "; later events are counted as dropped",
+            ]);
+        }
+    }
+
+    /// Appends one chunk made of `parts`. `force` writes even after a failure (the
+    /// final metadata); `timeout` bounds the wait for the file lock (crash path).
+    fn write_chunk(&self, parts: &[&[u8]], events: u64, force: bool, timeout: Option<u64>) -> bool {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let locked = match timeout {
+            None => {
+                self.file.lock();
+                true
+            }
+            Some(ns) => self.file.lock_for(ns),
+        };
+        let ok = if self.failed.load(Relaxed) && !force {
+            false
+        } else {
+            let start = self.end.load(Relaxed);
+            let mut off = start;
+            let mut err = None;
+            for p in parts {
+                if let Err(e) = sys::pwrite_all(self.fd, p, off) {
+                    err = Some(e);
+                    break;
+                }
+                off += p.len() as u64;
+            }
+            match err {
+                Some(e) => {
+                    // Cut the torn chunk off so the file still ends on a chunk boundary;
+                    // shrinking needs no space.
+                    // SAFETY: plain syscall on our fd.
+                    unsafe { libc::ftruncate(self.fd, start as libc::off_t) };
+                    self.fail(e);
+                    false
+                }
+                None => {
+                    self.end.store(off, Relaxed);
+                    self.chunks.fetch_add(1, Relaxed);
+                    true
+                }
+            }
+        };
+        if locked {
+            self.file.unlock();
+        }
+        if !ok {
+            self.dropped_events.fetch_add(events, Relaxed);
+            self.dropped_bytes.fetch_add(total as u64, Relaxed);
+        }
+        ok
+    }
+
+    /// Writes metadata records as one chunk; `raw` skips compression (no zstd
+    /// context to allocate on the crash path).
+    pub(crate) fn write_meta(
+        &self,
+        recs: &[MetaRecord],
+        raw: bool,
+        force: bool,
+        timeout: Option<u64>,
+    ) {
+        let mut payload = Vec::new();
+        for r in recs {
+            r.encode(&mut payload);
+        }
+        let mut enc = ChunkEncoder::new(if raw { 0 } else { self.level });
+        let mut out = Vec::new();
+        let seq = self.meta_seq.fetch_add(1, Relaxed);
+        let counts = ChunkCounts::default();
+        enc.encode(ChunkKind::Meta, META_STREAM, seq, 0, counts, 0, &payload, &mut out);
+        self.write_chunk(&[&out], 0, force, timeout);
+    }
+
+    /// Rewrites the file header with the final figures (in place: no new space).
+    pub(crate) fn write_header(&self, end: EndStatus, timeout: Option<u64>) {
+        let (end_kind, end_value) = end.to_parts();
+        let h = FileHeader {
+            version: VERSION,
+            pid: self.pid,
+            start_ns: self.start_ns,
+            finished: true,
+            end_kind,
+            end_value,
+            dropped_events: self.dropped_events.load(Relaxed),
+            dropped_bytes: self.dropped_bytes.load(Relaxed),
+            chunks: self.chunks.load(Relaxed),
+            threads: self.next_stream.load(Relaxed),
+        };
+        let bytes = h.encode();
+        let locked = match timeout {
+            None => {
+                self.file.lock();
+                true
+            }
+            Some(ns) => self.file.lock_for(ns),
+        };
+        let _ = sys::pwrite_all(self.fd, &bytes, 0);
+        if locked {
+            self.file.unlock();
+        }
+    }
+
+    /// The end-of-trace metadata: statistics and how the process ended.
+    pub(crate) fn end_records(&self, end: EndStatus) -> [MetaRecord; 2] {
+        [
+            MetaRecord::Stats {
+                dropped_events: self.dropped_events.load(Relaxed),
+                dropped_bytes: self.dropped_bytes.load(Relaxed),
+            },
+            MetaRecord::End(end),
+        ]
+    }
+
+    /// An empty buffer, waiting while too many full ones are queued. `None` when no
+    /// memory can be had or recording stopped while waiting.
+    pub(crate) fn acquire(&self, small: bool) -> Option<(usize, usize)> {
+        while self.inflight.load(Acquire) >= self.cap && !self.failed.load(Relaxed) {
+            if STATE.load(Relaxed) != ACTIVE || self.writers.load(Relaxed) == 0 {
+                break;
+            }
+            let p = self.progress.load(Acquire);
+            if self.inflight.load(Acquire) < self.cap {
+                break;
+            }
+            self.wake_writers();
+            sys::futex_wait(&self.progress, p, 10_000_000);
+        }
+        let (pool, size) = if small && self.big > SMALL_BUF {
+            (&self.pool_small, SMALL_BUF)
+        } else {
+            (&self.pool_big, self.big)
+        };
+        if let Some(b) = pool.pop() {
+            return Some((b, size));
+        }
+        let p = sys::map(size);
+        (!p.is_null()).then_some((p as usize, size))
+    }
+
+    fn recycle(&self, buf: usize, cap: usize) {
+        let pool = if cap == self.big { &self.pool_big } else { &self.pool_small };
+        if pool.push(buf).is_err() {
+            // SAFETY: the buffer came from `map(cap)` and its owner gave it up.
+            unsafe { sys::unmap(buf as *mut u8, cap) };
+        }
+    }
+
+    /// Gives a full buffer to the writers (or writes it here when there are none).
+    pub(crate) fn submit(&self, job: Job) {
+        if self.writers.load(Relaxed) == 0 {
+            let mut enc = ChunkEncoder::new(self.level);
+            self.run_job(job, Some(&mut enc), &mut Vec::new(), None);
+            return;
+        }
+        self.inflight.fetch_add(1, AcqRel);
+        let mut job = job;
+        while let Err(j) = self.jobs.push(job) {
+            job = j;
+            self.wake_writers();
+            sys::sleep_ns(50_000);
+        }
+        self.wake_writers();
+    }
+
+    /// Frames and writes one job; `enc = None` stores it uncompressed.
+    pub(crate) fn run_job(
+        &self,
+        job: Job,
+        enc: Option<&mut ChunkEncoder>,
+        out: &mut Vec<u8>,
+        timeout: Option<u64>,
+    ) {
+        // SAFETY: the producer handed over `len` initialised bytes at `buf`.
+        let payload = unsafe { core::slice::from_raw_parts(job.buf as *const u8, job.len) };
+        let flags = if job.last { FLAG_LAST } else { 0 };
+        let events = u64::from(job.counts.events);
+        if self.failed.load(Relaxed) {
+            self.dropped_events.fetch_add(events, Relaxed);
+            self.dropped_bytes.fetch_add(job.len as u64, Relaxed);
+        } else if let Some(enc) = enc {
+            let (k, s, q, c, t) = (ChunkKind::Events, job.stream, job.seq, job.counts, job.clock);
+            enc.encode(k, s, q, flags, c, t, payload, out);
+            self.write_chunk(&[out], events, false, timeout);
+        } else {
+            let h = ChunkHeader {
+                kind: ChunkKind::Events,
+                codec: Codec::None,
+                flags,
+                stream: job.stream,
+                seq: job.seq,
+                raw_len: job.len as u32,
+                payload_len: job.len as u32,
+                counts: job.counts,
+                first_clock: job.clock,
+                payload_crc: crc32fast::hash(payload),
+            };
+            self.write_chunk(&[&h.encode(), payload], events, false, timeout);
+        }
+        if job.recycle {
+            self.recycle(job.buf, job.cap);
+        }
+    }
+
+    fn wake_writers(&self) {
+        self.wake.fetch_add(1, SeqCst);
+        if self.sleepers.load(SeqCst) > 0 {
+            sys::futex_wake(&self.wake);
+        }
+    }
+
+    fn job_done(&self) {
+        self.inflight.fetch_sub(1, AcqRel);
+        self.progress.fetch_add(1, Release);
+        sys::futex_wake(&self.progress);
+    }
+
+    /// Waits until every queued job is written; false on timeout.
+    pub(crate) fn drain(&self, deadline: Option<u64>) -> bool {
+        loop {
+            let p = self.progress.load(Acquire);
+            if self.inflight.load(Acquire) == 0 {
+                return true;
+            }
+            if deadline.is_some_and(|d| sys::monotonic_ns() > d) || self.writers.load(Relaxed) == 0
+            {
+                return false;
+            }
+            self.wake_writers();
+            sys::futex_wait(&self.progress, p, 5_000_000);
+        }
+    }
+
+    /// Crash path: writes the queued jobs here, uncompressed, then waits (bounded)
+    /// for the writers' jobs in progress.
+    pub(crate) fn drain_here(&self, deadline: u64) {
+        let timeout = Some(500_000_000);
+        while let Some(job) = self.jobs.pop() {
+            self.run_job(job, None, &mut Vec::new(), timeout);
+            self.job_done();
+        }
+        self.drain(Some(deadline));
+    }
+}
+
+/// Opens the trace: the first process of a recording truncates `base`; any other
+/// (forked child, exec'd or spawned program) creates `base.<pid>` (or
+/// `base.<pid>.<n>` if that exists) so it never overwrites another trace.
+fn open_output(base: &str, owner: bool, pid: u32) -> Result<(c_int, String), Error> {
+    let open = |path: &str, flags: c_int| -> Result<c_int, i32> {
+        let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+        // SAFETY: valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_WRONLY | libc::O_CLOEXEC, 0o644) };
+        if fd < 0 {
+            Err(sys::errno())
+        } else {
+            Ok(fd)
+        }
+    };
+    if owner {
+        return open(base, libc::O_CREAT | libc::O_TRUNC)
+            .map(|fd| (fd, base.to_string()))
+            .map_err(|errno| Error::Open { path: base.to_string(), errno });
+    }
+    let mut last = 0;
+    for n in 0..1000 {
+        let path = if n == 0 { format!("{base}.{pid}") } else { format!("{base}.{pid}.{n}") };
+        match open(&path, libc::O_CREAT | libc::O_EXCL) {
+            Ok(fd) => return Ok((fd, path)),
+            Err(libc::EEXIST) => last = libc::EEXIST,
+            Err(e) => return Err(Error::Open { path, errno: e }),
+        }
+    }
+    Err(Error::Open { path: format!("{base}.{pid}"), errno: last })
+}
+
+/// A writer thread: compresses and appends jobs until the process ends.
+extern "C" fn writer_main(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the leaked session passed by `start_writers`.
+    let s: &'static Session = unsafe { &*(arg as *const Session) };
+    state::mark_runtime_thread();
+    // SAFETY: PR_SET_NAME with a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"memlens-writer".as_ptr()) };
+    let mut enc = ChunkEncoder::new(s.level);
+    let mut out = Vec::new();
+    loop {
+        if let Some(job) = s.jobs.pop() {
+            s.run_job(job, Some(&mut enc), &mut out, None);
+            s.job_done();
+            continue;
+        }
+        let w = s.wake.load(SeqCst);
+        s.sleepers.fetch_add(1, SeqCst);
+        if s.jobs.is_empty() {
+            sys::futex_wait(&s.wake, w, 200_000_000);
+        }
+        s.sleepers.fetch_sub(1, SeqCst);
+    }
+}
