@@ -348,9 +348,3 @@ mod tests {
         assert_eq!(strip_link_only(&a), vec!["-O2".to_string(), "-DX=1".to_string()]);
     }
 }
-
-/// `memlens cargo ...`: builds a cargo project with the Rust instrumentation
-/// applied to the project's crates only, linked against the runtime rlib.
-pub fn cargo(args: Vec<String>) -> Result<i32> {
-    crate::rust::cargo(args)
-}

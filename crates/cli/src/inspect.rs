@@ -223,6 +223,9 @@ fn counts(r: &TraceReader) -> Result<Counts> {
     Ok(c)
 }
 
+/// (file and line when grouping by line, function).
+type RowKey = (Option<(std::sync::Arc<str>, u32)>, std::sync::Arc<str>);
+
 #[derive(Default)]
 struct Row {
     c: PcCounts,
@@ -269,8 +272,7 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
     let rows: Vec<Value> = match by {
         By::Variable(g) => crate::vars::variable_rows(&r, g, top)?,
         By::Line | By::Function => {
-            let mut agg: HashMap<(Option<(std::sync::Arc<str>, u32)>, std::sync::Arc<str>), Row> =
-                HashMap::new();
+            let mut agg: HashMap<RowKey, Row> = HashMap::new();
             for (pc, pcc) in &c.by_pc {
                 let CodeName { function, file, line, .. } = names.code(*pc);
                 let key =

@@ -242,7 +242,7 @@ fn real_main() -> Result<i32> {
     match argv.get(1).map(String::as_str) {
         Some("cc") => return cc::main(cc::Lang::C, argv[2..].to_vec()),
         Some("c++") | Some("cxx") => return cc::main(cc::Lang::Cxx, argv[2..].to_vec()),
-        Some("cargo") => return cc::cargo(argv[2..].to_vec()),
+        Some("cargo") => return rust::cargo(argv[2..].to_vec()),
         _ => {}
     }
     let cli = match Cli::try_parse() {
@@ -263,7 +263,7 @@ fn real_main() -> Result<i32> {
     match cli.cmd {
         Cmd::Cc { args } => cc::main(cc::Lang::C, args),
         Cmd::Cxx { args } => cc::main(cc::Lang::Cxx, args),
-        Cmd::Cargo { args } => cc::cargo(args),
+        Cmd::Cargo { args } => rust::cargo(args),
         Cmd::Record(a) => {
             let mut filter = filter::FilterSpec::default();
             if let Some(f) = &a.functions {

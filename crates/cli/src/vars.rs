@@ -201,7 +201,7 @@ pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
         }
     };
     let mut unnamed: Vec<_> = rep.unnamed.into_iter().collect();
-    unnamed.sort_by(|a, b| b.1.cmp(&a.1));
+    unnamed.sort_by_key(|u| std::cmp::Reverse(u.1));
     unnamed.truncate(5);
     Ok(serde_json::json!({
         "accesses": rep.accesses,
