@@ -271,6 +271,16 @@ impl Encoder {
         varint::put(p.add(1), self.pred.pc_delta(pc))
     }
 
+    /// Encodes an ordering clock (`Event::Clock`).
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn clock(&mut self, p: *mut u8, t: u64) -> *mut u8 {
+        p.write(tag::CLOCK);
+        varint::put(p.add(1), t)
+    }
+
     /// Encodes a fence.
     ///
     /// # Safety
