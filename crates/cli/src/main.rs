@@ -239,6 +239,16 @@ fn real_main() -> Result<i32> {
     if rust::is_wrapper_call() && argv.len() > 1 && !argv[1].starts_with('-') {
         return rust::wrapper(argv[1..].to_vec());
     }
+    // Installed as `memlens-cc` / `memlens-c++` (symlinks), memlens is the compiler
+    // itself: `CC=memlens-cc cmake ..` needs a single path.
+    let argv0 = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+    match argv0.as_deref() {
+        Some("memlens-cc") => return cc::main(cc::Lang::C, argv[1..].to_vec()),
+        Some("memlens-c++") | Some("memlens-cxx") => {
+            return cc::main(cc::Lang::Cxx, argv[1..].to_vec())
+        }
+        _ => {}
+    }
     match argv.get(1).map(String::as_str) {
         Some("cc") => return cc::main(cc::Lang::C, argv[2..].to_vec()),
         Some("c++") | Some("cxx") => return cc::main(cc::Lang::Cxx, argv[2..].to_vec()),

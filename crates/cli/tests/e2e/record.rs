@@ -228,3 +228,104 @@ fn filters_limit_what_is_recorded() {
     let funcs = report(&trace, "function");
     assert!(funcs.iter().all(|r| r["function"] == "fill"), "{funcs:?}");
 }
+
+#[test]
+fn custom_allocators_from_alloc_in_and_recorded_values() {
+    for cc in Cc::all() {
+        let dir = scratch("custom");
+        let exe = dir.join("custom");
+        let p = programs();
+        let (var, compiler) = match cc {
+            Cc::Gcc => ("MEMLENS_CC", "gcc"),
+            Cc::Clang => ("MEMLENS_CC", "clang-22"),
+        };
+        let out = Command::new(memlens())
+            .args(["cc", "-O1"])
+            .arg(p.join("custom_alloc.c"))
+            .arg(p.join("custom_alloc_lib.c"))
+            .arg("-o")
+            .arg(&exe)
+            .env(var, compiler)
+            .env("MEMLENS_ALLOC_DEFS", p.join("alloc.in"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let trace = dir.join("t.trace");
+        let out = Command::new(memlens())
+            .args(["record", "-q", "--values", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "rc=0 1\n");
+        let ev = dump(&trace);
+        let custom: Vec<_> =
+            ev.iter().filter(|e| e["event"] == "alloc" && e["kind"] == "custom").collect();
+        assert_eq!(custom.len(), 2, "{cc:?}: {custom:?}");
+        // the out-parameter allocator logs the pointer it stored, not its return code
+        let mallocs: Vec<_> = ev
+            .iter()
+            .filter(|e| e["event"] == "alloc" && e["kind"] == "malloc" && e["size"] == 48)
+            .collect();
+        assert_eq!(mallocs.len(), 1);
+        assert_eq!(custom[0]["addr"], mallocs[0]["addr"], "{cc:?}");
+        assert_eq!(custom[0]["size"], 48);
+        assert_eq!(custom[1]["size"], 80, "{cc:?}: count x size");
+        let allocs = report(&trace, "alloc");
+        let src = "custom_alloc.c";
+        assert!(
+            at_line(&allocs, src, line_of(src, "pool-get"), "count") >= 1,
+            "{cc:?}: {allocs:?}"
+        );
+        assert!(at_line(&allocs, src, line_of(src, "pool-array"), "count") >= 1, "{cc:?}");
+        // --values: each store of the loop carries the value written
+        let line = line_of(src, "values");
+        let vals: Vec<u64> = ev
+            .iter()
+            .filter(|e| e["event"] == "write" && e["line"] == line)
+            .map(|e| e["value"].as_u64().expect("value recorded"))
+            .collect();
+        assert_eq!(vals, vec![0, 1, 2], "{cc:?}");
+    }
+}
+
+#[test]
+fn dinamite_filter_file_blacklists_functions() {
+    let dir = scratch("filterjson");
+    let exe = build(Cc::Gcc, "counts.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = Command::new(memlens())
+        .args(["record", "-q", "--filter-file"])
+        .arg(programs().join("function_filter.json"))
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = report(&trace, "line");
+    let src = "counts.c";
+    assert_eq!(at_line(&rows, src, line_of(src, "store-g"), "stores"), 1000);
+    assert_eq!(at_line(&rows, src, line_of(src, "load-g"), "loads"), 0, "sum is blacklisted");
+}
+
+#[test]
+fn memlens_cc_works_under_its_own_name_for_cmake_and_make() {
+    let dir = scratch("argv0");
+    let link = dir.join("memlens-cc");
+    std::os::unix::fs::symlink(memlens(), &link).unwrap();
+    let exe = dir.join("counts");
+    let out = Command::new(&link)
+        .args(["-O2"])
+        .arg(programs().join("counts.c"))
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_CC", "gcc")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(record(&exe, &dir.join("t.trace"), &[]).status.success());
+}
