@@ -18,7 +18,9 @@
 //!
 //! # Brief overview
 //! - [`Kernel`]: `process(thread, event)` + `finish()`; [`ShardKernel`]: `fork` + `merge`.
-//! - [`drive_serial`], [`drive_parallel`]: feed a kernel from a trace.
+//! - [`drive_serial`], [`drive_parallel`]: feed a kernel from a trace;
+//!   [`drive_merged`]: in one global order consistent with synchronisation (Lamport
+//!   clocks, k-way merge by `(clock, thread, index)`).
 //! - [`Filter`] / [`Filtered`]: thread, code range, data range and event-window filters
 //!   around any kernel.
 //! - [`Namer`] ([`NoNames`]), [`Render`], [`Table`], [`RenderOpts`]: naming and
@@ -76,6 +78,7 @@ pub mod filter;
 mod fxhash;
 pub mod heap;
 pub mod layout;
+pub mod merged;
 pub mod names;
 pub mod reuse;
 pub mod sharing;
@@ -85,6 +88,7 @@ mod testutil;
 pub mod working_set;
 
 pub use filter::{Filter, Filtered, WindowBasis};
+pub use merged::{drive_merged, Merged, MergedEvent};
 pub use names::{CodeName, DataName, Namer, NoNames};
 pub use table::{Render, RenderOpts, Table};
 

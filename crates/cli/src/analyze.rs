@@ -175,13 +175,13 @@ fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K:
         }
     };
     let out = if roi {
-        memlens_analysis::drive_serial(
+        memlens_analysis::drive_merged(
             r,
             filter.apply(Roi { inner: k, inside: Default::default() }),
             tick,
         )?
     } else {
-        memlens_analysis::drive_serial(r, filter.apply(k), tick)?
+        memlens_analysis::drive_merged(r, filter.apply(k), tick)?
     };
     if let Some(pb) = pb {
         pb.finish_and_clear();

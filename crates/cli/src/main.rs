@@ -3,8 +3,10 @@
 mod allocdefs;
 mod analyze;
 mod cc;
+mod dbi;
 mod filter;
 mod inspect;
+mod merge;
 mod names;
 mod record;
 mod runtime;
@@ -92,8 +94,18 @@ enum Cmd {
         /// Leave code addresses unnamed (faster).
         #[arg(long)]
         no_names: bool,
+        /// All threads in one order consistent with synchronisation
+        /// (`clock thread index event`; `--format amt`: atomic-memory-trace's text).
+        #[arg(long)]
+        merged: bool,
         /// The trace.
         trace: PathBuf,
+    },
+    /// Merge an atomic-memory-trace text trace (stdin) by timestamp (stdout)
+    Merge {
+        /// Drop the timestamp column, as atomic-memory-trace's merge does.
+        #[arg(long)]
+        strip_ts: bool,
     },
 }
 
@@ -126,6 +138,14 @@ struct RecordArgs {
     /// Print nothing but the program's own output.
     #[arg(short, long)]
     quiet: bool,
+    /// Trace an unmodified x86-64 program under QEMU user mode (qemu-x86_64).
+    #[arg(long)]
+    dbi: bool,
+    /// With --dbi, the code to trace: exe, all, lib:NAME, 0xSTART-0xEND (comma-separated).
+    #[arg(long, value_name = "WHAT", default_value = "exe", requires = "dbi")]
+    dbi_filter: String,
+    #[command(flatten)]
+    order: merge::OrderArgs,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true, value_name = "PROG [ARGS]")]
     cmd: Vec<String>,
@@ -204,6 +224,8 @@ enum GroupBy {
 enum DumpFormat {
     Text,
     Json,
+    /// atomic-memory-trace's text format (with --merged).
+    Amt,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -275,6 +297,18 @@ fn real_main() -> Result<i32> {
         Cmd::Cxx { args } => cc::main(cc::Lang::Cxx, args),
         Cmd::Cargo { args } => rust::cargo(args),
         Cmd::Record(a) => {
+            if a.dbi {
+                if a.values || a.roi || a.functions.is_some() || a.files.is_some() {
+                    anyhow::bail!("--values, --roi, --functions and --files are not supported with --dbi (use --dbi-filter)");
+                }
+                return dbi::run(dbi::DbiOpts {
+                    output: a.output,
+                    zstd_level: a.zstd_level,
+                    filter: a.dbi_filter,
+                    quiet: a.quiet,
+                    cmd: a.cmd,
+                });
+            }
             let mut filter = filter::FilterSpec::default();
             if let Some(f) = &a.functions {
                 filter.add_list(f, false);
@@ -293,6 +327,7 @@ fn real_main() -> Result<i32> {
                 roi: a.roi,
                 filter,
                 quiet: a.quiet,
+                env: a.order.env(),
                 cmd: a.cmd,
             })
         }
@@ -342,8 +377,19 @@ fn real_main() -> Result<i32> {
             })
             .map(|_| 0)
         }
-        Cmd::Dump { format, thread, no_names, trace } => {
+        Cmd::Dump { format, thread, no_names, merged, trace } => {
+            if merged || format == DumpFormat::Amt {
+                let f = match format {
+                    DumpFormat::Text => merge::MergedFormat::Text,
+                    DumpFormat::Json => merge::MergedFormat::Json,
+                    DumpFormat::Amt => merge::MergedFormat::Amt,
+                };
+                return merge::dump_merged(&trace, f).map(|_| 0);
+            }
             inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names).map(|_| 0)
+        }
+        Cmd::Merge { strip_ts } => {
+            merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
         }
     }
 }

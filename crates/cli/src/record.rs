@@ -24,12 +24,14 @@ pub struct RecordOpts {
     pub filter: crate::filter::FilterSpec,
     /// Custom allocator definitions (alloc.in) used when the program was built.
     pub quiet: bool,
+    /// Extra environment for the runtime (ordering options, `merge::OrderArgs::env`).
+    pub env: Vec<(String, String)>,
     /// The program and its arguments.
     pub cmd: Vec<String>,
 }
 
 /// Resolves `prog` like a shell would.
-fn find_program(prog: &str) -> Result<PathBuf> {
+pub(crate) fn find_program(prog: &str) -> Result<PathBuf> {
     if prog.contains('/') {
         let p = PathBuf::from(prog);
         if !p.exists() {
@@ -115,6 +117,7 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
     if opts.roi {
         cmd.env("MEMLENS_ROI", "1");
     }
+    cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
     if !opts.filter.is_empty() {
         let ranges = crate::filter::code_ranges(&exe, &opts.filter)?;
         let f = tmp.path.join("filter.txt");
@@ -157,7 +160,7 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 
 /// Writes the waitpid status into the header (the runtime cannot know it when
 /// main returns, or when the process was killed).
-fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
+pub(crate) fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
     let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
     let mut b = vec![0u8; HEADER_SIZE];
     let n = f.read(&mut b)?;
@@ -178,7 +181,7 @@ fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
     Ok(())
 }
 
-fn summary(path: &Path) {
+pub(crate) fn summary(path: &Path) {
     match memlens_format::TraceReader::open(path) {
         Ok(r) => {
             let t = r.totals();

@@ -12,6 +12,7 @@ use memlens_format::Event;
 /// (`RegisterThread` event).
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn memlens_register_thread(id: c_long) {
+    crate::state::ts().registered.set(true);
     record::control(Event::RegisterThread(id));
 }
 
@@ -39,12 +40,14 @@ pub unsafe extern "C" fn memlens_thread_name(name: *const c_char) {
 pub extern "C" fn memlens_roi_begin() {
     ROI_ON.store(true, SeqCst);
     kick_all();
+    crate::order::global();
     record::control(Event::Roi(true));
 }
 
 /// Ends the region of interest.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn memlens_roi_end() {
+    crate::order::global();
     record::control(Event::Roi(false));
     ROI_ON.store(false, SeqCst);
     kick_all();

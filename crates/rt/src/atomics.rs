@@ -8,7 +8,7 @@
 //! `mo & 7`). Orders a Rust operation cannot take (a release load, an acquire store)
 //! are strengthened to `SeqCst`; a failure order is weakened to what Rust allows.
 
-use crate::record;
+use crate::{order, record};
 use core::sync::atomic::{
     compiler_fence, fence, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::*,
 };
@@ -70,7 +70,8 @@ pub(crate) fn signal_fence(mo: i32) {
 macro_rules! rmw_op {
     ($bits:literal, $imp:ident, $ent:ident, $sfx:literal, $op:ident, $method:ident) => {
         unsafe extern "C" fn $imp(a: *mut T, v: T, mo: i32, pc: usize) -> T {
-            let old = at(a).$method(v, order(mo));
+            let (old, t) = order::atomic(a as u64, || at(a).$method(v, order(mo)));
+            record::clocked(t);
             record::rmw(RmwOp::$op, LG, pc as u64, a as u64, old as u64);
             old
         }
@@ -94,13 +95,15 @@ macro_rules! family {
             }
 
             unsafe extern "C" fn load(a: *mut T, mo: i32, pc: usize) -> T {
-                let v = at(a).load(load_order(mo));
+                let (v, t) = order::atomic(a as u64, || at(a).load(load_order(mo)));
+                record::clocked(t);
                 record::atomic_access::<AR>(pc as u64, a as u64, v as u64);
                 v
             }
 
             unsafe extern "C" fn store(a: *mut T, v: T, mo: i32, pc: usize) {
-                at(a).store(v, store_order(mo));
+                let ((), t) = order::atomic(a as u64, || at(a).store(v, store_order(mo)));
+                record::clocked(t);
                 record::atomic_access::<AW>(pc as u64, a as u64, v as u64);
             }
 
@@ -112,14 +115,19 @@ macro_rules! family {
                 fmo: i32,
                 pc: usize,
             ) -> i32 {
-                match at(a).compare_exchange(*c, v, order(mo), fail_order(fmo)) {
+                let want = *c;
+                let (r, t) = order::atomic(a as u64, || {
+                    at(a).compare_exchange(want, v, order(mo), fail_order(fmo))
+                });
+                record::clocked(t);
+                match r {
                     Ok(old) => {
                         record::rmw(RmwOp::Cas, LG, pc as u64, a as u64, old as u64);
                         1
                     }
                     Err(cur) => {
                         *c = cur;
-                        record::rmw(RmwOp::CasFailed, LG, pc as u64, a as u64, cur as u64);
+                        record::rmw(order::failed_op(), LG, pc as u64, a as u64, cur as u64);
                         0
                     }
                 }
@@ -133,13 +141,17 @@ macro_rules! family {
                 fmo: i32,
                 pc: usize,
             ) -> T {
-                match at(a).compare_exchange(c, v, order(mo), fail_order(fmo)) {
+                let (r, t) = order::atomic(a as u64, || {
+                    at(a).compare_exchange(c, v, order(mo), fail_order(fmo))
+                });
+                record::clocked(t);
+                match r {
                     Ok(old) => {
                         record::rmw(RmwOp::Cas, LG, pc as u64, a as u64, old as u64);
                         old
                     }
                     Err(cur) => {
-                        record::rmw(RmwOp::CasFailed, LG, pc as u64, a as u64, cur as u64);
+                        record::rmw(order::failed_op(), LG, pc as u64, a as u64, cur as u64);
                         cur
                     }
                 }
@@ -230,13 +242,15 @@ mod a128 {
     }
 
     unsafe extern "C" fn load(a: *mut u128, _mo: i32, pc: usize) -> Pair {
-        let v = cas16(a, 0, 0);
+        let (v, t) = order::atomic(a as u64, || cas16(a, 0, 0));
+        record::clocked(t);
         record::atomic_access::<AR>(pc as u64, a as u64, v as u64);
         pair(v)
     }
 
     unsafe extern "C" fn store(a: *mut u128, lo: u64, hi: u64, _mo: i32, pc: usize) {
-        update(a, |_| join(lo, hi));
+        let (_, t) = order::atomic(a as u64, || update(a, |_| join(lo, hi)));
+        record::clocked(t);
         record::atomic_access::<AW>(pc as u64, a as u64, lo);
     }
 
@@ -244,7 +258,8 @@ mod a128 {
         ($imp:ident, $ent:ident, $sym:literal, $op:ident, |$c:ident, $v:ident| $e:expr) => {
             unsafe extern "C" fn $imp(a: *mut u128, lo: u64, hi: u64, _mo: i32, pc: usize) -> Pair {
                 let $v = join(lo, hi);
-                let old = update(a, |$c| $e);
+                let (old, t) = order::atomic(a as u64, || update(a, |$c| $e));
+                record::clocked(t);
                 record::rmw(RmwOp::$op, LG, pc as u64, a as u64, old as u64);
                 pair(old)
             }
@@ -278,13 +293,14 @@ mod a128 {
         pc: usize,
     ) -> i32 {
         let want = *c;
-        let prev = cas16(a, want, join(lo, hi));
+        let (prev, t) = order::atomic(a as u64, || cas16(a, want, join(lo, hi)));
+        record::clocked(t);
         if prev == want {
             record::rmw(RmwOp::Cas, LG, pc as u64, a as u64, prev as u64);
             1
         } else {
             *c = prev;
-            record::rmw(RmwOp::CasFailed, LG, pc as u64, a as u64, prev as u64);
+            record::rmw(order::failed_op(), LG, pc as u64, a as u64, prev as u64);
             0
         }
     }
@@ -303,8 +319,9 @@ mod a128 {
         pc: usize,
     ) -> Pair {
         let want = join(clo, chi);
-        let prev = cas16(a, want, join(vlo, vhi));
-        let op = if prev == want { RmwOp::Cas } else { RmwOp::CasFailed };
+        let (prev, t) = order::atomic(a as u64, || cas16(a, want, join(vlo, vhi)));
+        record::clocked(t);
+        let op = if prev == want { RmwOp::Cas } else { order::failed_op() };
         record::rmw(op, LG, pc as u64, a as u64, prev as u64);
         pair(prev)
     }

@@ -34,7 +34,10 @@
 //! callbacks only perform the atomic operations and copies they stand for, so an
 //! instrumented program runs normally. Other options: `MEMLENS_VALUES`,
 //! `MEMLENS_STACK_DEPTH`, `MEMLENS_ZSTD_LEVEL`, `MEMLENS_BUFFER_KB`, `MEMLENS_FILTER`,
-//! `MEMLENS_ROI`, `MEMLENS_WRITERS` (see `options.rs`).
+//! `MEMLENS_ROI`, `MEMLENS_WRITERS`, `MEMLENS_REGISTERED_ONLY`, and the ordering
+//! options `MEMLENS_ORDER`, `MEMLENS_ORDER_LOCKS`, `MEMLENS_ORDER_LINE`,
+//! `MEMLENS_CAS_AS_WRITE` (see `options.rs` and `order.rs`: Lamport clocks at atomics
+//! and interposed pthread synchronisation, `sync.rs`).
 //!
 //! # Brief overview
 //! - Entry points: the TSan ABI (`__tsan_read4`, `__tsan_atomic64_fetch_add`, ...),
@@ -114,6 +117,7 @@ mod atomics;
 mod filter;
 mod modules;
 mod options;
+mod order;
 mod process;
 mod real;
 mod record;
@@ -121,6 +125,7 @@ mod sancov;
 mod session;
 mod state;
 mod strings;
+mod sync;
 mod sys;
 mod tsan;
 

@@ -22,6 +22,16 @@ pub(crate) struct Options {
     pub roi: bool,
     /// `MEMLENS_WRITERS` (default 1, at most 8): background compression threads.
     pub writers: usize,
+    /// `MEMLENS_ORDER`: `sync` (default), `atomic` or `none` (see `order.rs`).
+    pub order: u8,
+    /// `MEMLENS_ORDER_LOCKS` (default 4096): striped clock locks.
+    pub order_locks: usize,
+    /// `MEMLENS_ORDER_LINE` (default 64): bytes per lock stripe.
+    pub order_line: usize,
+    /// `MEMLENS_CAS_AS_WRITE=1`: a failed compare-exchange is recorded as a write too.
+    pub cas_as_write: bool,
+    /// `MEMLENS_REGISTERED_ONLY=1`: only registered threads record accesses.
+    pub registered_only: bool,
 }
 
 /// Largest accepted stack depth.
@@ -51,6 +61,13 @@ impl Options {
             filter: var("MEMLENS_FILTER").filter(|s| !s.is_empty()),
             roi: flag("MEMLENS_ROI"),
             writers: num("MEMLENS_WRITERS", 1, 1, 8) as usize,
+            order: var("MEMLENS_ORDER")
+                .and_then(|v| crate::order::parse_mode(&v))
+                .unwrap_or(crate::order::SYNC),
+            order_locks: num("MEMLENS_ORDER_LOCKS", 4096, 1, 1 << 16) as usize,
+            order_line: num("MEMLENS_ORDER_LINE", 64, 1, 1 << 20) as usize,
+            cas_as_write: flag("MEMLENS_CAS_AS_WRITE"),
+            registered_only: flag("MEMLENS_REGISTERED_ONLY"),
         }
     }
 
@@ -67,6 +84,19 @@ impl Options {
             o("filter", self.filter.clone().unwrap_or_default()),
             o("roi", b(self.roi)),
             o("writers", self.writers.to_string()),
+            o(
+                "order",
+                match self.order {
+                    crate::order::NONE => "none",
+                    crate::order::ATOMIC => "atomic",
+                    _ => "sync",
+                }
+                .into(),
+            ),
+            o("order_locks", self.order_locks.to_string()),
+            o("order_line", self.order_line.to_string()),
+            o("cas_as_write", b(self.cas_as_write)),
+            o("registered_only", b(self.registered_only)),
         ]
     }
 }
@@ -91,6 +121,6 @@ mod tests {
         assert_eq!(o.output.as_deref(), Some("/tmp/x"));
         assert_eq!((o.stack_depth, o.buffer_bytes, o.zstd_level), (64, 64 * 1024, 1));
         assert!(o.values && !o.roi);
-        assert_eq!(o.records().len(), 8);
+        assert_eq!(o.records().len(), 13);
     }
 }

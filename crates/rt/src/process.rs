@@ -95,6 +95,7 @@ fn claim_ownership() -> bool {
 fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
     VALUES.store(opts.values, SeqCst);
     ROI_MODE.store(opts.roi, SeqCst);
+    state::REGISTERED_ONLY.store(opts.registered_only, SeqCst);
     let modules = crate::modules::scan();
     if let Some(path) = &opts.filter {
         let ranges = match std::fs::read_to_string(path) {
@@ -120,7 +121,15 @@ fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
         FILTER_ON.store(true, SeqCst);
     }
     match Session::start(opts, base, owner, modules) {
-        Ok(_) => true,
+        Ok(_) => {
+            crate::order::configure(
+                opts.order,
+                opts.order_locks,
+                opts.order_line,
+                opts.cas_as_write,
+            );
+            true
+        }
         Err(e) => {
             sys::warn(&[&e.to_string(), "; not recording"]);
             false
@@ -496,16 +505,19 @@ struct Wrapped {
     start: Start,
     arg: *mut c_void,
     parent: Option<u32>,
+    clock: u64,
 }
 
 /// A new thread's first frame: starts its stream (parent known), runs the user's
 /// routine, ends the stream.
 unsafe extern "C-unwind" fn thread_main(w: *mut c_void) -> *mut c_void {
-    let Wrapped { start, arg, parent } = (w as *mut Wrapped).read();
+    let Wrapped { start, arg, parent, clock } = (w as *mut Wrapped).read();
     real::__libc_free(w);
     let st = ts();
     state::thread_start(st, parent, true);
+    crate::order::inherit(clock);
     let r = start(arg);
+    crate::order::release(libc::pthread_self());
     state::finish_thread(st);
     r
 }
@@ -540,7 +552,8 @@ pub unsafe extern "C" fn pthread_create(
         return create(t, attr, start, arg);
     }
     let parent = st.recording().then(|| st.stream.get());
-    w.write(Wrapped { start, arg, parent });
+    let clock = crate::order::fork_clock();
+    w.write(Wrapped { start, arg, parent, clock });
     let rc = create(t, attr, thread_main, w.cast());
     if rc != 0 {
         real::__libc_free(w.cast());
@@ -551,6 +564,7 @@ pub unsafe extern "C" fn pthread_create(
 /// `pthread_exit`: ends the stream first.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C-unwind" fn pthread_exit(ret: *mut c_void) -> ! {
+    crate::order::release(libc::pthread_self());
     state::finish_thread(ts());
     let f = real::get(R::pthread_exit);
     if f != 0 {

@@ -41,6 +41,24 @@ reals! {
     delete_nothrow = "_ZdlPvRKSt9nothrow_t", delete_array_nothrow = "_ZdaPvRKSt9nothrow_t",
     delete_aligned_nothrow = "_ZdlPvSt11align_val_tRKSt9nothrow_t",
     delete_array_aligned_nothrow = "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+    pthread_join = "pthread_join", pthread_mutex_lock = "pthread_mutex_lock",
+    pthread_mutex_trylock = "pthread_mutex_trylock",
+    pthread_mutex_timedlock = "pthread_mutex_timedlock",
+    pthread_mutex_unlock = "pthread_mutex_unlock",
+    pthread_rwlock_rdlock = "pthread_rwlock_rdlock",
+    pthread_rwlock_tryrdlock = "pthread_rwlock_tryrdlock",
+    pthread_rwlock_timedrdlock = "pthread_rwlock_timedrdlock",
+    pthread_rwlock_wrlock = "pthread_rwlock_wrlock",
+    pthread_rwlock_trywrlock = "pthread_rwlock_trywrlock",
+    pthread_rwlock_timedwrlock = "pthread_rwlock_timedwrlock",
+    pthread_rwlock_unlock = "pthread_rwlock_unlock",
+    pthread_cond_wait = "pthread_cond_wait", pthread_cond_timedwait = "pthread_cond_timedwait",
+    pthread_cond_signal = "pthread_cond_signal",
+    pthread_cond_broadcast = "pthread_cond_broadcast",
+    pthread_barrier_wait = "pthread_barrier_wait", pthread_spin_lock = "pthread_spin_lock",
+    pthread_spin_trylock = "pthread_spin_trylock", pthread_spin_unlock = "pthread_spin_unlock",
+    sem_wait = "sem_wait", sem_trywait = "sem_trywait", sem_timedwait = "sem_timedwait",
+    sem_post = "sem_post",
 }
 
 const COUNT: usize = NAMES.len();
@@ -68,8 +86,15 @@ fn resolve(r: R) -> usize {
             return 0;
         }
         busy.set(true);
-        // SAFETY: NAMES entries are NUL-terminated.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, NAMES[r as usize].as_ptr().cast()) } as usize;
+        let name = NAMES[r as usize];
+        // `dlsym` would find the pre-2.3.2 condition variables: ask for the current ones.
+        let p = if name.starts_with("pthread_cond_") {
+            // SAFETY: NUL-terminated strings.
+            unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr().cast(), c"GLIBC_2.3.2".as_ptr()) }
+        } else {
+            // SAFETY: NUL-terminated.
+            unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) }
+        } as usize;
         busy.set(false);
         if p != 0 {
             PTRS[r as usize].store(p, Relaxed);

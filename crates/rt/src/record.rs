@@ -4,6 +4,7 @@
 
 use crate::filter;
 use crate::options::{self, MAX_STACK_DEPTH};
+use crate::order;
 use crate::session::session;
 use crate::state::{
     self, class, guard_off, ts, Pending, ThreadState, ACTIVE, BUSY, ROI_MODE, ROI_ON, SHADOW_CAP,
@@ -143,6 +144,34 @@ pub(crate) unsafe fn rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
     }
 }
 
+/// Writes `Clock(t)` (the thread's Lamport clock changed, see `order.rs`).
+#[inline(always)]
+pub(crate) fn clock(t: u64) {
+    // SAFETY: the encoder writes at most MAX_ACCESS_LEN bytes below `limit + RESERVE`.
+    unsafe {
+        if !fast(ts(), class::OTHER, |e, p| e.clock(p, t)) {
+            slow_clock(t);
+        }
+    }
+}
+
+/// [`clock`] unless `t` is 0 (ordering off).
+#[inline(always)]
+pub(crate) fn clocked(t: u64) {
+    if t != 0 {
+        clock(t);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn slow_clock(t: u64) {
+    if STATE.load(Relaxed) == state::INACTIVE {
+        return;
+    }
+    control(Event::Clock(t));
+}
+
 /// A fence.
 pub(crate) unsafe fn fence(pc: u64, order: u8) {
     if !fast(ts(), class::OTHER, |e, p| e.fence(p, pc, order)) {
@@ -272,8 +301,10 @@ fn note_drop(st: &ThreadState) {
     }
 }
 
-fn accesses_on() -> bool {
-    TRACING.load(Relaxed) && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
+fn accesses_on(st: &ThreadState) -> bool {
+    TRACING.load(Relaxed)
+        && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
+        && (!state::REGISTERED_ONLY.load(Relaxed) || st.registered.get())
 }
 
 /// The value at `addr` (low 64 bits for 16-byte accesses).
@@ -287,13 +318,24 @@ unsafe fn value_at(addr: u64, lg: u8) -> u64 {
     }
 }
 
+/// `MEMLENS_ORDER=atomic`: stamps a plain access and writes its `Clock`. Guard held.
+unsafe fn stamp(st: &ThreadState, addr: u64, len: u64) {
+    if order::mode() == order::ATOMIC {
+        let t = order::stamp(st, addr, len);
+        write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.clock(p, t));
+    }
+}
+
 unsafe fn general(st: &ThreadState, ev: Ev) {
     match ev {
         Ev::Access { tag: t, pc, addr, value } => {
-            if !accesses_on() || !filter::allowed(pc) {
+            if !accesses_on(st) || !filter::allowed(pc) {
                 return;
             }
             let write = t & tag::ACCESS_WRITE != 0;
+            if value.is_none() {
+                stamp(st, addr, 1u64 << (t & 7));
+            }
             let v = if !VALUES.load(Relaxed) {
                 None
             } else if let Some(v) = value {
@@ -311,7 +353,8 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
             });
         }
         Ev::Range { write, pc, addr, len } => {
-            if accesses_on() && filter::allowed(pc) {
+            if accesses_on(st) && filter::allowed(pc) {
+                stamp(st, addr, len);
                 let (k, c) = if write {
                     (AccessKind::Write, class::WRITES)
                 } else {
@@ -321,24 +364,26 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
             }
         }
         Ev::Copy { pc, dst, src, len } => {
-            if accesses_on() && filter::allowed(pc) {
+            if accesses_on(st) && filter::allowed(pc) {
+                stamp(st, src, len);
                 write_ev(st, MAX_ACCESS_LEN, class::READS, |e, p| {
                     e.range(p, AccessKind::Read, pc, src, len)
                 });
+                stamp(st, dst, len);
                 write_ev(st, MAX_ACCESS_LEN, class::WRITES, |e, p| {
                     e.range(p, AccessKind::Write, pc, dst, len)
                 });
             }
         }
         Ev::Rmw { op, lg, pc, addr, old } => {
-            if accesses_on() && filter::allowed(pc) {
+            if accesses_on(st) && filter::allowed(pc) {
                 let v = VALUES.load(Relaxed).then_some(old);
                 let c = if op == RmwOp::CasFailed { class::CAS_FAIL } else { class::RMW };
                 write_ev(st, MAX_ACCESS_LEN, c, |e, p| e.rmw(p, op, lg, pc, addr, v));
             }
         }
         Ev::Fence { pc, order } => {
-            if accesses_on() && filter::allowed(pc) {
+            if accesses_on(st) && filter::allowed(pc) {
                 write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.fence(p, pc, order));
             }
         }

@@ -56,6 +56,9 @@ pub(crate) static ROI_ON: AtomicBool = AtomicBool::new(false);
 pub(crate) static ROI_MODE: AtomicBool = AtomicBool::new(false);
 /// `MEMLENS_VALUES=1`.
 pub(crate) static VALUES: AtomicBool = AtomicBool::new(false);
+/// `MEMLENS_REGISTERED_ONLY=1`: only threads that called `memlens_register_thread`
+/// record accesses.
+pub(crate) static REGISTERED_ONLY: AtomicBool = AtomicBool::new(false);
 /// `MEMLENS_FILTER` given.
 pub(crate) static FILTER_ON: AtomicBool = AtomicBool::new(false);
 
@@ -123,6 +126,10 @@ pub(crate) struct ThreadState {
     pub stream: Cell<u32>,
     pub seq: Cell<u32>,
     pub clock: Cell<u64>,
+    /// Lamport clock of the thread (`order.rs`); 0 before its first ordering event.
+    pub lclock: Cell<u64>,
+    /// Called `memlens_register_thread` (see [`REGISTERED_ONLY`]).
+    pub registered: Cell<bool>,
     pub own: AtomicU8,
     pub stolen: AtomicBool,
     pub pend: Cell<Pending>,
@@ -161,6 +168,8 @@ impl ThreadState {
             stream: Cell::new(0),
             seq: Cell::new(0),
             clock: Cell::new(0),
+            lclock: Cell::new(0),
+            registered: Cell::new(false),
             own: AtomicU8::new(0),
             stolen: AtomicBool::new(false),
             pend: Cell::new(Pending::NONE),
@@ -317,6 +326,8 @@ fn fast_ok(st: &ThreadState) -> bool {
         && !FILTER_ON.load(Relaxed)
         && TRACING.load(Relaxed)
         && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
+        && crate::order::mode() != crate::order::ATOMIC
+        && (!REGISTERED_ONLY.load(Relaxed) || st.registered.get())
 }
 
 /// Recomputes this thread's fast-path limit from the switches.
@@ -534,7 +545,8 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
         }
     }
     st.pos.store(st.buf.get(), Relaxed);
-    st.clock.set(sys::monotonic_ns());
+    // The chunk header's `first_clock`: the Lamport clock in force at its start.
+    st.clock.set(st.lclock.get());
     st.own.store(0, Release);
     st.buf.get() != 0
 }

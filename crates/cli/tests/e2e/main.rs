@@ -4,7 +4,9 @@
 mod util;
 
 mod analysis;
+mod dbi;
 mod errors;
 mod names;
+mod order;
 mod record;
 mod rust;

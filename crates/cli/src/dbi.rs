@@ -1,0 +1,182 @@
+//! `memlens record --dbi`: trace an unmodified x86-64 program under QEMU user mode.
+//!
+//! Runs `qemu-x86_64 -plugin libmemlens_dbi.so` (the plugin, crate `memlens-dbi`)
+//! with the guest preload library `libmemlens_dbi_preload.so` in the guest's
+//! `LD_PRELOAD` only, both found next to the memlens binary (or in
+//! `MEMLENS_RUNTIME_DIR`). The plugin is configured through QEMU's environment,
+//! which is removed from the guest's with `-U`.
+
+use anyhow::{bail, Context, Result};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What `record --dbi` was asked to do.
+pub struct DbiOpts {
+    /// Trace path.
+    pub output: PathBuf,
+    /// zstd level (0: none).
+    pub zstd_level: i32,
+    /// `--dbi-filter`: exe, all, lib:NAME, 0xA-0xB (comma-separated).
+    pub filter: String,
+    /// Print nothing but the program's own output.
+    pub quiet: bool,
+    /// The program and its arguments.
+    pub cmd: Vec<String>,
+}
+
+const PLUGIN: &str = "libmemlens_dbi.so";
+const PRELOAD: &str = "libmemlens_dbi_preload.so";
+const ENV: [&str; 4] =
+    ["MEMLENS_OUTPUT", "MEMLENS_ZSTD_LEVEL", "MEMLENS_DBI_FILTER", "MEMLENS_DBI_SKIP"];
+
+fn lib_dir() -> Result<PathBuf> {
+    Ok(match std::env::var_os("MEMLENS_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::current_exe()?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(".")),
+    })
+}
+
+fn find_qemu() -> Result<PathBuf> {
+    if let Some(q) = std::env::var_os("MEMLENS_QEMU") {
+        return Ok(PathBuf::from(q));
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            let c = d.join("qemu-x86_64");
+            if c.is_file() {
+                return Ok(c);
+            }
+        }
+    }
+    bail!("qemu-x86_64 not found in PATH: --dbi needs QEMU user mode; install qemu-user (Debian/Ubuntu: apt-get install qemu-user)")
+}
+
+/// Checks that `exe` is an x86-64 ELF program.
+fn check_program(exe: &Path) -> Result<()> {
+    let md = std::fs::metadata(exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    if md.is_dir() {
+        bail!("{} is a directory, not a program", exe.display());
+    }
+    let data = std::fs::read(exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    if data.len() < 4 || &data[..4] != b"\x7fELF" {
+        bail!("{} is not an ELF executable; --dbi runs x86-64 Linux programs", exe.display());
+    }
+    use object::Object;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not a readable ELF file", exe.display()))?;
+    if file.architecture() != object::Architecture::X86_64 {
+        bail!(
+            "{} is built for {:?}; memlens --dbi traces x86-64 programs",
+            exe.display(),
+            file.architecture()
+        );
+    }
+    Ok(())
+}
+
+/// Checks `--dbi-filter` (the plugin parses it again).
+fn check_filter(spec: &str) -> Result<()> {
+    for s in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let range = s.split_once('-').and_then(|(a, b)| {
+            let hex = |x: &str| u64::from_str_radix(x.strip_prefix("0x")?, 16).ok();
+            Some(hex(a)? < hex(b)?)
+        });
+        let ok = matches!(s, "exe" | "all")
+            || (s.starts_with("lib:") && s.len() > 4)
+            || range == Some(true);
+        if !ok {
+            bail!("bad --dbi-filter item {s:?}: use exe, all, lib:NAME or 0xSTART-0xEND");
+        }
+    }
+    Ok(())
+}
+
+/// Runs the program under QEMU with the plugin and returns the exit code to use.
+pub fn run(opts: DbiOpts) -> Result<i32> {
+    let Some(prog) = opts.cmd.first() else {
+        bail!("no program given: memlens record --dbi -- PROG [ARGS]")
+    };
+    check_filter(&opts.filter)?;
+    let exe = crate::record::find_program(prog)?;
+    check_program(&exe)?;
+    let dir = lib_dir()?;
+    let (plugin, preload) = (dir.join(PLUGIN), dir.join(PRELOAD));
+    for p in [&plugin, &preload] {
+        if !p.is_file() {
+            bail!(
+                "{} is missing; build it with `cargo build --workspace` in the memlens source tree (or set MEMLENS_RUNTIME_DIR)",
+                p.display()
+            );
+        }
+    }
+    if plugin.to_string_lossy().contains(',') {
+        bail!("the plugin path {} contains a comma, which QEMU cannot take", plugin.display());
+    }
+    let qemu = find_qemu()?;
+    let output = if opts.output.is_absolute() {
+        opts.output.clone()
+    } else {
+        std::env::current_dir()?.join(&opts.output)
+    };
+    std::fs::File::create(&output).with_context(|| {
+        format!("cannot write the trace to {}; choose another path with -o", output.display())
+    })?;
+    // The guest's LD_PRELOAD gets ours first; QEMU itself gets none.
+    let mut guest_preload = preload.to_string_lossy().into_owned();
+    if let Some(p) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        guest_preload = format!("{guest_preload}:{}", p.to_string_lossy());
+    }
+    let mut qargs: Vec<std::ffi::OsString> =
+        vec!["-E".into(), format!("LD_PRELOAD={guest_preload}").into()];
+    for v in ENV {
+        qargs.push("-U".into());
+        qargs.push(v.into());
+    }
+    qargs.push("-plugin".into());
+    qargs.push(plugin.into_os_string());
+    let mut cmd = Command::new(&qemu);
+    cmd.args(&qargs)
+        .arg(&exe)
+        .args(&opts.cmd[1..])
+        .env_remove("LD_PRELOAD")
+        .env("MEMLENS_OUTPUT", &output)
+        .env("MEMLENS_ZSTD_LEVEL", opts.zstd_level.to_string())
+        .env("MEMLENS_DBI_FILTER", &opts.filter)
+        // argv[0] of QEMU and its options come before the program in /proc/self/cmdline.
+        .env("MEMLENS_DBI_SKIP", (qargs.len() + 1).to_string());
+    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let old_term = unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let status = cmd.spawn().and_then(|mut c| c.wait());
+    unsafe {
+        libc::signal(libc::SIGINT, old_int);
+        libc::signal(libc::SIGTERM, old_term);
+    }
+    let status = status.with_context(|| format!("cannot run {}", qemu.display()))?;
+    let (kind, value) = match (status.code(), status.signal()) {
+        (Some(c), _) => (1u32, c),
+        (None, Some(s)) => (2u32, s),
+        _ => (0, 0),
+    };
+    if std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0) < 128 {
+        bail!(
+            "qemu-x86_64 ran but the plugin wrote no trace to {} (see QEMU's messages above)",
+            output.display()
+        );
+    }
+    crate::record::patch_end_status(&output, kind, value)?;
+    if !opts.quiet {
+        crate::record::summary(&output);
+    }
+    if let Some(sig) = status.signal() {
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(128 + sig);
+    }
+    Ok(status.code().unwrap_or(1))
+}

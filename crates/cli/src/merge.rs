@@ -1,0 +1,253 @@
+//! Ordering options of `record`, `dump --merged` (text, JSON, atomic-memory-trace
+//! text) and `memlens merge` (atomic-memory-trace's streaming merge).
+
+use anyhow::Result;
+use memlens_analysis::Merged;
+use memlens_format::{AccessKind, Event, ThreadId};
+use serde_json::json;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::io::{BufRead, BufWriter, Write};
+use std::path::Path;
+
+/// How a recording orders events across threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OrderMode {
+    /// Lamport clocks at atomics and pthread synchronisation (default).
+    Sync,
+    /// A Lamport stamp per access from striped cache-line locks.
+    Atomic,
+    /// No ordering information.
+    None,
+}
+
+/// `record`'s ordering options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OrderArgs {
+    /// Cross-thread order: `sync` (clocks at atomics and pthread synchronisation),
+    /// `atomic` (a stamp per access, striped line locks), `none`.
+    #[arg(long, value_enum, default_value_t = OrderMode::Sync)]
+    pub order: OrderMode,
+    /// Number of striped clock locks (power of two).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub order_locks: u32,
+    /// Bytes covered by one lock stripe (power of two; a cache line).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1048576))]
+    pub order_line: u32,
+    /// Record a failed compare-exchange as a read and a write (default: a read).
+    #[arg(long)]
+    pub cas_as_write: bool,
+    /// Record accesses only of threads that called memlens_register_thread().
+    #[arg(long)]
+    pub registered_only: bool,
+}
+
+impl OrderArgs {
+    /// The environment variables the runtime reads.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mode = match self.order {
+            OrderMode::Sync => "sync",
+            OrderMode::Atomic => "atomic",
+            OrderMode::None => "none",
+        };
+        let mut v = vec![
+            ("MEMLENS_ORDER".to_string(), mode.to_string()),
+            ("MEMLENS_ORDER_LOCKS".to_string(), self.order_locks.to_string()),
+            ("MEMLENS_ORDER_LINE".to_string(), self.order_line.to_string()),
+        ];
+        if self.cas_as_write {
+            v.push(("MEMLENS_CAS_AS_WRITE".into(), "1".into()));
+        }
+        if self.registered_only {
+            v.push(("MEMLENS_REGISTERED_ONLY".into(), "1".into()));
+        }
+        v
+    }
+}
+
+/// Output of `dump --merged`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum MergedFormat {
+    Text,
+    Json,
+    /// atomic-memory-trace's text format.
+    Amt,
+}
+
+/// `memlens dump --merged`: every event of every thread in one order consistent
+/// with synchronisation (`(clock, thread, index)`).
+pub fn dump_merged(path: &Path, format: MergedFormat) -> Result<()> {
+    let r = crate::inspect::open(path)?;
+    let out = std::io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, out.lock());
+    let mut amt = Amt::default();
+    for ev in Merged::new(&r)? {
+        let ev = ev?;
+        match format {
+            MergedFormat::Text => {
+                writeln!(out, "{}\t{}\t{}\t{}", ev.clock, ev.thread.0, ev.index, ev.event)?
+            }
+            MergedFormat::Json => {
+                let mut v = crate::inspect::event_json(&ev.event);
+                v["thread"] = json!(ev.thread.0);
+                v["index"] = json!(ev.index);
+                v["clock"] = json!(ev.clock);
+                serde_json::to_writer(&mut out, &v)?;
+                writeln!(out)?;
+            }
+            MergedFormat::Amt => {
+                if let Some(line) = amt.line(ev.thread, ev.clock, &ev.event) {
+                    writeln!(out, "{line}")?;
+                }
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Converts events to atomic-memory-trace lines. `tid` is the id the thread gave
+/// `memlens_register_thread`, else its memlens thread index.
+#[derive(Default)]
+struct Amt {
+    registered: HashMap<u32, i64>,
+}
+
+impl Amt {
+    fn line(&mut self, t: ThreadId, ts: u64, ev: &Event) -> Option<String> {
+        if let Event::RegisterThread(id) = ev {
+            self.registered.insert(t.0, *id);
+        }
+        let reg = self.registered.get(&t.0).copied();
+        let tid = reg.unwrap_or(i64::from(t.0));
+        let body = match ev {
+            Event::Access { addr, size, kind: AccessKind::Read, .. } => {
+                format!("m\tr\t{}\t{size}", addr.0)
+            }
+            Event::Access { addr, size, kind: AccessKind::Write, .. } => {
+                format!("m\tw\t{}\t{size}", addr.0)
+            }
+            Event::Range { addr, len, kind: AccessKind::Read, .. } => {
+                format!("m\tr\t{}\t{len}", addr.0)
+            }
+            Event::Range { addr, len, kind: AccessKind::Write, .. } => {
+                format!("m\tw\t{}\t{len}", addr.0)
+            }
+            Event::Rmw { addr, size, op, .. } if op.stores() => {
+                format!("m\tr\t{a}\t{size}\tw\t{a}\t{size}", a = addr.0)
+            }
+            Event::Rmw { addr, size, .. } => format!("m\tr\t{}\t{size}", addr.0),
+            Event::RegisterThread(_) => "tr".into(),
+            Event::ThreadExit if reg.is_some() => "tf".into(),
+            Event::Roi(true) => "start_roi".into(),
+            Event::Roi(false) => "end_roi".into(),
+            _ => return None,
+        };
+        Some(format!("{ts}\t{tid}\t{body}"))
+    }
+}
+
+/// `memlens merge`: atomic-memory-trace's streaming merge (`src/merge.cpp`). Reads
+/// per-thread-ordered, globally unordered lines `<ts>\t<tid>\t...` on `input` and
+/// writes them ordered by timestamp. A line is written once no live registered
+/// thread can still produce an earlier one (the minimum over live threads of their
+/// latest timestamp, or at any time when no thread is live); `tr` and `tf` make
+/// threads live and dead, `thread_sync` lines only advance their thread and are
+/// not written. `strip_ts` drops the timestamp column like the original does.
+pub fn merge_amt(input: impl BufRead, out: impl Write, strip_ts: bool) -> Result<()> {
+    let mut out = BufWriter::new(out);
+    let mut fifos: HashMap<i64, VecDeque<(u64, String)>> = HashMap::new();
+    let mut latest: HashMap<i64, u64> = HashMap::new();
+    let mut heap: BinaryHeap<Reverse<(u64, i64)>> = BinaryHeap::new();
+    let mut active: i64 = 0;
+    let emit = |fifos: &mut HashMap<i64, VecDeque<(u64, String)>>,
+                heap: &mut BinaryHeap<Reverse<(u64, i64)>>,
+                safe: Option<u64>,
+                out: &mut BufWriter<_>|
+     -> Result<()> {
+        while let Some(&Reverse((ts, tid))) = heap.peek() {
+            if let Some(s) = safe {
+                if ts > s {
+                    break;
+                }
+            }
+            heap.pop();
+            let q = fifos.get_mut(&tid).expect("queued thread");
+            let (_, line) = q.pop_front().expect("queued line");
+            writeln!(out, "{line}")?;
+            if let Some(&(nts, _)) = q.front() {
+                heap.push(Reverse((nts, tid)));
+            }
+        }
+        Ok(())
+    };
+    for (n, line) in input.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut f = line.splitn(3, '\t');
+        let (Some(ts), Some(tid)) = (f.next(), f.next()) else {
+            anyhow::bail!("line {}: expected <ts>\\t<tid>\\t...", n + 1);
+        };
+        let rest = f.next().unwrap_or("");
+        let ts: u64 =
+            ts.trim().parse().map_err(|_| anyhow::anyhow!("line {}: bad timestamp", n + 1))?;
+        let tid: i64 =
+            tid.trim().parse().map_err(|_| anyhow::anyhow!("line {}: bad thread id", n + 1))?;
+        let kind = rest.split('\t').next().unwrap_or("");
+        match kind {
+            "tr" => active += 1,
+            "tf" => {
+                active -= 1;
+                latest.remove(&tid);
+            }
+            _ => {}
+        }
+        if tid >= 0 && kind != "tf" {
+            latest.insert(tid, ts);
+        }
+        if kind != "thread_sync" {
+            let text = if strip_ts { format!("{tid}\t{rest}") } else { line.clone() };
+            let q = fifos.entry(tid).or_default();
+            if let Some(&(last, _)) = q.back() {
+                if ts < last {
+                    anyhow::bail!("line {}: thread {tid}'s timestamps go backwards", n + 1);
+                }
+            }
+            if q.is_empty() {
+                heap.push(Reverse((ts, tid)));
+            }
+            q.push_back((ts, text));
+        }
+        let safe = if active <= 0 {
+            None
+        } else {
+            Some(latest.values().copied().min().unwrap_or(u64::MAX))
+        };
+        emit(&mut fifos, &mut heap, safe, &mut out)?;
+    }
+    emit(&mut fifos, &mut heap, None, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_like_atomic_memory_trace() {
+        let input = "1\t0\ttr\n2\t1\ttr\n5\t0\tm\tr\t8\t8\n3\t1\tm\tw\t8\t8\n9\t1\tthread_sync\n7\t0\ttf\n8\t1\ttf\n";
+        let mut out = Vec::new();
+        merge_amt(input.as_bytes(), &mut out, false).unwrap();
+        let got = String::from_utf8(out).unwrap();
+        assert_eq!(
+            got,
+            "1\t0\ttr\n2\t1\ttr\n3\t1\tm\tw\t8\t8\n5\t0\tm\tr\t8\t8\n7\t0\ttf\n8\t1\ttf\n"
+        );
+        let mut out = Vec::new();
+        merge_amt(input.as_bytes(), &mut out, true).unwrap();
+        assert!(String::from_utf8(out).unwrap().starts_with("0\ttr\n1\ttr\n1\tm\tw"));
+    }
+}

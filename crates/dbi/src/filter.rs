@@ -1,0 +1,80 @@
+//! Which code is traced: `exe` (default), `all`, `lib:NAME` (modules whose file name
+//! contains NAME) and `0xA-0xB` address ranges, comma-separated, combined with "or".
+
+/// One filter item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// The main executable.
+    Exe,
+    /// Everything.
+    All,
+    /// Shared libraries whose file name contains this.
+    Lib(String),
+    /// A guest code address range `[lo, hi)`.
+    Range(u64, u64),
+}
+
+/// A parsed `--dbi-filter`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter(pub Vec<Item>);
+
+impl Filter {
+    /// Parses `exe|all|lib:NAME|0xA-0xB[,...]`.
+    pub fn parse(spec: &str) -> Result<Filter, String> {
+        let mut items = Vec::new();
+        for s in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            items.push(match s {
+                "exe" => Item::Exe,
+                "all" => Item::All,
+                _ if s.starts_with("lib:") && s.len() > 4 => Item::Lib(s[4..].to_string()),
+                _ => {
+                    let bad = || {
+                        format!(
+                            "bad --dbi-filter item {s:?}: use exe, all, lib:NAME or 0xSTART-0xEND"
+                        )
+                    };
+                    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+                    let hex = |x: &str| {
+                        u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad())
+                    };
+                    let (lo, hi) = (hex(a)?, hex(b)?);
+                    if lo >= hi {
+                        return Err(bad());
+                    }
+                    Item::Range(lo, hi)
+                }
+            });
+        }
+        if items.is_empty() {
+            items.push(Item::Exe);
+        }
+        Ok(Filter(items))
+    }
+
+    /// Whether function symbols of a shared library with this path are needed.
+    pub fn wants_lib(&self, path: &str) -> bool {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        self.0.iter().any(|i| match i {
+            Item::All => true,
+            Item::Lib(n) => name.contains(n.as_str()),
+            _ => false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses() {
+        assert_eq!(Filter::parse("").unwrap().0, vec![Item::Exe]);
+        assert_eq!(
+            Filter::parse("exe,lib:libm,0x10-0x20").unwrap().0,
+            vec![Item::Exe, Item::Lib("libm".into()), Item::Range(0x10, 0x20)]
+        );
+        assert!(Filter::parse("0x20-0x10").is_err());
+        assert!(Filter::parse("bogus").is_err());
+        assert!(Filter::parse("lib:libm").unwrap().wants_lib("/lib/x86_64-linux-gnu/libm.so.6"));
+    }
+}
