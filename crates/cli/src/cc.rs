@@ -28,9 +28,7 @@ enum Family {
 }
 
 fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false)
+    crate::runtime::which(name).is_some()
 }
 
 /// The compiler to run: `MEMLENS_CC`/`MEMLENS_CXX`, else clang-22 when present,

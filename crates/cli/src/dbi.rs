@@ -44,13 +44,8 @@ fn find_qemu() -> Result<PathBuf> {
     if let Some(q) = std::env::var_os("MEMLENS_QEMU") {
         return Ok(PathBuf::from(q));
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let c = d.join("qemu-x86_64");
-            if c.is_file() {
-                return Ok(c);
-            }
-        }
+    if let Some(q) = crate::runtime::which("qemu-x86_64") {
+        return Ok(q);
     }
     bail!("qemu-x86_64 not found in PATH: --dbi needs QEMU user mode; install qemu-user (Debian/Ubuntu: apt-get install qemu-user)")
 }

@@ -39,15 +39,10 @@ pub(crate) fn find_program(prog: &str) -> Result<PathBuf> {
         }
         return Ok(p);
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let c = d.join(prog);
-            if c.is_file() {
-                return Ok(c);
-            }
-        }
+    match crate::runtime::which(prog) {
+        Some(p) => Ok(p),
+        None => bail!("program {prog} not found in PATH (give a path like ./{prog})"),
     }
-    bail!("program {prog} not found in PATH (give a path like ./{prog})")
 }
 
 /// Checks that `exe` is an x86-64 ELF built with the memlens runtime.

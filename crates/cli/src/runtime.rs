@@ -47,3 +47,9 @@ impl Runtime {
         Ok(Runtime { dir, staticlib, include_dir })
     }
 }
+
+/// The first `name` in `PATH`, like a shell's lookup.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|c| c.is_file())
+}
