@@ -7,7 +7,6 @@
 //! which is removed from the guest's with `-U`.
 
 use anyhow::{bail, Context, Result};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -143,35 +142,12 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
         .env("MEMLENS_DBI_FILTER", &opts.filter)
         // argv[0] of QEMU and its options come before the program in /proc/self/cmdline.
         .env("MEMLENS_DBI_SKIP", (qargs.len() + 1).to_string());
-    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-    let old_term = unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-    let status = cmd.spawn().and_then(|mut c| c.wait());
-    unsafe {
-        libc::signal(libc::SIGINT, old_int);
-        libc::signal(libc::SIGTERM, old_term);
-    }
-    let status = status.with_context(|| format!("cannot run {}", qemu.display()))?;
-    let (kind, value) = match (status.code(), status.signal()) {
-        (Some(c), _) => (1u32, c),
-        (None, Some(s)) => (2u32, s),
-        _ => (0, 0),
-    };
+    let status = crate::record::wait_child(&mut cmd, &qemu)?;
     if std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0) < 128 {
         bail!(
             "qemu-x86_64 ran but the plugin wrote no trace to {} (see QEMU's messages above)",
             output.display()
         );
     }
-    crate::record::patch_end_status(&output, kind, value)?;
-    if !opts.quiet {
-        crate::record::summary(&output);
-    }
-    if let Some(sig) = status.signal() {
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
-        return Ok(128 + sig);
-    }
-    Ok(status.code().unwrap_or(1))
+    crate::record::finish(&output, status, opts.quiet)
 }

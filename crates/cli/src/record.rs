@@ -119,27 +119,37 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
         std::fs::write(&f, ranges)?;
         cmd.env("MEMLENS_FILTER", &f);
     }
-    // The child gets Ctrl-C itself; we wait for it and report.
+    let status = wait_child(&mut cmd, &exe)?;
+    finish(&output, status, opts.quiet)
+}
+
+/// Runs the traced child to completion. Ctrl-C and TERM go to the child alone, so
+/// it can flush its trace; we wait and report.
+pub(crate) fn wait_child(cmd: &mut Command, what: &Path) -> Result<std::process::ExitStatus> {
     let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     let old_term = unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-    let spawned = cmd.spawn();
-    let status = spawned.and_then(|mut c| c.wait());
+    let status = cmd.spawn().and_then(|mut c| c.wait());
     unsafe {
         libc::signal(libc::SIGINT, old_int);
         libc::signal(libc::SIGTERM, old_term);
     }
-    let status = status.with_context(|| format!("cannot run {}", exe.display()))?;
+    status.with_context(|| format!("cannot run {}", what.display()))
+}
+
+/// Writes the child's status into the trace, prints the summary, and returns the
+/// exit code to use — or dies of the child's signal, so the shell sees what it
+/// would have seen.
+pub(crate) fn finish(output: &Path, status: std::process::ExitStatus, quiet: bool) -> Result<i32> {
     let (kind, value) = match (status.code(), status.signal()) {
         (Some(c), _) => (1u32, c),
         (None, Some(s)) => (2u32, s),
         _ => (0, 0),
     };
-    patch_end_status(&output, kind, value)?;
-    if !opts.quiet {
-        summary(&output);
+    patch_end_status(output, kind, value)?;
+    if !quiet {
+        summary(output);
     }
     if let Some(sig) = status.signal() {
-        // Die the same way, so the shell sees what it would have seen.
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
             libc::raise(sig);
@@ -155,7 +165,7 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 
 /// Writes the waitpid status into the header (the runtime cannot know it when
 /// main returns, or when the process was killed).
-pub(crate) fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
+fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
     let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
     let mut b = vec![0u8; HEADER_SIZE];
     let n = f.read(&mut b)?;
@@ -176,7 +186,7 @@ pub(crate) fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()>
     Ok(())
 }
 
-pub(crate) fn summary(path: &Path) {
+fn summary(path: &Path) {
     match memlens_format::TraceReader::open(path) {
         Ok(r) => {
             let t = r.totals();
