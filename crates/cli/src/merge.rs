@@ -80,7 +80,7 @@ pub fn dump_merged(path: &Path, format: MergedFormat) -> Result<()> {
     let r = crate::inspect::open(path)?;
     let out = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, out.lock());
-    let mut amt = Amt::default();
+    let mut amt = Amt { calls: traced_functions(&r), ..Amt::default() };
     for ev in Merged::new(&r)? {
         let ev = ev?;
         match format {
@@ -106,11 +106,33 @@ pub fn dump_merged(path: &Path, format: MergedFormat) -> Result<()> {
     Ok(())
 }
 
+/// The functions traced with `record --trace-calls`, by runtime entry address, from
+/// the `trace_calls` option (`<vaddr> <pad vaddr> <name>` lines in the executable's
+/// file addresses) and the executable's load bias.
+fn traced_functions(r: &memlens_format::TraceReader) -> HashMap<u64, String> {
+    let m = r.meta();
+    let Some((_, spec)) = m.options.iter().rev().find(|(k, _)| k == "trace_calls") else {
+        return HashMap::new();
+    };
+    let bias =
+        m.modules.iter().find(|md| md.path == m.exe).or(m.modules.first()).map_or(0, |md| md.bias);
+    spec.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let a = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _pad = f.next()?;
+            Some((a.wrapping_add(bias), f.next()?.to_string()))
+        })
+        .collect()
+}
+
 /// Converts events to atomic-memory-trace lines. `tid` is the id the thread gave
 /// `memlens_register_thread`, else its memlens thread index.
 #[derive(Default)]
 struct Amt {
     registered: HashMap<u32, i64>,
+    /// Names of traced functions by entry address.
+    calls: HashMap<u64, String>,
 }
 
 impl Amt {
@@ -137,6 +159,14 @@ impl Amt {
                 format!("m\tr\t{a}\t{size}\tw\t{a}\t{size}", a = addr.0)
             }
             Event::Rmw { addr, size, .. } => format!("m\tr\t{}\t{size}", addr.0),
+            Event::Call { func, sp, args } => {
+                let name = self.calls.get(&func.0).cloned().unwrap_or_else(|| func.to_string());
+                format!("fc\t{name}\t{}\t{}\t{}\t{}", sp.0, args[0], args[1], args[2])
+            }
+            Event::Return { func, sp, value } => {
+                let name = self.calls.get(&func.0).cloned().unwrap_or_else(|| func.to_string());
+                format!("fr\t{name}\t{}\t{value}", sp.0)
+            }
             Event::RegisterThread(_) => "tr".into(),
             Event::ThreadExit if reg.is_some() => "tf".into(),
             Event::Roi(true) => "start_roi".into(),

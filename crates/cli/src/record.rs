@@ -26,6 +26,9 @@ pub struct RecordOpts {
     pub quiet: bool,
     /// Extra environment for the runtime (ordering options, `merge::OrderArgs::env`).
     pub env: Vec<(String, String)>,
+    /// `--trace-calls FILE`: functions whose calls and returns are recorded with
+    /// their arguments and return value.
+    pub trace_calls: Option<PathBuf>,
     /// The program and its arguments.
     pub cmd: Vec<String>,
 }
@@ -83,6 +86,83 @@ fn check_program(exe: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Reads a `--trace-calls` list: function names one per line, `#` starts a comment.
+fn read_function_list(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the function list {}", path.display()))?;
+    let names: Vec<String> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if names.is_empty() {
+        bail!("the function list {} names no function (one name per line)", path.display());
+    }
+    Ok(names)
+}
+
+/// The entry of a function compiled with `-fpatchable-function-entry=5`: its 5-byte
+/// NOP pad, after an `endbr64`. Returns the pad's offset from the symbol.
+pub(crate) fn patch_pad(code: &[u8]) -> Option<u64> {
+    let skip = if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) { 4 } else { 0 };
+    let pad = code.get(skip..skip + 5)?;
+    (pad == [0x90; 5] || pad[..4] == [0x0f, 0x1f, 0x44, 0x00]).then_some(skip as u64)
+}
+
+/// `MEMLENS_TRACE_CALLS` for the listed functions of `exe`: lines
+/// `<function vaddr> <pad vaddr> <name>` (hex file addresses; see the runtime's
+/// `calls.rs`). A name matches a symbol's raw or demangled name, or the demangled
+/// name without its parameter list; every match is traced (static functions may
+/// share a name).
+fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let names = read_function_list(list)?;
+    let data = std::fs::read(exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not a readable ELF file", exe.display()))?;
+    let mut spec = String::new();
+    for name in &names {
+        let mut found = 0;
+        let mut seen = std::collections::BTreeSet::new();
+        for sym in file.symbols().chain(file.dynamic_symbols()) {
+            if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.size() == 0 {
+                continue;
+            }
+            let Ok(raw) = sym.name() else { continue };
+            let dem = memlens_symbols::demangle_symbol(raw);
+            let matches =
+                raw == name || dem == *name || dem.split('(').next().is_some_and(|d| d == name);
+            if !matches || !seen.insert(sym.address()) {
+                continue;
+            }
+            let code = file
+                .sections()
+                .find(|s| s.address() <= sym.address() && sym.address() < s.address() + s.size())
+                .and_then(|s| {
+                    let d = s.data().ok()?;
+                    d.get((sym.address() - s.address()) as usize..)
+                });
+            let Some(skip) = code.and_then(patch_pad) else {
+                bail!(
+                    "function {name} in {} has no patchable entry; rebuild it with `memlens cc` (which compiles with -fpatchable-function-entry=5)",
+                    exe.display()
+                );
+            };
+            let a = sym.address();
+            spec.push_str(&format!("{a:x} {:x} {name}\n", a + skip));
+            found += 1;
+        }
+        if found == 0 {
+            bail!(
+                "function {name} (from {}) is not in the symbol table of {}",
+                list.display(),
+                exe.display()
+            );
+        }
+    }
+    Ok(spec)
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -118,6 +198,9 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
         let f = tmp.path.join("filter.txt");
         std::fs::write(&f, ranges)?;
         cmd.env("MEMLENS_FILTER", &f);
+    }
+    if let Some(list) = &opts.trace_calls {
+        cmd.env("MEMLENS_TRACE_CALLS", trace_calls_spec(&exe, list)?);
     }
     let status = wait_child(&mut cmd, &exe)?;
     finish(&output, status, opts.quiet)

@@ -112,6 +112,8 @@ pub fn wrapper(args: Vec<String>) -> Result<i32> {
             cmd.args(["-Z", "unstable-options"])
                 .arg(format!("--extern=force:memlens_rt={rlib}"))
                 .arg(format!("-Ldependency={deps}"))
+                // memlens-annotate finds the annotation API with dlsym.
+                .args(["-C", "link-arg=-Wl,--export-dynamic-symbol=memlens_*"])
                 .env("RUSTC_BOOTSTRAP", "1");
         }
     }

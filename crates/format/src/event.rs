@@ -240,6 +240,24 @@ pub enum Event {
         /// An address inside the exited function, 0 when synthesised.
         pc: Pc,
     },
+    /// A call of a function listed with `memlens record --trace-calls`, at its entry.
+    Call {
+        /// The function's entry address (its symbol), not a return address.
+        func: Pc,
+        /// Stack pointer at the entry (it points at the return address).
+        sp: Addr,
+        /// The first three integer arguments (rdi, rsi, rdx), whatever the prototype.
+        args: [u64; 3],
+    },
+    /// The return of a [`Event::Call`]ed function.
+    Return {
+        /// The function's entry address.
+        func: Pc,
+        /// Stack pointer at the `ret` (equal to the call's).
+        sp: Addr,
+        /// The integer return value (rax).
+        value: u64,
+    },
     /// A block was allocated.
     Alloc {
         /// Call site of the allocation function.
@@ -399,6 +417,10 @@ impl fmt::Display for Event {
                 write!(f, "enter pc={pc} from={call_site} frame={frame}")
             }
             Event::FuncExit { pc } => write!(f, "exit pc={pc}"),
+            Event::Call { func, sp, args } => {
+                write!(f, "call {func} sp={sp} args={} {} {}", args[0], args[1], args[2])
+            }
+            Event::Return { func, sp, value } => write!(f, "return {func} sp={sp} value={value}"),
             Event::Alloc { pc, addr, size, kind, stack } => {
                 write!(f, "alloc.{} {addr} {size} pc={pc} stack=[", kind.name())?;
                 write_stack(f, stack)

@@ -40,6 +40,16 @@ fn arb_event() -> impl Strategy<Value = Event> {
         (pc.clone(), pc.clone(), addr.clone())
             .prop_map(|(pc, call_site, frame)| Event::FuncEnter { pc, call_site, frame }),
         pc.clone().prop_map(|pc| Event::FuncExit { pc }),
+        (pc.clone(), addr.clone(), any::<[u64; 3]>()).prop_map(|(func, sp, args)| Event::Call {
+            func,
+            sp,
+            args
+        }),
+        (pc.clone(), addr.clone(), any::<u64>()).prop_map(|(func, sp, value)| Event::Return {
+            func,
+            sp,
+            value
+        }),
         (
             pc.clone(),
             addr.clone(),

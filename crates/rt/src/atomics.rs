@@ -71,8 +71,7 @@ macro_rules! rmw_op {
     ($bits:literal, $imp:ident, $ent:ident, $sfx:literal, $op:ident, $method:ident) => {
         unsafe extern "C" fn $imp(a: *mut T, v: T, mo: i32, pc: usize) -> T {
             let (old, t) = order::atomic(a as u64, || at(a).$method(v, order(mo)));
-            record::clocked(t);
-            record::rmw(RmwOp::$op, LG, pc as u64, a as u64, old as u64);
+            record::clocked_rmw(t, RmwOp::$op, LG, pc as u64, a as u64, old as u64);
             old
         }
         entry!("C" fn $ent = concat!("__tsan_atomic", $bits, $sfx); (a: *mut T, v: T, mo: i32) -> T;
@@ -96,15 +95,13 @@ macro_rules! family {
 
             unsafe extern "C" fn load(a: *mut T, mo: i32, pc: usize) -> T {
                 let (v, t) = order::atomic(a as u64, || at(a).load(load_order(mo)));
-                record::clocked(t);
-                record::atomic_access::<AR>(pc as u64, a as u64, v as u64);
+                record::clocked_atomic_access::<AR>(t, pc as u64, a as u64, v as u64);
                 v
             }
 
             unsafe extern "C" fn store(a: *mut T, v: T, mo: i32, pc: usize) {
                 let ((), t) = order::atomic(a as u64, || at(a).store(v, store_order(mo)));
-                record::clocked(t);
-                record::atomic_access::<AW>(pc as u64, a as u64, v as u64);
+                record::clocked_atomic_access::<AW>(t, pc as u64, a as u64, v as u64);
             }
 
             unsafe extern "C" fn cas(
@@ -119,15 +116,15 @@ macro_rules! family {
                 let (r, t) = order::atomic(a as u64, || {
                     at(a).compare_exchange(want, v, order(mo), fail_order(fmo))
                 });
-                record::clocked(t);
                 match r {
                     Ok(old) => {
-                        record::rmw(RmwOp::Cas, LG, pc as u64, a as u64, old as u64);
+                        record::clocked_rmw(t, RmwOp::Cas, LG, pc as u64, a as u64, old as u64);
                         1
                     }
                     Err(cur) => {
                         *c = cur;
-                        record::rmw(order::failed_op(), LG, pc as u64, a as u64, cur as u64);
+                        let op = order::failed_op();
+                        record::clocked_rmw(t, op, LG, pc as u64, a as u64, cur as u64);
                         0
                     }
                 }
@@ -144,14 +141,14 @@ macro_rules! family {
                 let (r, t) = order::atomic(a as u64, || {
                     at(a).compare_exchange(c, v, order(mo), fail_order(fmo))
                 });
-                record::clocked(t);
                 match r {
                     Ok(old) => {
-                        record::rmw(RmwOp::Cas, LG, pc as u64, a as u64, old as u64);
+                        record::clocked_rmw(t, RmwOp::Cas, LG, pc as u64, a as u64, old as u64);
                         old
                     }
                     Err(cur) => {
-                        record::rmw(order::failed_op(), LG, pc as u64, a as u64, cur as u64);
+                        let op = order::failed_op();
+                        record::clocked_rmw(t, op, LG, pc as u64, a as u64, cur as u64);
                         cur
                     }
                 }

@@ -37,7 +37,9 @@
 //! `MEMLENS_ROI`, `MEMLENS_WRITERS`, `MEMLENS_REGISTERED_ONLY`, and the ordering
 //! options `MEMLENS_ORDER`, `MEMLENS_ORDER_LOCKS`, `MEMLENS_ORDER_LINE`,
 //! `MEMLENS_CAS_AS_WRITE` (see `options.rs` and `order.rs`: Lamport clocks at atomics
-//! and interposed pthread synchronisation, `sync.rs`).
+//! and interposed pthread synchronisation, `sync.rs`), and `MEMLENS_TRACE_CALLS`
+//! (`calls.rs`: calls and returns of listed functions with arguments and return
+//! value, by patching the NOP pads `-fpatchable-function-entry=5` leaves).
 //!
 //! # Brief overview
 //! - Entry points: the TSan ABI (`__tsan_read4`, `__tsan_atomic64_fetch_add`, ...),
@@ -114,6 +116,7 @@ macro_rules! entry {
 mod alloc;
 pub mod api;
 mod atomics;
+mod calls;
 mod filter;
 mod modules;
 mod options;

@@ -32,6 +32,8 @@ pub(crate) struct Options {
     pub cas_as_write: bool,
     /// `MEMLENS_REGISTERED_ONLY=1`: only registered threads record accesses.
     pub registered_only: bool,
+    /// `MEMLENS_TRACE_CALLS`: functions whose calls are traced (see `calls.rs`).
+    pub trace_calls: Option<String>,
 }
 
 /// Largest accepted stack depth.
@@ -68,6 +70,7 @@ impl Options {
             order_line: num("MEMLENS_ORDER_LINE", 64, 1, 1 << 20) as usize,
             cas_as_write: flag("MEMLENS_CAS_AS_WRITE"),
             registered_only: flag("MEMLENS_REGISTERED_ONLY"),
+            trace_calls: var("MEMLENS_TRACE_CALLS").filter(|s| !s.trim().is_empty()),
         }
     }
 
@@ -97,6 +100,7 @@ impl Options {
             o("order_line", self.order_line.to_string()),
             o("cas_as_write", b(self.cas_as_write)),
             o("registered_only", b(self.registered_only)),
+            o("trace_calls", self.trace_calls.clone().unwrap_or_default()),
         ]
     }
 }
@@ -121,6 +125,6 @@ mod tests {
         assert_eq!(o.output.as_deref(), Some("/tmp/x"));
         assert_eq!((o.stack_depth, o.buffer_bytes, o.zstd_level), (64, 64 * 1024, 1));
         assert!(o.values && !o.roi);
-        assert_eq!(o.records().len(), 13);
+        assert_eq!(o.records().len(), 14);
     }
 }

@@ -120,8 +120,12 @@ fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
         crate::filter::install(ranges);
         FILTER_ON.store(true, SeqCst);
     }
+    let exe_bias = modules.first().map_or(0, |m| m.bias);
     match Session::start(opts, base, owner, modules) {
         Ok(_) => {
+            if let Some(spec) = &opts.trace_calls {
+                crate::calls::install(spec, exe_bias);
+            }
             crate::order::configure(
                 opts.order,
                 opts.order_locks,

@@ -144,6 +144,44 @@ pub(crate) unsafe fn rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
     }
 }
 
+/// [`clocked`] then [`rmw`], as one buffer write when the thread is in fast mode
+/// (the common case of an atomic under `--order=sync`).
+#[inline(always)]
+pub(crate) unsafe fn clocked_rmw(t: u64, op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
+    if t == 0 {
+        return rmw(op, lg, pc, addr, old);
+    }
+    let st = ts();
+    let c = if op == RmwOp::CasFailed { class::CAS_FAIL } else { class::RMW };
+    let done = fast(st, c, |e, p| {
+        st.bump(class::OTHER);
+        let p = e.clock(p, t);
+        e.rmw(p, op, lg, pc, addr, None)
+    });
+    if !done {
+        slow_clock(t);
+        slow_rmw(op, lg, pc, addr, old);
+    }
+}
+
+/// [`clocked`] then [`atomic_access`], as one buffer write in fast mode.
+#[inline(always)]
+pub(crate) unsafe fn clocked_atomic_access<const TAG: u8>(t: u64, pc: u64, addr: u64, value: u64) {
+    if t == 0 {
+        return atomic_access::<TAG>(pc, addr, value);
+    }
+    let st = ts();
+    let done = fast(st, access_class(TAG), |e, p| {
+        st.bump(class::OTHER);
+        let p = e.clock(p, t);
+        e.access(p, TAG, pc, addr)
+    });
+    if !done {
+        slow_clock(t);
+        slow_atomic(TAG, pc, addr, value);
+    }
+}
+
 /// Writes `Clock(t)` (the thread's Lamport clock changed, see `order.rs`).
 #[inline(always)]
 pub(crate) fn clock(t: u64) {
@@ -192,6 +230,8 @@ pub(crate) unsafe fn func_enter(pc: u64, call_site: u64, sp: usize, frame: u64) 
             st.pos.store(p | BUSY, Relaxed);
             compiler_fence(SeqCst);
             *sh.add(d) = sp | 1;
+            *sh.add(SHADOW_CAP + d) = call_site as usize;
+            *sh.add(2 * SHADOW_CAP + d) = pc as usize;
             st.depth.set(d + 1);
             let np = st.enc().func_enter(p as *mut u8, pc, call_site, frame);
             st.bump(class::OTHER);
@@ -210,8 +250,13 @@ pub(crate) unsafe fn func_exit(pc: u64, sp: usize) {
     if p < st.limit.load(Relaxed) {
         let d = st.depth.get();
         if d > 0 && d <= SHADOW_CAP {
-            let top = *st.shadow.get().add(d - 1);
-            if top & !7 >= sp {
+            let sh = st.shadow.get();
+            let top = *sh.add(d - 1);
+            // A tail jump to the exit callback arrives with the frame's own return
+            // address as `pc`, after its stack is popped: name the exit after the entry.
+            let tail = top & !7 < sp && *sh.add(SHADOW_CAP + d - 1) == pc as usize;
+            if top & !7 >= sp || tail {
+                let pc = if tail { *sh.add(2 * SHADOW_CAP + d - 1) as u64 } else { pc };
                 st.pos.store(p | BUSY, Relaxed);
                 compiler_fence(SeqCst);
                 st.depth.set(d - 1);
@@ -401,7 +446,10 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
                     e.func_enter(p, pc, call_site, frame)
                 });
             let d = st.depth.get();
-            *st.shadow.get().add(d) = sp | usize::from(emit);
+            let sh = st.shadow.get();
+            *sh.add(d) = sp | usize::from(emit);
+            *sh.add(SHADOW_CAP + d) = call_site as usize;
+            *sh.add(2 * SHADOW_CAP + d) = pc as usize;
             st.depth.set(d + 1);
         }
         Ev::Exit { pc, sp } => {
@@ -410,10 +458,17 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
                 st.depth.set(d - 1);
                 return;
             }
-            close_dead(st, sp, false);
+            let sh = st.shadow.get();
+            let mut pc = pc;
+            if d > 0 && (*sh.add(d - 1) & !7) < sp && *sh.add(SHADOW_CAP + d - 1) == pc as usize {
+                // Tail-jump exit of the innermost frame (see `SHADOW_BYTES`).
+                pc = *sh.add(2 * SHADOW_CAP + d - 1) as u64;
+            } else {
+                close_dead(st, sp, false);
+            }
             let d = st.depth.get();
             if d > 0 {
-                let top = *st.shadow.get().add(d - 1);
+                let top = *sh.add(d - 1);
                 st.depth.set(d - 1);
                 if top & 1 != 0 {
                     write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.func_exit(p, pc));

@@ -33,6 +33,12 @@ pub(crate) const BUSY: usize = 1 << 63;
 pub(crate) const RESERVE: usize = 4 * MAX_ACCESS_LEN;
 /// Entries of a thread's shadow call stack.
 pub(crate) const SHADOW_CAP: usize = 1 << 16;
+/// The shadow stack's mapping: three arrays of [`SHADOW_CAP`] words — saved stack
+/// pointer | flags, the frame's return address (call site), the entry pc. The last
+/// two recognise and name an exit reached by a tail jump (`jmp __tsan_func_exit`,
+/// which gcc emits after the epilogue), where the stack pointer alone looks like
+/// a longjmp out of the frame.
+pub(crate) const SHADOW_BYTES: usize = SHADOW_CAP * 8 * 3;
 const SLOTS: usize = 1 << 14;
 /// Live threads beyond which new threads get small buffers.
 const SMALL_AFTER: usize = 64;
@@ -130,6 +136,11 @@ pub(crate) struct ThreadState {
     pub lclock: Cell<u64>,
     /// Called `memlens_register_thread` (see [`REGISTERED_ONLY`]).
     pub registered: Cell<bool>,
+    /// Open traced calls (`calls.rs`), mapped at the first one; never unmapped, since
+    /// a traced call may return after the thread's recording ended.
+    pub calls: Cell<*mut crate::calls::Frame>,
+    /// Entries of `calls` in use.
+    pub ncalls: Cell<usize>,
     pub own: AtomicU8,
     pub stolen: AtomicBool,
     pub pend: Cell<Pending>,
@@ -170,6 +181,8 @@ impl ThreadState {
             clock: Cell::new(0),
             lclock: Cell::new(0),
             registered: Cell::new(false),
+            calls: Cell::new(core::ptr::null_mut()),
+            ncalls: Cell::new(0),
             own: AtomicU8::new(0),
             stolen: AtomicBool::new(false),
             pend: Cell::new(Pending::NONE),
@@ -412,7 +425,7 @@ pub(crate) fn thread_start(st: &ThreadState, parent: Option<u32>, may_init: bool
     st.pthread.store(unsafe_pthread_self(), Relaxed);
     stack_bounds(st);
     if st.shadow.get().is_null() {
-        st.shadow.set(sys::map(SHADOW_CAP * 8).cast());
+        st.shadow.set(sys::map(SHADOW_BYTES).cast());
     }
     register(st);
     let key = KEY.load(Relaxed);
@@ -486,7 +499,7 @@ pub(crate) fn finish_thread(st: &ThreadState) {
     st.depth.set(0);
     if !sh.is_null() {
         // SAFETY: mapped in thread_start; nobody else uses a thread's shadow stack.
-        unsafe { sys::unmap(sh.cast(), SHADOW_CAP * 8) };
+        unsafe { sys::unmap(sh.cast(), SHADOW_BYTES) };
     }
     guard_off(st);
 }

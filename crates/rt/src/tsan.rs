@@ -43,7 +43,8 @@ unsafe extern "C" fn imp_memset(dst: *mut u8, c: i32, n: usize, pc: usize) -> *m
 }
 
 unsafe extern "C" fn imp_func_entry(call_site: usize, pc: usize, sp: usize, frame: usize) {
-    record::func_enter(pc as u64, call_site as u64, sp, frame as u64);
+    let call_site = crate::calls::real_return(call_site as u64);
+    record::func_enter(pc as u64, call_site, sp, frame as u64);
 }
 
 unsafe extern "C" fn imp_func_exit(pc: usize, sp: usize) {

@@ -2,14 +2,25 @@
 //! `tests/programs/inc.c` increments a shared counter from N threads and prints, per
 //! thread, its increments, how often the value before its increment was even and its
 //! failed compare-exchanges; replaying the merged trace (`dump --merged --format
-//! amt`) must give the same numbers. `MEMLENS_STRESS=<n>` repeats each check n times
-//! (default 2).
+//! amt`) must give the same numbers, for gcc and clang builds. `MEMLENS_STRESS=<n>`
+//! repeats each check n times (default 2).
 
 use crate::util::*;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 const TOTAL: u64 = 100_000;
+
+/// `inc.c` built once per compiler and shared by the tests (they only run it).
+fn inc(cc: Cc) -> PathBuf {
+    static EXES: [OnceLock<PathBuf>; 2] = [OnceLock::new(), OnceLock::new()];
+    let i = match cc {
+        Cc::Gcc => 0,
+        Cc::Clang => 1,
+    };
+    EXES[i].get_or_init(|| build(cc, "inc.c", &scratch("order-build"), &[])).clone()
+}
 
 fn repeats() -> usize {
     std::env::var("MEMLENS_STRESS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
@@ -103,13 +114,15 @@ fn expected(p: &Printed) -> BTreeMap<i64, (u64, u64)> {
 #[test]
 fn increment_replay_reproduces_every_thread_count() {
     let dir = scratch("order-inc");
-    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
-    for n in [4, 8] {
-        for _ in 0..repeats() {
-            let (p, amt) = run(&exe, &dir, "add", n, &[]);
-            let (final_value, got) = replay_add(&p, &amt);
-            assert_eq!(final_value, TOTAL);
-            assert_eq!(got, expected(&p), "{n} threads: replayed (incs, even) differ");
+    for cc in Cc::all() {
+        let exe = inc(cc);
+        for n in [4, 8] {
+            for _ in 0..repeats() {
+                let (p, amt) = run(&exe, &dir, "add", n, &[]);
+                let (final_value, got) = replay_add(&p, &amt);
+                assert_eq!(final_value, TOTAL);
+                assert_eq!(got, expected(&p), "{cc:?}, {n} threads: replayed (incs, even) differ");
+            }
         }
     }
 }
@@ -117,12 +130,14 @@ fn increment_replay_reproduces_every_thread_count() {
 #[test]
 fn increment_replay_with_a_stamp_per_access() {
     let dir = scratch("order-inc-atomic");
-    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
-    for n in [4, 8] {
-        let (p, amt) = run(&exe, &dir, "add", n, &["--order", "atomic", "--order-locks", "64"]);
-        let (final_value, got) = replay_add(&p, &amt);
-        assert_eq!(final_value, TOTAL);
-        assert_eq!(got, expected(&p), "{n} threads, --order=atomic");
+    for cc in Cc::all() {
+        let exe = inc(cc);
+        for n in [4, 8] {
+            let (p, amt) = run(&exe, &dir, "add", n, &["--order", "atomic", "--order-locks", "64"]);
+            let (final_value, got) = replay_add(&p, &amt);
+            assert_eq!(final_value, TOTAL);
+            assert_eq!(got, expected(&p), "{cc:?}, {n} threads, --order=atomic");
+        }
     }
 }
 
@@ -130,21 +145,23 @@ fn increment_replay_with_a_stamp_per_access() {
 #[test]
 fn without_ordering_the_replay_can_fail() {
     let dir = scratch("order-none");
-    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
-    let mut mismatches = 0;
-    let mut no_clocks = true;
-    for _ in 0..repeats().max(2) {
-        let (p, amt) = run(&exe, &dir, "add", 4, &["--order", "none"]);
-        let (final_value, got) = replay_add(&p, &amt);
-        assert_eq!(final_value, TOTAL, "increments are counted whatever the order");
-        if got != expected(&p) {
-            mismatches += 1;
+    for cc in Cc::all() {
+        let exe = inc(cc);
+        let mut mismatches = 0;
+        let mut no_clocks = true;
+        for _ in 0..repeats().max(2) {
+            let (p, amt) = run(&exe, &dir, "add", 4, &["--order", "none"]);
+            let (final_value, got) = replay_add(&p, &amt);
+            assert_eq!(final_value, TOTAL, "increments are counted whatever the order");
+            if got != expected(&p) {
+                mismatches += 1;
+            }
+            // Every line's timestamp is 0: nothing orders the threads.
+            no_clocks &= amt.lines().all(|l| l.starts_with("0\t"));
         }
-        // Every line's timestamp is 0: nothing orders the threads.
-        no_clocks &= amt.lines().all(|l| l.starts_with("0\t"));
+        assert!(mismatches > 0 || no_clocks, "{cc:?}: the control never failed and had clocks");
+        assert!(no_clocks, "{cc:?}: --order=none wrote clocks");
     }
-    assert!(mismatches > 0 || no_clocks, "the control never failed and had clocks");
-    assert!(no_clocks, "--order=none wrote clocks");
 }
 
 /// inc_sim_cas.py: increments = successful CAS at the counter, failed CAS =
@@ -152,35 +169,37 @@ fn without_ordering_the_replay_can_fail() {
 #[test]
 fn cas_increments_and_failures_are_rebuilt() {
     let dir = scratch("order-cas");
-    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
-    let check = |flags: &[&str]| -> bool {
-        let (p, amt) = run(&exe, &dir, "cas", 4, flags);
-        let (mut reads, mut final_value) = (0i64, 0i64);
-        let mut incs: BTreeMap<i64, u64> = BTreeMap::new();
-        for (tid, r, w, addr) in roi_records(&amt) {
-            if addr != p.addr {
-                continue;
+    for cc in Cc::all() {
+        let exe = inc(cc);
+        let check = |flags: &[&str]| -> bool {
+            let (p, amt) = run(&exe, &dir, "cas", 4, flags);
+            let (mut reads, mut final_value) = (0i64, 0i64);
+            let mut incs: BTreeMap<i64, u64> = BTreeMap::new();
+            for (tid, r, w, addr) in roi_records(&amt) {
+                if addr != p.addr {
+                    continue;
+                }
+                reads += i64::from(r);
+                if r && w {
+                    *incs.entry(tid).or_default() += 1;
+                    final_value += 1;
+                }
             }
-            reads += i64::from(r);
-            if r && w {
-                *incs.entry(tid).or_default() += 1;
-                final_value += 1;
+            let fails: u64 = p.threads.values().map(|t| t.2).sum();
+            if fails == 0 && !flags.is_empty() {
+                // Nothing failed, nothing to miscount: treat as broken so the caller retries.
+                return false;
             }
+            let want: BTreeMap<i64, u64> = p.threads.iter().map(|(&t, v)| (t, v.0)).collect();
+            incs == want && reads - 2 * final_value == fails as i64 && final_value as u64 == TOTAL
+        };
+        for _ in 0..repeats() {
+            assert!(check(&[]), "{cc:?}: CAS replay differs from the program's counts");
         }
-        let fails: u64 = p.threads.values().map(|t| t.2).sum();
-        if fails == 0 && !flags.is_empty() {
-            // Nothing failed, nothing to miscount: treat as broken so the caller retries.
-            return false;
-        }
-        let want: BTreeMap<i64, u64> = p.threads.iter().map(|(&t, v)| (t, v.0)).collect();
-        incs == want && reads - 2 * final_value == fails as i64 && final_value as u64 == TOTAL
-    };
-    for _ in 0..repeats() {
-        assert!(check(&[]), "CAS replay differs from the program's counts");
+        // Four threads contend, so some CAS fail; logged as writes, they count as
+        // increments and the check must break.
+        assert!(!check(&["--cas-as-write"]), "{cc:?}: --cas-as-write did not break the CAS check");
     }
-    // Four threads contend, so some CAS fail; logged as writes, they count as
-    // increments and the check must break.
-    assert!(!check(&["--cas-as-write"]), "--cas-as-write did not break the CAS check");
 }
 
 /// A mutex-protected plain counter: the merged order of the protected load/store
@@ -188,30 +207,32 @@ fn cas_increments_and_failures_are_rebuilt() {
 #[test]
 fn mutex_protected_loads_and_stores_replay() {
     let dir = scratch("order-mutex");
-    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
-    for n in [4, 8] {
-        let (p, amt) = run(&exe, &dir, "mutex", n, &[]);
-        let mut value = 0u64;
-        let mut loaded: BTreeMap<i64, u64> = BTreeMap::new();
-        let mut got: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
-        for (tid, r, w, addr) in roi_records(&amt) {
-            if addr != p.addr {
-                continue;
-            }
-            if r {
-                loaded.insert(tid, value);
-                let e = got.entry(tid).or_default();
-                e.0 += 1;
-                if value.is_multiple_of(2) {
-                    e.1 += 1;
+    for cc in Cc::all() {
+        let exe = inc(cc);
+        for n in [4, 8] {
+            let (p, amt) = run(&exe, &dir, "mutex", n, &[]);
+            let mut value = 0u64;
+            let mut loaded: BTreeMap<i64, u64> = BTreeMap::new();
+            let mut got: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+            for (tid, r, w, addr) in roi_records(&amt) {
+                if addr != p.addr {
+                    continue;
+                }
+                if r {
+                    loaded.insert(tid, value);
+                    let e = got.entry(tid).or_default();
+                    e.0 += 1;
+                    if value.is_multiple_of(2) {
+                        e.1 += 1;
+                    }
+                }
+                if w {
+                    value = loaded[&tid] + 1;
                 }
             }
-            if w {
-                value = loaded[&tid] + 1;
-            }
+            assert_eq!(value, TOTAL);
+            assert_eq!(got, expected(&p), "{cc:?}, {n} threads: mutex replay differs");
         }
-        assert_eq!(value, TOTAL);
-        assert_eq!(got, expected(&p), "{n} threads: mutex replay differs");
     }
 }
 
@@ -220,7 +241,8 @@ fn mutex_protected_loads_and_stores_replay() {
 #[test]
 fn streaming_merge_equals_a_full_sort() {
     let dir = scratch("order-merge");
-    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
+    // The merge does not depend on the compiler: one build is enough.
+    let exe = inc(Cc::Gcc);
     let (_, amt) = run(&exe, &dir, "add", 4, &[]);
     let ts = |l: &str| l.split('\t').next().unwrap().parse::<u64>().unwrap();
     let merged: Vec<&str> = amt.lines().collect();

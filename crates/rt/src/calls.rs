@@ -1,0 +1,354 @@
+//! Tracing calls of listed functions with their arguments and return values
+//! (`MEMLENS_TRACE_CALLS`, set by `memlens record --trace-calls FILE`).
+//!
+//! `memlens cc` compiles every function with `-fpatchable-function-entry=5`: a
+//! 5-byte NOP pad at the entry (after `endbr64`). Unlisted functions keep their
+//! NOPs and cost nothing. At start-up the runtime turns the pad of each listed
+//! function into `call fentry` (the page is made writable, patched and made
+//! executable again, never both at once). `fentry` saves the argument registers,
+//! records `Call { args: rdi, rsi, rdx }` and swaps the caller's return address for
+//! `fret`, keeping the original on a per-thread stack; `fret` records
+//! `Return { value: rax }` and jumps to the original return address. This is what
+//! DynTG's dynamic probes do, with the compiler reserving the room instead of a
+//! binary rewriter.
+//!
+//! The CLI resolves the names (ELF symbol table) and checks the pads; the
+//! environment variable holds lines `<function vaddr hex> <pad vaddr hex> <name>` in
+//! the executable's file addresses. The same text is kept as the trace option
+//! `trace_calls`, from which `dump --format amt` names the functions.
+//!
+//! Limits: only functions of the executable; a C++ exception unwinding through a
+//! traced call finds no unwind information for `fret` and terminates the program;
+//! frames left by `longjmp` are dropped (no return event) when the stack moves
+//! past them; allocation stacks and `FuncEnter` call sites of traced functions see
+//! the original return address, but the frame-pointer walk of deeper frames shows
+//! `fret`; a signal handler calling a traced function while the thread is inside
+//! `fentry`/`fret` may corrupt the per-thread stack.
+
+use crate::record;
+use crate::state::ts;
+use crate::sys;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use memlens_format::{Addr, Event, Pc};
+use std::sync::OnceLock;
+
+/// One patched function: the address after its pad (what `fentry` sees as its
+/// return address) and its entry address (what the events carry).
+#[derive(Clone, Copy)]
+struct Target {
+    pad_end: u64,
+    func: u64,
+}
+
+static TARGETS: OnceLock<Vec<Target>> = OnceLock::new();
+/// Address of `fret` once patching is on (0: off), for [`real_return`].
+static FRET: AtomicUsize = AtomicUsize::new(0);
+
+/// One open traced call.
+#[derive(Clone, Copy)]
+pub(crate) struct Frame {
+    /// Stack pointer at the entry (the address of the return-address slot).
+    sp: u64,
+    /// The original return address (`fret` for a tail call from a traced function
+    /// whose frame is below this one).
+    ret: u64,
+    func: u64,
+    recorded: bool,
+}
+
+/// Open traced calls per thread.
+pub(crate) const CALLS_CAP: usize = 4096;
+
+/// Parses `MEMLENS_TRACE_CALLS` and patches the listed functions of the executable
+/// (load bias `bias`). Called once at start-up, before `main`. Returns how many
+/// were patched.
+pub(crate) fn install(spec: &str, bias: u64) -> usize {
+    let mut targets = Vec::new();
+    for line in spec.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(func), Some(pad)) = (f.next(), f.next()) else { continue };
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+        let (Some(func), Some(pad)) = (hex(func), hex(pad)) else {
+            sys::warn(&["trace-calls: bad line `", line, "`"]);
+            continue;
+        };
+        let (func, pad) = (func.wrapping_add(bias), pad.wrapping_add(bias));
+        // SAFETY: the CLI found this pad inside the executable's text.
+        if unsafe { patch(pad) } {
+            targets.push(Target { pad_end: pad + 5, func });
+        } else {
+            let name = f.collect::<Vec<_>>().join(" ");
+            sys::warn(&["trace-calls: cannot patch ", &name, " (no 5-byte NOP pad at its entry)"]);
+        }
+    }
+    targets.sort_by_key(|t| t.pad_end);
+    let n = targets.len();
+    let _ = TARGETS.set(targets);
+    if n > 0 {
+        FRET.store(fret as *const () as usize, Relaxed);
+    }
+    n
+}
+
+/// The NOP pads `-fpatchable-function-entry=5` leaves: gcc's five `nop`s, clang's
+/// one 5-byte `nopl 0x..(%rax,%rax,1)`.
+fn is_pad(b: &[u8; 5]) -> bool {
+    *b == [0x90; 5] || b[..4] == [0x0f, 0x1f, 0x44, 0x00]
+}
+
+/// Writes `call fentry` over the pad at `pad`.
+///
+/// # Safety
+/// `pad..pad+5` must be mapped code of this process that no thread runs now.
+unsafe fn patch(pad: u64) -> bool {
+    let cur = (pad as *const [u8; 5]).read();
+    if !is_pad(&cur) {
+        return false;
+    }
+    let rel = (fentry as *const () as usize as i64).wrapping_sub(pad as i64 + 5);
+    let Ok(rel) = i32::try_from(rel) else { return false };
+    let mut code = [0xe8u8; 5];
+    code[1..].copy_from_slice(&rel.to_le_bytes());
+    write_text(pad as usize, &code)
+}
+
+/// Writes into the program's code: the pages become read-write, get the bytes and
+/// become read-execute again. When the pages hold this function itself (it would
+/// fault on its next instruction) the write goes through `/proc/self/mem`, which
+/// ignores page protections, instead.
+#[inline(never)]
+unsafe fn write_text(at: usize, bytes: &[u8]) -> bool {
+    const PAGE: usize = 4096;
+    let lo = at & !(PAGE - 1);
+    let hi = (at + bytes.len() + PAGE - 1) & !(PAGE - 1);
+    let me = write_text as *const () as usize & !(PAGE - 1);
+    // The function is far smaller than a page: it spans at most `me..me + 2 pages`.
+    if lo < me + 2 * PAGE && me < hi {
+        return write_proc_mem(at, bytes);
+    }
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    // Between the two calls nothing may run from the program's text: no PLT stub
+    // (it may share the page), no `memcpy` (the runtime's own lives there).
+    if mprotect(lo, hi - lo, rw) != 0 {
+        return write_proc_mem(at, bytes);
+    }
+    for (i, &b) in bytes.iter().enumerate() {
+        (at as *mut u8).add(i).write_volatile(b);
+    }
+    mprotect(lo, hi - lo, rx) == 0
+}
+
+/// The `mprotect` system call, inline (no PLT).
+#[inline(always)]
+unsafe fn mprotect(addr: usize, len: usize, prot: i32) -> isize {
+    let ret: isize;
+    core::arch::asm!(
+        "syscall",
+        inlateout("rax") libc::SYS_mprotect as isize => ret,
+        in("rdi") addr,
+        in("rsi") len,
+        in("rdx") prot as isize,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+    ret
+}
+
+unsafe fn write_proc_mem(at: usize, bytes: &[u8]) -> bool {
+    let fd = libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+    if fd < 0 {
+        return false;
+    }
+    let ok = sys::pwrite_all(fd, bytes, at as u64).is_ok();
+    libc::close(fd);
+    ok
+}
+
+/// A `FuncEnter` call site that is `fret` (the traced function's return address was
+/// swapped) becomes the original return address.
+#[inline(always)]
+pub(crate) fn real_return(call_site: u64) -> u64 {
+    let f = FRET.load(Relaxed) as u64;
+    if f == 0 || call_site != f {
+        return call_site;
+    }
+    let st = ts();
+    let (p, n) = (st.calls.get(), st.ncalls.get());
+    if p.is_null() || n == 0 {
+        return call_site;
+    }
+    // SAFETY: entries below `ncalls` were written by this thread. The newest frame
+    // whose return address is not `fret` (tail calls chain on one slot).
+    unsafe { (0..n).rev().map(|i| (*p.add(i)).ret).find(|&r| r != f).unwrap_or(call_site) }
+}
+
+/// `fentry`: the traced function's pad called it. Saves every argument register
+/// (and rax for varargs, r10 for the static chain, r11), calls [`on_call`] with
+/// the pad's end, the function's return-address slot and the saved registers, and
+/// returns into the function with its registers intact.
+#[unsafe(naked)]
+unsafe extern "C" fn fentry() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
+        "sub rsp, 208",
+        "mov [rsp], rdi",
+        "mov [rsp + 8], rsi",
+        "mov [rsp + 16], rdx",
+        "mov [rsp + 24], rcx",
+        "mov [rsp + 32], r8",
+        "mov [rsp + 40], r9",
+        "mov [rsp + 48], rax",
+        "mov [rsp + 56], r10",
+        "mov [rsp + 64], r11",
+        "movdqu [rsp + 80], xmm0",
+        "movdqu [rsp + 96], xmm1",
+        "movdqu [rsp + 112], xmm2",
+        "movdqu [rsp + 128], xmm3",
+        "movdqu [rsp + 144], xmm4",
+        "movdqu [rsp + 160], xmm5",
+        "movdqu [rsp + 176], xmm6",
+        "movdqu [rsp + 192], xmm7",
+        "mov rdi, [rbp + 8]",
+        "lea rsi, [rbp + 16]",
+        "mov rdx, rsp",
+        "call {on_call}",
+        "mov rdi, [rsp]",
+        "mov rsi, [rsp + 8]",
+        "mov rdx, [rsp + 16]",
+        "mov rcx, [rsp + 24]",
+        "mov r8, [rsp + 32]",
+        "mov r9, [rsp + 40]",
+        "mov rax, [rsp + 48]",
+        "mov r10, [rsp + 56]",
+        "mov r11, [rsp + 64]",
+        "movdqu xmm0, [rsp + 80]",
+        "movdqu xmm1, [rsp + 96]",
+        "movdqu xmm2, [rsp + 112]",
+        "movdqu xmm3, [rsp + 128]",
+        "movdqu xmm4, [rsp + 144]",
+        "movdqu xmm5, [rsp + 160]",
+        "movdqu xmm6, [rsp + 176]",
+        "movdqu xmm7, [rsp + 192]",
+        "mov rsp, rbp",
+        "pop rbp",
+        "ret",
+        on_call = sym on_call,
+    )
+}
+
+/// `fret`: a traced function returned here. Saves the return registers (rax, rdx,
+/// xmm0, xmm1), asks [`on_return`] for the original return address and jumps there.
+#[unsafe(naked)]
+unsafe extern "C" fn fret() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
+        "sub rsp, 48",
+        "mov [rsp], rax",
+        "mov [rsp + 8], rdx",
+        "movdqu [rsp + 16], xmm0",
+        "movdqu [rsp + 32], xmm1",
+        "lea rdi, [rbp + 8]",
+        "mov rsi, rax",
+        "call {on_return}",
+        "mov r11, rax",
+        "mov rax, [rsp]",
+        "mov rdx, [rsp + 8]",
+        "movdqu xmm0, [rsp + 16]",
+        "movdqu xmm1, [rsp + 32]",
+        "mov rsp, rbp",
+        "pop rbp",
+        "jmp r11",
+        on_return = sym on_return,
+    )
+}
+
+fn target(pad_end: u64) -> Option<u64> {
+    let t = TARGETS.get()?;
+    let i = t.binary_search_by_key(&pad_end, |t| t.pad_end).ok()?;
+    Some(t[i].func)
+}
+
+/// Records the call and swaps the return address. `slot` is the function's
+/// stack pointer at entry; `regs` the saved rdi, rsi, rdx, ...
+unsafe extern "C" fn on_call(pad_end: u64, slot: *mut u64, regs: *const u64) {
+    let Some(func) = target(pad_end) else { return };
+    let st = ts();
+    let mut p = st.calls.get();
+    if p.is_null() {
+        p = sys::map(CALLS_CAP * core::mem::size_of::<Frame>()).cast();
+        if p.is_null() {
+            return;
+        }
+        st.calls.set(p);
+    }
+    let sp = slot as u64;
+    let fret = fret as *const () as usize as u64;
+    let chained = *slot == fret;
+    // Frames below this one were left without returning (longjmp); one at the same
+    // slot is still open only if this is a tail call from it.
+    let mut n = st.ncalls.get();
+    while n > 0 && ((*p.add(n - 1)).sp < sp || (!chained && (*p.add(n - 1)).sp == sp)) {
+        n -= 1;
+    }
+    if n >= CALLS_CAP {
+        st.ncalls.set(n);
+        return;
+    }
+    let recorded = record::enter(st, true);
+    if recorded {
+        let args = [*regs, *regs.add(1), *regs.add(2)];
+        record::emit_control(st, &Event::Call { func: Pc(func), sp: Addr(sp), args });
+        crate::state::guard_off(st);
+    }
+    *p.add(n) = Frame { sp, ret: *slot, func, recorded };
+    st.ncalls.set(n + 1);
+    *slot = fret;
+}
+
+/// Records the return and gives `fret` the original return address. `after` is
+/// the stack pointer after the `ret` (entry stack pointer + 8).
+unsafe extern "C" fn on_return(after: u64, value: u64) -> u64 {
+    let st = ts();
+    let p = st.calls.get();
+    let sp = after - 8;
+    let fret = fret as *const () as usize as u64;
+    let mut n = st.ncalls.get();
+    while n > 0 && (*p.add(n - 1)).sp < sp {
+        n -= 1;
+    }
+    loop {
+        if p.is_null() || n == 0 || (*p.add(n - 1)).sp != sp {
+            sys::warn(&["trace-calls: a traced function returned without its call; aborting"]);
+            libc::abort();
+        }
+        let f = *p.add(n - 1);
+        n -= 1;
+        if f.recorded && record::enter(st, true) {
+            let ev = Event::Return { func: Pc(f.func), sp: Addr(sp), value };
+            record::emit_control(st, &ev);
+            crate::state::guard_off(st);
+        }
+        if f.ret != fret {
+            st.ncalls.set(n);
+            return f.ret;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_gcc_and_clang_pads() {
+        assert!(is_pad(&[0x90; 5]));
+        assert!(is_pad(&[0x0f, 0x1f, 0x44, 0x00, 0x08]));
+        assert!(!is_pad(&[0x55, 0x48, 0x89, 0xe5, 0x90]));
+    }
+}
