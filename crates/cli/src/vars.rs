@@ -2,8 +2,10 @@
 
 use crate::names::Names;
 use anyhow::Result;
-use memlens_format::{Event, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, HeapIndex, Kind, LabelId, Maps};
+use memlens_analysis::{CodeName, DataName, Namer};
+use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
+use memlens_names::{Attributor, FastMap, HeapIndex, Kind, LabelId, Maps};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Builds the heap index: a pass over the chunks that hold allocations or frees.
@@ -28,6 +30,38 @@ pub fn heap_index(r: &TraceReader) -> Result<HeapIndex> {
     }
     h.finish();
     Ok(h)
+}
+
+/// Names for kernels' results (`analyze`, `view`): code via DWARF, data via the
+/// attributor without a thread context (globals exactly, heap by the most recent
+/// block at an address).
+pub struct TraceNamer<'a> {
+    names: &'a Names,
+    attr: RefCell<Attributor<'a>>,
+}
+
+impl<'a> TraceNamer<'a> {
+    /// A namer for trace `r`.
+    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self> {
+        Ok(TraceNamer { names, attr: RefCell::new(attributor(r, names)?) })
+    }
+}
+
+impl Namer for TraceNamer<'_> {
+    fn code(&self, pc: Pc) -> CodeName {
+        let c = self.names.code(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
+    fn data(&self, addr: Addr) -> Option<DataName> {
+        let mut a = self.attr.borrow_mut();
+        let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), addr);
+        let l = a.label(id);
+        if l.kind == Kind::Unknown {
+            return None;
+        }
+        Some(DataName { name: l.display(), variable: l.base.to_string() })
+    }
 }
 
 /// An attributor for a trace, naming heap sites by their source line.
@@ -61,13 +95,13 @@ pub struct VarCounts {
     /// Threads (sorted, distinct).
     pub threads: Vec<ThreadId>,
     /// Accesses per code address.
-    pub pcs: HashMap<Pc, u64>,
+    pub pcs: FastMap<Pc, u64>,
 }
 
 /// The result of naming every access.
 pub struct VarReport {
-    /// Per label.
-    pub by_label: HashMap<LabelId, VarCounts>,
+    /// Per label, indexed by [`LabelId`] (labels never accessed have zero counts).
+    pub by_label: Vec<VarCounts>,
     /// Accesses seen.
     pub accesses: u64,
     /// Accesses whose code address has a source line.
@@ -76,19 +110,22 @@ pub struct VarReport {
     pub with_name: u64,
     /// Unnamed accesses by kind of fallback.
     pub unnamed: HashMap<String, u64>,
+    /// Accesses without a source line, by function (or module when no symbol).
+    pub no_line: HashMap<String, u64>,
 }
 
 /// Names every access of the trace.
 pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributor<'a>, VarReport)> {
     let mut a = attributor(r, names)?;
     let mut rep = VarReport {
-        by_label: HashMap::new(),
+        by_label: Vec::new(),
         accesses: 0,
         with_line: 0,
         with_name: 0,
         unnamed: HashMap::new(),
+        no_line: HashMap::new(),
     };
-    let mut line_known: HashMap<Pc, bool> = HashMap::new();
+    let mut line_known: FastMap<Pc, bool> = FastMap::default();
     for s in r.streams() {
         let t = s.thread;
         let mut it = r.events(t);
@@ -110,6 +147,8 @@ pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributo
             let known = *line_known.entry(pc).or_insert_with(|| names.code(pc).line != 0);
             if known {
                 rep.with_line += n;
+            } else {
+                *rep.no_line.entry(no_line_where(names, pc)).or_default() += n;
             }
             let label = a.label(id);
             if label.kind.is_named() {
@@ -117,18 +156,33 @@ pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributo
             } else {
                 *rep.unnamed.entry(label.base.to_string()).or_default() += n;
             }
-            let c = rep.by_label.entry(id).or_default();
+            if rep.by_label.len() <= id as usize {
+                rep.by_label.resize(id as usize + 1, VarCounts::default());
+            }
+            let c = &mut rep.by_label[id as usize];
             c.loads += l;
             c.stores += st;
             c.bytes_read += br;
             c.bytes_written += bw;
-            if let Err(p) = c.threads.binary_search(&t) {
-                c.threads.insert(p, t);
+            if c.threads.last() != Some(&t) {
+                if let Err(p) = c.threads.binary_search(&t) {
+                    c.threads.insert(p, t);
+                }
             }
             *c.pcs.entry(pc).or_default() += n;
         }
     }
     Ok((a, rep))
+}
+
+/// Where an access without a source line comes from: its function and module.
+fn no_line_where(names: &Names, pc: Pc) -> String {
+    let module = names
+        .symbolizer()
+        .module_of_pc(pc)
+        .map(|m| m.path.rsplit('/').next().unwrap_or(&m.path).to_string())
+        .unwrap_or_else(|| "?".into());
+    format!("{} [{module}]", names.code(pc).function)
 }
 
 /// How `report --by variable` groups names.
@@ -145,8 +199,11 @@ pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<se
     let names = Names::new(&r.meta().modules);
     let (a, rep) = attribute_all(r, &names)?;
     let mut agg: HashMap<(String, Kind), VarCounts> = HashMap::new();
-    for (id, c) in &rep.by_label {
-        let l = a.label(*id);
+    for (id, c) in rep.by_label.iter().enumerate() {
+        if c.loads + c.stores == 0 {
+            continue;
+        }
+        let l = a.label(id as LabelId);
         let key = match group {
             Group::Field => l.display(),
             Group::Variable => l.base.to_string(),
@@ -203,8 +260,12 @@ pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
     let mut unnamed: Vec<_> = rep.unnamed.into_iter().collect();
     unnamed.sort_by_key(|u| std::cmp::Reverse(u.1));
     unnamed.truncate(5);
+    let mut no_line: Vec<_> = rep.no_line.into_iter().collect();
+    no_line.sort_by_key(|u| std::cmp::Reverse(u.1));
+    no_line.truncate(5);
     Ok(serde_json::json!({
         "accesses": rep.accesses,
+        "no_line": no_line.iter().map(|(k, n)| serde_json::json!({"where": k, "accesses": n})).collect::<Vec<_>>(),
         "with_line_pct": pct(rep.with_line),
         "with_name_pct": pct(rep.with_name),
         "unnamed": unnamed.iter().map(|(k, n)| serde_json::json!({"where": k, "accesses": n})).collect::<Vec<_>>(),

@@ -1,7 +1,10 @@
 //! Per-function variable information, for naming stack addresses.
 //!
-//! Only locals and parameters whose location is a single `DW_OP_fbreg` are described
-//! (the usual case at `-O0`); variables in registers or with location lists are skipped.
+//! Locals and parameters are described where they live in the frame: a single
+//! `DW_OP_fbreg` (the usual case at `-O0`), or, at `-O2`, the entries of a location
+//! list that put the variable (or pieces of it, `DW_OP_piece`) at `DW_OP_fbreg` or
+//! `DW_OP_breg6` (rbp) offsets over given code ranges. Parts in registers or
+//! rsp-relative slots are skipped.
 
 use std::sync::Arc;
 
@@ -42,6 +45,23 @@ pub struct LocalVariable {
     pub scope: Vec<CodeRange>,
     /// Layout of the variable's type.
     pub layout: Option<Arc<TypeLayout>>,
+    /// Where the variable lives when it is not at one fixed `frame_offset`: pieces
+    /// (from location lists and `DW_OP_piece`), each valid over a code range. Empty
+    /// for a variable at `frame_offset` throughout its scope.
+    pub pieces: Vec<LocalPiece>,
+}
+
+/// A part of a variable at a frame-base offset, over a range of code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalPiece {
+    /// Offset of the piece's first byte from the frame base.
+    pub frame_offset: i64,
+    /// Offset of the piece in the variable.
+    pub var_offset: u64,
+    /// Size of the piece in bytes.
+    pub size: u64,
+    /// Code where this location is valid (`None`: the variable's whole scope).
+    pub code: Option<CodeRange>,
 }
 
 /// The frame description of one (out-of-line) function.
@@ -64,15 +84,23 @@ impl FunctionFrame {
     /// Names the stack byte at `frame_offset` from the frame base, as seen by code at
     /// return address `pc` (scopes are checked with `pc − 1`).
     pub fn name_at(&self, pc: Pc, frame_offset: i64) -> Option<DataName> {
-        let v = self.locals.iter().find(|v| {
+        let (v, offset) = self.locals.iter().find_map(|v| {
             let in_scope =
                 v.scope.is_empty() || v.scope.iter().any(|r| r.contains_return_address(pc));
-            let size = v.size.unwrap_or(1).max(1);
-            in_scope
-                && frame_offset >= v.frame_offset
-                && ((frame_offset - v.frame_offset) as u64) < size
+            if !in_scope {
+                return None;
+            }
+            if v.pieces.is_empty() {
+                let size = v.size.unwrap_or(1).max(1);
+                let off = frame_offset.checked_sub(v.frame_offset)?;
+                return (off >= 0 && (off as u64) < size).then_some((v, off as u64));
+            }
+            v.pieces.iter().find_map(|p| {
+                let here = p.code.is_none_or(|r| r.contains_return_address(pc));
+                let off = frame_offset.checked_sub(p.frame_offset)?;
+                (here && off >= 0 && (off as u64) < p.size).then(|| (v, p.var_offset + off as u64))
+            })
         })?;
-        let offset = (frame_offset - v.frame_offset) as u64;
         let (path, leaf_type) = match &v.layout {
             Some(l) => {
                 let p = l.describe(offset);
@@ -162,7 +190,7 @@ pub(crate) fn build_frame(
     let mut locals = Vec::new();
     let mut tree = unit.entries_tree(Some(range.offset)).ok()?;
     let root = tree.root().ok()?;
-    Walk { units, layouts, uid, bias }.collect(root, &[], &mut locals, 0);
+    Walk { units, layouts, uid, bias, frame_base }.collect(root, &[], &mut locals, 0);
     Some(FunctionFrame { module_id, name: name.into(), ranges, frame_base, locals })
 }
 
@@ -172,6 +200,7 @@ struct Walk<'a> {
     layouts: &'a LayoutCache,
     uid: usize,
     bias: u64,
+    frame_base: FrameBase,
 }
 
 impl Walk<'_> {
@@ -190,7 +219,9 @@ impl Walk<'_> {
             let die: Die = child.entry().clone();
             match die.tag() {
                 gimli::DW_TAG_variable | gimli::DW_TAG_formal_parameter => {
-                    if let Some(v) = local(self.units, self.layouts, self.uid, &die, scope) {
+                    let (u, l, id, fb, b) =
+                        (self.units, self.layouts, self.uid, self.frame_base, self.bias);
+                    if let Some(v) = local(u, l, id, &die, scope, fb, b) {
                         out.push(v);
                     }
                 }
@@ -220,17 +251,99 @@ fn local(
     uid: usize,
     die: &Die,
     scope: &[CodeRange],
+    frame_base: FrameBase,
+    bias: u64,
 ) -> Option<LocalVariable> {
-    let ops = dwarf::expr_ops(units, uid, die.attr_value(gimli::DW_AT_location)?)?;
-    let [gimli::Operation::FrameOffset { offset }] = ops.as_slice() else { return None };
+    let value = die.attr_value(gimli::DW_AT_location)?;
     let name = units.name(uid, die)?;
     let layout = units.type_of(uid, die).map(|(u, o)| layouts.get(units, u, o));
-    Some(LocalVariable {
+    let size = layout.as_ref().and_then(|l| l.size());
+    let mut v = LocalVariable {
         name: name.into(),
-        frame_offset: *offset,
-        size: layout.as_ref().and_then(|l| l.size()),
+        frame_offset: 0,
+        size,
         is_parameter: die.tag() == gimli::DW_TAG_formal_parameter,
         scope: scope.to_vec(),
         layout,
-    })
+        pieces: Vec::new(),
+    };
+    let unit = &units.units[uid];
+    if let gimli::AttributeValue::Exprloc(expr) = value {
+        let pieces = memory_pieces(unit.encoding(), expr, frame_base, size.unwrap_or(1), None);
+        match pieces.as_slice() {
+            [] => return None,
+            [p] if p.var_offset == 0 && Some(p.size) == size => v.frame_offset = p.frame_offset,
+            _ => v.pieces = pieces,
+        }
+        return Some(v);
+    }
+    let mut locs = units.dwarf.attr_locations(unit, value).ok()??;
+    while let Ok(Some(e)) = locs.next() {
+        if e.range.begin >= e.range.end {
+            continue;
+        }
+        let code = CodeRange { start: Pc(e.range.begin + bias), end: Pc(e.range.end + bias) };
+        v.pieces.extend(memory_pieces(
+            unit.encoding(),
+            e.data,
+            frame_base,
+            size.unwrap_or(1),
+            Some(code),
+        ));
+        if v.pieces.len() > 4096 {
+            break;
+        }
+    }
+    (!v.pieces.is_empty()).then_some(v)
+}
+
+/// The parts of a location description that are frame-base-relative memory.
+fn memory_pieces(
+    encoding: gimli::Encoding,
+    expr: gimli::Expression<dwarf::R>,
+    frame_base: FrameBase,
+    size: u64,
+    code: Option<CodeRange>,
+) -> Vec<LocalPiece> {
+    // rbp-relative offsets as frame-base-relative ones.
+    let from_rbp = |off: i64| match frame_base {
+        FrameBase::Register(6) => Some(off),
+        FrameBase::RegisterOffset(6, o) => Some(off - o),
+        FrameBase::Cfa => Some(off - 16),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let mut ops = expr.operations(encoding);
+    let mut at: Option<i64> = None;
+    let mut simple = true;
+    let mut var_offset = 0u64;
+    for _ in 0..512 {
+        let Ok(Some(op)) = gimli::OperationIter::next(&mut ops) else { break };
+        match op {
+            gimli::Operation::FrameOffset { offset } if at.is_none() && simple => at = Some(offset),
+            gimli::Operation::RegisterOffset { register, offset, .. }
+                if register.0 == 6 && at.is_none() && simple =>
+            {
+                at = from_rbp(offset)
+            }
+            gimli::Operation::Piece { size_in_bits, bit_offset: None } => {
+                let n = size_in_bits / 8;
+                if let (Some(fo), true) = (at, simple) {
+                    out.push(LocalPiece { frame_offset: fo, var_offset, size: n, code });
+                }
+                var_offset += n;
+                at = None;
+                simple = true;
+            }
+            // Anything else (a register, a computed value, an address): not a plain
+            // frame slot.
+            _ => simple = false,
+        }
+    }
+    if var_offset == 0 {
+        if let (Some(fo), true) = (at, simple) {
+            out.push(LocalPiece { frame_offset: fo, var_offset: 0, size, code });
+        }
+    }
+    out
 }

@@ -58,6 +58,10 @@ impl TypeLayout {
         TypeLayout { name, size, kind: LayoutKind::Scalar }
     }
 
+    pub(crate) fn scalar_named(name: &str, size: u64) -> Self {
+        TypeLayout::scalar(Some(name.into()), Some(size))
+    }
+
     /// The type's name as written in the source (`int`, `struct_name`, `T*`, `int[4]`).
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
@@ -385,6 +389,26 @@ mod tests {
         assert!(pad.padding);
         assert_eq!(outer.describe(4 + 24 + 8).path, ".v[2].b[1]");
         assert_eq!(outer.describe(4 + 24 + 8).leaf_type.as_deref(), Some("int"));
+    }
+
+    #[test]
+    fn self_types_from_method_names() {
+        use crate::heaptype::self_type;
+        assert_eq!(
+            self_type("<alloc::boxed::Box<rsnames::Point>>::new"),
+            Some(("Box", Some("rsnames::Point")))
+        );
+        assert_eq!(self_type("alloc::raw_vec::RawVec<T,A>::grow"), Some(("RawVec", Some("T"))));
+        assert_eq!(
+            self_type("<alloc::raw_vec::RawVec<u8>>::with_capacity_in"),
+            Some(("RawVec", Some("u8")))
+        );
+        assert_eq!(self_type("alloc::alloc::alloc"), None);
+        assert_eq!(
+            self_type("<alloc::boxed::Box<a::LeafNode<u64, usize>>>::new_uninit_in"),
+            Some(("Box", Some("a::LeafNode<u64, usize>")))
+        );
+        assert_eq!(self_type("<alloc::alloc::Global as core::alloc::Allocator>::allocate"), None);
     }
 
     #[test]

@@ -28,6 +28,8 @@
 //!   [`ModuleSymbols::from_files`] builds it from bytes without I/O;
 //!   [`ModuleSymbols::load`] reads the files, searching [`DebugSearch`] directories.
 //! - [`module_from_file`] describes an ELF file as a [`Module`] (segments, build-id).
+//! - [`Symbolizer::heap_type`] gives the element type of a heap block from its
+//!   allocation site ([`HeapType`]).
 //! - [`TypeLayout`] maps an offset inside a typed object to a member path;
 //!   [`FunctionFrame`] lists a function's frame-base-relative locals.
 //! - [`glob_match`] and [`path_glob_match`] implement the filter globs (`*`, `?`).
@@ -64,6 +66,7 @@ mod elf;
 mod error;
 mod frame;
 mod glob;
+mod heaptype;
 mod layout;
 mod module;
 mod symbolizer;
@@ -73,8 +76,9 @@ pub use data::{DataKind, DataName, ThreadLocal};
 pub use demangle::demangle_symbol;
 pub use elf::{module_from_elf_bytes, module_from_file, TlsSegment};
 pub use error::Error;
-pub use frame::{FrameBase, FunctionFrame, LocalVariable};
+pub use frame::{FrameBase, FunctionFrame, LocalPiece, LocalVariable};
 pub use glob::{glob_match, path_glob_match};
+pub use heaptype::HeapType;
 pub use layout::{MemberPath, TypeLayout};
 pub use memlens_format::{Addr, Module, Pc, Segment};
 pub use module::{DebugSearch, ModuleFiles, ModuleSymbols, StaticVariable};

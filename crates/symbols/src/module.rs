@@ -15,6 +15,7 @@ use crate::dwarf::{self, Units, R};
 use crate::elf::{self, RawSymbol, SymKind, TlsSegment};
 use crate::frame::{self, FunctionFrame, SubprogramRange};
 use crate::glob::{glob_match, path_glob_match};
+use crate::heaptype::{self, FrameVerdict, HeapType, Parents};
 use crate::layout::LayoutCache;
 use crate::Error;
 
@@ -79,6 +80,9 @@ pub struct ModuleSymbols {
     data: OnceLock<DataIndex>,
     subprograms: OnceLock<Vec<SubprogramRange>>,
     frames: Mutex<FrameCache>,
+    alloc_sites: OnceLock<HashMap<u64, (usize, gimli::UnitOffset)>>,
+    rust_types: OnceLock<HashMap<String, (usize, gimli::UnitOffset)>>,
+    parents: Mutex<HashMap<usize, Arc<Parents>>>,
     layouts: LayoutCache,
     names: Mutex<HashMap<String, Arc<str>>>,
     files: Mutex<HashMap<String, Arc<str>>>,
@@ -198,6 +202,9 @@ impl ModuleSymbols {
             data: OnceLock::new(),
             subprograms: OnceLock::new(),
             frames: Mutex::new(HashMap::new()),
+            alloc_sites: OnceLock::new(),
+            rust_types: OnceLock::new(),
+            parents: Mutex::new(HashMap::new()),
             layouts: LayoutCache::default(),
             names: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
@@ -293,6 +300,16 @@ impl ModuleSymbols {
                 }
             }
         }
+        // Compilers give line 0 to code they merged or generated (clang often does
+        // for sanitizer callbacks): take the closest line before it in the function.
+        if frames.first().is_some_and(|f| f.line.is_none()) {
+            if let Some((file, line, column)) = self.line_before(probe, pc) {
+                let f = &mut frames[0];
+                f.file = Some(file);
+                f.line = Some(line);
+                f.column = column;
+            }
+        }
         if frames.last().is_none_or(|f| f.function.is_none()) {
             if let Some(sym) = self.function_symbol(pc) {
                 match frames.last_mut() {
@@ -307,6 +324,22 @@ impl ModuleSymbols {
             }
         }
         CodeLocation { module_id: self.module.id, module_path: self.module_path.clone(), frames }
+    }
+
+    /// The last line-table row with a line number between the start of the function
+    /// holding `probe` (at most 4 KiB back) and `probe`.
+    fn line_before(&self, probe: u64, pc: Pc) -> Option<(Arc<str>, u32, Option<u32>)> {
+        let ctx = self.context()?.lock().unwrap_or_else(|e| e.into_inner());
+        let start = self.function_symbol(pc).map(|f| self.module.file_addr(f.start.0));
+        let lo = start.unwrap_or(0).max(probe.saturating_sub(4096));
+        let mut best = None;
+        for (addr, _, loc) in ctx.find_location_range(lo, probe + 1).ok()? {
+            if addr <= probe && loc.line.is_some() {
+                best = Some((loc.file?.to_owned(), loc.line?, loc.column));
+            }
+        }
+        let (file, line, column) = best?;
+        Some((Self::intern(&self.files, &file, || file.clone()), line, column))
     }
 
     /// All function symbols, sorted by address.
@@ -466,6 +499,44 @@ impl ModuleSymbols {
         .map(Arc::new);
         self.frames.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f.clone());
         f
+    }
+}
+
+impl ModuleSymbols {
+    /// The type clang recorded for the `new T` whose call returns to `pc`
+    /// (`DW_AT_LLVM_alloc_type` on the call site).
+    pub fn alloc_site_type(&self, pc: Pc) -> Option<HeapType> {
+        let units = self.units().ok().flatten()?;
+        let index = self.alloc_sites.get_or_init(|| heaptype::alloc_site_index(units));
+        let t = *index.get(&self.module.file_addr(pc.0))?;
+        heaptype::heap_type(units, &self.layouts, t)
+    }
+
+    /// What the frames (innermost first) of the call returning to `pc` say about the
+    /// type allocated through them; see [`Symbolizer::heap_type`](crate::Symbolizer::heap_type).
+    pub(crate) fn allocator_frames(&self, pc: Pc) -> FrameVerdict {
+        let Some(units) = self.units().ok().flatten() else { return FrameVerdict::Stop };
+        let index = self.subprograms.get_or_init(|| frame::subprogram_index(units));
+        let a = self.module.file_addr(pc.0).wrapping_sub(1);
+        let chain = heaptype::inline_chain(units, index, a);
+        if chain.is_empty() {
+            return FrameVerdict::Stop;
+        }
+        let parents = |uid: usize| {
+            let mut map = self.parents.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(uid).or_insert_with(|| Arc::new(heaptype::parents(units, uid))).clone()
+        };
+        let by_name = |name: &str| {
+            let index = self.rust_types.get_or_init(|| heaptype::rust_type_index(units));
+            heaptype::heap_type(units, &self.layouts, *index.get(name)?)
+        };
+        for site in chain {
+            match heaptype::verdict(units, &self.layouts, &parents, &by_name, site) {
+                FrameVerdict::Continue => {}
+                v => return v,
+            }
+        }
+        FrameVerdict::Continue
     }
 }
 

@@ -9,6 +9,7 @@ use memlens_format::{Addr, Module, Pc};
 use crate::code::{CodeLocation, FunctionSymbol};
 use crate::data::DataName;
 use crate::frame::FunctionFrame;
+use crate::heaptype::{FrameVerdict, HeapType};
 use crate::module::{DebugSearch, ModuleSymbols};
 use crate::Error;
 
@@ -146,5 +147,28 @@ impl Symbolizer {
     /// The frame description of the function containing return address `pc`.
     pub fn function_frame(&self, pc: Pc) -> Option<Arc<FunctionFrame>> {
         self.symbols_at(pc.0.wrapping_sub(1))?.function_frame(pc)
+    }
+
+    /// The type of the objects in a heap block allocated by the call returning to
+    /// `site`, whose callers' return addresses are `stack` (innermost first).
+    ///
+    /// Clang's `DW_AT_LLVM_alloc_type` on the call site (`new T`) comes first; then
+    /// the frames of the call chain are read innermost first: the type parameter of
+    /// an allocator class (`std::allocator<T>`, `__new_allocator<T>`, Rust's `Box<T>`
+    /// and `RawVec<T>`) gives the type, library frames (std, alloc, core) are looked
+    /// through, and the first user frame ends the search without a type.
+    pub fn heap_type(&self, site: Pc, stack: &[Pc]) -> Option<HeapType> {
+        let syms = self.symbols_at(site.0.wrapping_sub(1))?;
+        if let Some(t) = syms.alloc_site_type(site) {
+            return Some(t);
+        }
+        for pc in std::iter::once(site).chain(stack.iter().copied()).take(16) {
+            match self.symbols_at(pc.0.wrapping_sub(1))?.allocator_frames(pc) {
+                FrameVerdict::Found(t) => return Some(t),
+                FrameVerdict::Stop => return None,
+                FrameVerdict::Continue => {}
+            }
+        }
+        None
     }
 }
