@@ -1,7 +1,8 @@
 //! Access counts per code address and thread, and allocations per call site.
 
+use crate::fxhash::FxHashMap;
 use crate::{Kernel, ShardKernel};
-use memlens_format::{Event, Pc, ThreadId};
+use memlens_format::{AccessKind, Event, Pc, ThreadId};
 use std::collections::HashMap;
 
 /// Counters of one code address.
@@ -67,6 +68,11 @@ pub struct ThreadCounts {
 }
 
 /// The counts kernel.
+///
+/// The public maps hold the result after [`Kernel::finish`] (or [`ShardKernel::merge`]).
+/// While running, accesses accumulate per (pc, thread) in a dense vector found
+/// through a small direct-mapped cache, so the common event costs a few
+/// instructions and no hashing.
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
     /// Memory accesses by code address.
@@ -75,61 +81,170 @@ pub struct Counts {
     pub allocs: HashMap<Pc, AllocCounts>,
     /// Totals by thread.
     pub by_thread: HashMap<ThreadId, ThreadCounts>,
-    // the last pc seen, to skip the hash lookup in straight-line repeats
-    last: Option<(Pc, ThreadId)>,
-    last_counts: PcCounts,
+    acc: Acc,
 }
 
-impl Counts {
-    fn flush_last(&mut self) {
-        if let Some((pc, t)) = self.last.take() {
-            let c = self.by_pc.entry(pc).or_default();
-            c.merge(&std::mem::take(&mut self.last_counts));
-            c.add_thread(t);
+/// Running counters of one (pc, thread).
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    pc: u64,
+    thread: u32,
+    loads: u64,
+    stores: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+}
+
+const CACHE_BITS: u32 = 12;
+
+/// The accumulation state between flushes.
+#[derive(Clone, Debug, Default)]
+struct Acc {
+    slots: Vec<Slot>,
+    index: FxHashMap<(u64, u32), u32>,
+    /// Direct-mapped (pc, thread) → slot cache; empty until the first access.
+    cache: Vec<(u64, u32, u32)>,
+    /// Totals of the thread seen last, added to `by_thread` when it changes.
+    thread: Option<(ThreadId, ThreadCounts)>,
+}
+
+impl Acc {
+    #[inline(always)]
+    fn slot(&mut self, pc: u64, thread: u32) -> &mut Slot {
+        if self.cache.is_empty() {
+            // the tag u64::MAX never matches a pc of thread u32::MAX with index 0
+            self.cache = vec![(u64::MAX, u32::MAX, u32::MAX); 1 << CACHE_BITS];
         }
+        let h = ((pc ^ u64::from(thread)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS))
+            as usize;
+        let e = self.cache[h];
+        let i = if e.0 == pc && e.1 == thread && (e.2 as usize) < self.slots.len() {
+            e.2 as usize
+        } else {
+            let slots = &mut self.slots;
+            let i = *self.index.entry((pc, thread)).or_insert_with(|| {
+                slots.push(Slot { pc, thread, ..Slot::default() });
+                (slots.len() - 1) as u32
+            }) as usize;
+            self.cache[h] = (pc, thread, i as u32);
+            i
+        };
+        &mut self.slots[i]
     }
 }
 
-impl Kernel for Counts {
-    type Output = Counts;
+impl Counts {
+    #[inline(always)]
+    fn thread_counts(&mut self, t: ThreadId) -> &mut ThreadCounts {
+        if self.acc.thread.as_ref().is_none_or(|(x, _)| *x != t) {
+            self.flush_thread();
+            self.acc.thread = Some((t, ThreadCounts::default()));
+        }
+        &mut self.acc.thread.as_mut().expect("set above").1
+    }
 
-    fn process(&mut self, thread: ThreadId, ev: &Event) {
-        let tc = self.by_thread.entry(thread).or_default();
-        match ev {
-            Event::Access { pc, .. } | Event::Range { pc, .. } | Event::Rmw { pc, .. } => {
-                let (l, s) = ev.loads_stores();
-                let (br, bw) = ev.bytes_read_written();
-                tc.loads += l;
-                tc.stores += s;
-                tc.bytes_read += br;
-                tc.bytes_written += bw;
-                if self.last != Some((*pc, thread)) {
-                    self.flush_last();
-                    self.last = Some((*pc, thread));
-                }
-                let c = &mut self.last_counts;
-                c.loads += l;
-                c.stores += s;
-                c.bytes_read += br;
-                c.bytes_written += bw;
+    fn flush_thread(&mut self) {
+        if let Some((t, c)) = self.acc.thread.take() {
+            add_thread_counts(self.by_thread.entry(t).or_default(), &c);
+        }
+    }
+
+    /// Moves the running counters into the public maps.
+    fn flush(&mut self) {
+        self.flush_thread();
+        let acc = std::mem::take(&mut self.acc);
+        for s in acc.slots {
+            let c = self.by_pc.entry(Pc(s.pc)).or_default();
+            c.loads += s.loads;
+            c.stores += s.stores;
+            c.bytes_read += s.bytes_read;
+            c.bytes_written += s.bytes_written;
+            c.add_thread(ThreadId(s.thread));
+        }
+    }
+
+    #[inline(always)]
+    fn one(&mut self, thread: ThreadId, ev: &Event) {
+        // (pc, loads, stores, bytes read, bytes written)
+        let (pc, l, st, br, bw) = match *ev {
+            Event::Access { pc, size, kind: AccessKind::Read, .. } => {
+                (pc, 1, 0, u64::from(size), 0)
             }
+            Event::Access { pc, size, kind: AccessKind::Write, .. } => {
+                (pc, 0, 1, 0, u64::from(size))
+            }
+            Event::Range { pc, len, kind: AccessKind::Read, .. } => (pc, 1, 0, len, 0),
+            Event::Range { pc, len, kind: AccessKind::Write, .. } => (pc, 0, 1, 0, len),
+            Event::Rmw { pc, size, op, .. } => {
+                let w = u64::from(op.stores());
+                (pc, 1, w, u64::from(size), w * u64::from(size))
+            }
+            _ => {
+                self.other(thread, ev);
+                return;
+            }
+        };
+        let tc = self.thread_counts(thread);
+        tc.loads += l;
+        tc.stores += st;
+        tc.bytes_read += br;
+        tc.bytes_written += bw;
+        let s = self.acc.slot(pc.0, thread.0);
+        s.loads += l;
+        s.stores += st;
+        s.bytes_read += br;
+        s.bytes_written += bw;
+    }
+
+    #[inline(never)]
+    fn other(&mut self, thread: ThreadId, ev: &Event) {
+        match ev {
             Event::Alloc { pc, size, .. } | Event::Realloc { pc, size, .. } => {
                 let a = self.allocs.entry(*pc).or_default();
                 a.count += 1;
                 a.bytes += size;
+                let tc = self.thread_counts(thread);
                 tc.allocs += 1;
                 if matches!(ev, Event::Realloc { .. }) {
                     tc.frees += 1;
                 }
             }
-            Event::Free { .. } => tc.frees += 1,
-            Event::FuncEnter { .. } => tc.calls += 1,
-            _ => {}
+            Event::Free { .. } => self.thread_counts(thread).frees += 1,
+            Event::FuncEnter { .. } => self.thread_counts(thread).calls += 1,
+            _ => {
+                // every thread that produced an event has a row
+                self.thread_counts(thread);
+            }
+        }
+    }
+}
+
+fn add_thread_counts(m: &mut ThreadCounts, c: &ThreadCounts) {
+    m.loads += c.loads;
+    m.stores += c.stores;
+    m.bytes_read += c.bytes_read;
+    m.bytes_written += c.bytes_written;
+    m.allocs += c.allocs;
+    m.frees += c.frees;
+    m.calls += c.calls;
+}
+
+impl Kernel for Counts {
+    type Output = Counts;
+
+    #[inline]
+    fn process(&mut self, thread: ThreadId, ev: &Event) {
+        self.one(thread, ev);
+    }
+
+    fn process_batch(&mut self, thread: ThreadId, evs: &[Event]) {
+        for ev in evs {
+            self.one(thread, ev);
         }
     }
 
     fn finish(mut self) -> Counts {
-        self.flush_last();
+        self.flush();
         self
     }
 }
@@ -140,8 +255,8 @@ impl ShardKernel for Counts {
     }
 
     fn merge(&mut self, mut o: Self) {
-        self.flush_last();
-        o.flush_last();
+        self.flush();
+        o.flush();
         for (pc, c) in o.by_pc {
             self.by_pc.entry(pc).or_default().merge(&c);
         }
@@ -151,17 +266,12 @@ impl ShardKernel for Counts {
             m.bytes += a.bytes;
         }
         for (t, c) in o.by_thread {
-            let m = self.by_thread.entry(t).or_default();
-            m.loads += c.loads;
-            m.stores += c.stores;
-            m.bytes_read += c.bytes_read;
-            m.bytes_written += c.bytes_written;
-            m.allocs += c.allocs;
-            m.frees += c.frees;
-            m.calls += c.calls;
+            add_thread_counts(self.by_thread.entry(t).or_default(), &c);
         }
     }
 }
+
+impl crate::ChunkKernel for Counts {}
 
 impl crate::table::Render for Counts {
     /// Sections `by_line` (accesses per function/file/line, most first), `allocs`

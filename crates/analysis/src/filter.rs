@@ -186,6 +186,11 @@ impl<K: Kernel> Kernel for Filtered<K> {
     }
 }
 
+/// Thread, code and data filters keep an order-free kernel order-free. A window
+/// filter does not (it counts events in delivery order): drive a windowed kernel
+/// with [`crate::drive_merged`] or [`crate::drive_serial`], never by chunks.
+impl<K: crate::ChunkKernel> crate::ChunkKernel for Filtered<K> {}
+
 impl<K: ShardKernel> ShardKernel for Filtered<K> {
     fn fork(&self) -> Self {
         Filtered {

@@ -92,7 +92,7 @@ pub use merged::{drive_merged, Merged, MergedEvent};
 pub use names::{CodeName, DataName, Namer, NoNames};
 pub use table::{Render, RenderOpts, Table};
 
-use memlens_format::{AccessKind, Event, Pc, ThreadId, TraceReader};
+use memlens_format::{AccessKind, ChunkDecoder, Event, Pc, ThreadId, TraceReader};
 
 /// Why an analysis could not run.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +118,16 @@ pub trait Kernel {
     /// Called once per event, with the thread that produced it.
     fn process(&mut self, thread: ThreadId, ev: &Event);
 
+    /// Called with consecutive events of one thread (a decoded batch); the same as
+    /// calling [`Kernel::process`] for each. Hot kernels override it to hoist
+    /// per-thread lookups out of the loop.
+    #[inline]
+    fn process_batch(&mut self, thread: ThreadId, evs: &[Event]) {
+        for ev in evs {
+            self.process(thread, ev);
+        }
+    }
+
     /// Called once after the last event.
     fn finish(self) -> Self::Output;
 }
@@ -130,6 +140,11 @@ impl<K: Kernel + ?Sized> Kernel for &mut K {
     #[inline]
     fn process(&mut self, thread: ThreadId, ev: &Event) {
         (**self).process(thread, ev)
+    }
+
+    #[inline]
+    fn process_batch(&mut self, thread: ThreadId, evs: &[Event]) {
+        (**self).process_batch(thread, evs)
     }
 
     fn finish(self) {}
@@ -208,24 +223,99 @@ pub trait ShardKernel: Kernel + Send + Sized {
     fn merge(&mut self, other: Self);
 }
 
+/// A [`ShardKernel`] whose result does not depend on the order of events, even
+/// within a thread: a shard may see any chunks of any threads in any order, and
+/// merging the shards gives the same result (sums and sets, e.g. [`counts::Counts`]).
+/// Such kernels can run with [`drive_chunks`], which uses every core even on a
+/// single-threaded trace.
+pub trait ChunkKernel: ShardKernel {}
+
 /// Feeds every stream of `r` to `k`, one stream after the other, then finishes it.
-/// `progress` gets the number of events processed so far every 2^20 events.
+/// `progress` gets the number of events processed so far every 2^20 events or so.
 pub fn drive_serial<K: Kernel>(
     r: &TraceReader,
     mut k: K,
     mut progress: impl FnMut(u64),
 ) -> Result<K::Output, Error> {
     let mut n = 0u64;
-    for s in r.streams() {
-        for ev in r.events(s.thread) {
-            k.process(s.thread, &ev?);
-            n += 1;
-            if n & 0xf_ffff == 0 {
-                progress(n);
-            }
+    let mut last = 0u64;
+    let mut dec = ChunkDecoder::new();
+    for c in r.stream_chunks() {
+        dec.decode(r, &c, |evs| {
+            k.process_batch(c.thread, evs);
+            n += evs.len() as u64;
+        })?;
+        if n - last >= 1 << 20 {
+            last = n;
+            progress(n);
         }
     }
     progress(n);
+    Ok(k.finish())
+}
+
+/// Runs `k` over every chunk of `r` on `threads` worker threads (one shard per
+/// worker, chunks handed out in file order), merges the shards, then finishes.
+/// `progress` is called on the calling thread with the number of events processed
+/// so far, a few times a second. Errors: the first corrupt chunk met.
+pub fn drive_chunks<K: ChunkKernel>(
+    r: &TraceReader,
+    k: K,
+    threads: usize,
+    mut progress: impl FnMut(u64),
+) -> Result<K::Output, Error> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    let work = r.stream_chunks();
+    let threads = threads.max(1).min(work.len().max(1));
+    let next = AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let running = AtomicUsize::new(threads);
+    // the last worker to finish wakes the caller from its progress wait
+    let caller = std::thread::current();
+    let results: Vec<Result<K, Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let mut shard = k.fork();
+                let (work, next, done, failed, running) = (&work, &next, &done, &failed, &running);
+                let caller = caller.clone();
+                scope.spawn(move || {
+                    let mut dec = ChunkDecoder::new();
+                    let res = loop {
+                        if failed.load(Ordering::Relaxed) {
+                            break Ok(());
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(c) = work.get(i) else { break Ok(()) };
+                        let mut n = 0u64;
+                        let r = dec.decode(r, c, |evs| {
+                            shard.process_batch(c.thread, evs);
+                            n += evs.len() as u64;
+                        });
+                        done.fetch_add(n, Ordering::Relaxed);
+                        if let Err(e) = r {
+                            failed.store(true, Ordering::Relaxed);
+                            break Err(Error::from(e));
+                        }
+                    };
+                    if running.fetch_sub(1, Ordering::Release) == 1 {
+                        caller.unpark();
+                    }
+                    res.map(|()| shard)
+                })
+            })
+            .collect();
+        while running.load(Ordering::Acquire) > 0 {
+            std::thread::park_timeout(std::time::Duration::from_millis(100));
+            progress(done.load(Ordering::Relaxed));
+        }
+        handles.into_iter().map(|h| h.join().expect("analysis worker panicked")).collect()
+    });
+    let mut k = k;
+    for s in results {
+        k.merge(s?);
+    }
+    progress(done.load(Ordering::Relaxed));
     Ok(k.finish())
 }
 
@@ -251,8 +341,9 @@ pub fn drive_parallel<K: ShardKernel>(
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&t) = streams.get(i) else { break };
                         let mut shard = shard_proto.fork();
-                        for ev in r.events(t) {
-                            shard.process(t, &ev?);
+                        let mut dec = ChunkDecoder::new();
+                        for c in r.stream_chunks().iter().filter(|c| c.thread == t) {
+                            dec.decode(r, c, |evs| shard.process_batch(t, evs))?;
                         }
                         done.push((i, shard));
                     }
@@ -278,6 +369,53 @@ pub fn drive_parallel<K: ShardKernel>(
 mod tests {
     use super::*;
     use crate::testutil::*;
+
+    #[test]
+    fn chunks_on_several_workers_count_like_one_serial_pass() {
+        // random addresses make ~10 bytes per event: several chunks per stream
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut streams = Vec::new();
+        let mut loads = 0u64;
+        for t in 0..3u32 {
+            let mut evs = vec![Event::FuncEnter {
+                pc: Pc(0x50),
+                call_site: Pc(0x60),
+                frame: memlens_format::Addr(0x7000),
+            }];
+            for i in 0..300_000u64 {
+                let (pc, addr) = (0x400 + rnd() % 37, rnd() >> 16);
+                evs.push(match i % 5 {
+                    0 => wr(pc, addr, 4),
+                    1 => rmw(pc, addr, 8),
+                    2 => range_rd(pc, addr, 100),
+                    3 if i % 1000 == 3 => alloc(0x900 + t as u64, addr, 64, &[]),
+                    _ => rd(pc, addr, 8),
+                });
+                loads += u64::from(matches!(i % 5, 1 | 2 | 4));
+                loads += u64::from(i % 5 == 3 && i % 1000 != 3);
+            }
+            streams.push((t, evs));
+        }
+        let r = trace(&streams);
+        assert!(r.chunks().len() >= 6, "{} chunks", r.chunks().len());
+        let serial = drive_serial(&r, counts::Counts::default(), |_| {}).unwrap();
+        let mut seen = 0;
+        let par = drive_chunks(&r, counts::Counts::default(), 2, |n| seen = n).unwrap();
+        assert_eq!(seen, u64::from(r.totals().events));
+        assert_eq!(par.by_pc, serial.by_pc);
+        assert_eq!(par.by_thread, serial.by_thread);
+        assert_eq!(par.allocs, serial.allocs);
+        assert_eq!(par.by_pc.values().map(|c| c.loads).sum::<u64>(), loads);
+        assert_eq!(par.by_thread[&ThreadId(2)].calls, 1);
+        assert_eq!(par.allocs[&Pc(0x901)].count, 300);
+        assert!(par.by_pc.values().all(|c| c.threads.len() == 3));
+    }
 
     #[test]
     fn tuples_references_and_filters_share_a_pass() {

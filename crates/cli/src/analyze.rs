@@ -9,12 +9,8 @@ use memlens_analysis::layout::{Layout, LayoutConfig};
 use memlens_analysis::reuse::{Reuse, ReuseConfig};
 use memlens_analysis::sharing::Sharing;
 use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
-use memlens_analysis::{
-    counts::Counts, CodeName, DataName, Filter, Kernel, Namer, Render, RenderOpts, WindowBasis,
-};
+use memlens_analysis::{counts::Counts, Filter, Kernel, Render, RenderOpts, WindowBasis};
 use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, Kind};
-use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -59,30 +55,6 @@ pub struct AnalyzeOpts {
 /// The kernel names.
 pub const KERNELS: &[&str] =
     &["counts", "sharing", "false-sharing", "cachesim", "reuse", "working-set", "heap", "layout"];
-
-/// Names for kernels' results: code via DWARF, data via the attributor (without a
-/// thread context: globals exactly, heap by the most recent block at an address).
-struct TraceNamer<'a> {
-    names: &'a Names,
-    attr: RefCell<Attributor<'a>>,
-}
-
-impl Namer for TraceNamer<'_> {
-    fn code(&self, pc: Pc) -> CodeName {
-        let c = self.names.code(pc);
-        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
-    }
-
-    fn data(&self, addr: Addr) -> Option<DataName> {
-        let mut a = self.attr.borrow_mut();
-        let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), addr);
-        let l = a.label(id);
-        if l.kind == Kind::Unknown {
-            return None;
-        }
-        Some(DataName { name: l.display(), variable: l.base.to_string() })
-    }
-}
 
 /// Keeps only accesses between `memlens_roi_begin` and `memlens_roi_end` of
 /// their thread; other events pass.
@@ -189,6 +161,35 @@ fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K:
     Ok(out)
 }
 
+/// Like [`run`] for order-free kernels, on every core (no window filter allowed).
+fn run_chunks<K: memlens_analysis::ChunkKernel>(
+    r: &TraceReader,
+    k: K,
+    filter: Filter,
+) -> Result<K::Output> {
+    let total = r.totals().events as u64;
+    let pb = (total > 20_000_000).then(|| {
+        let pb = indicatif::ProgressBar::new(total);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {human_pos}/{human_len} events {wide_bar} {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let out = memlens_analysis::drive_chunks(r, filter.apply(k), n, |n| {
+        if let Some(pb) = &pb {
+            pb.set_position(n)
+        }
+    })?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(out)
+}
+
 fn print(t: memlens_analysis::Table, json: bool) -> Result<()> {
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -208,8 +209,7 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     }
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
-    let attr = crate::vars::attributor(&r, &names)?;
-    let namer = TraceNamer { names: &names, attr: RefCell::new(attr) };
+    let namer = crate::vars::TraceNamer::new(&r, &names)?;
     let mut filter = Filter::new();
     if !o.threads.is_empty() {
         filter = filter.threads(o.threads.iter().map(|&t| ThreadId(t)));
@@ -227,6 +227,11 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     opts.top = if o.top == 0 { usize::MAX } else { o.top };
     opts.verbose = o.verbose;
     let table = match o.kernel.as_str() {
+        // counts are sums: without a window or ROI (which follow event order) every
+        // core decodes and counts chunks
+        "counts" if !o.roi && o.window.is_none() => {
+            run_chunks(&r, Counts::default(), filter)?.render(&namer, &opts)
+        }
         "counts" => run(&r, Counts::default(), filter, o.roi)?.render(&namer, &opts),
         "sharing" => run(&r, Sharing::default(), filter, o.roi)?.render(&namer, &opts),
         "false-sharing" => {

@@ -338,6 +338,62 @@ pub fn decode_payload(h: &ChunkHeader, payload: &[u8], offset: u64) -> Result<Ve
     }
 }
 
+/// Reusable buffers and zstd context for reading chunks one after another (one per
+/// reading thread), so a pass over a trace allocates per chunk neither the payload,
+/// nor the decompressed bytes, nor a decompression context.
+#[derive(Default)]
+pub struct PayloadBuf {
+    /// The stored payload as read from the file.
+    pub(crate) payload: Vec<u8>,
+    /// The decompressed payload.
+    pub(crate) raw: Vec<u8>,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl PayloadBuf {
+    /// Empty buffers.
+    pub fn new() -> PayloadBuf {
+        PayloadBuf::default()
+    }
+
+    /// The payload decoded last.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    /// Verifies and decompresses `self.payload` (for the chunk `h`) into `self.raw`.
+    pub(crate) fn decode(&mut self, h: &ChunkHeader, offset: u64) -> Result<(), Error> {
+        if crc32fast::hash(&self.payload) != h.payload_crc {
+            return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
+        }
+        match h.codec {
+            Codec::None => {
+                self.raw.clear();
+                self.raw.extend_from_slice(&self.payload);
+            }
+            Codec::Zstd => {
+                let bad = Error::Corrupt { offset, what: "zstd payload does not decompress" };
+                if self.zstd.is_none() {
+                    self.zstd = Some(zstd::bulk::Decompressor::new().map_err(|_| bad)?);
+                }
+                let z = self.zstd.as_mut().expect("set above");
+                self.raw.clear();
+                self.raw.reserve(h.raw_len as usize);
+                let n = z.decompress_to_buffer(&self.payload, &mut self.raw).map_err(|_| {
+                    Error::Corrupt { offset, what: "zstd payload does not decompress" }
+                })?;
+                if n != h.raw_len as usize {
+                    return Err(Error::Corrupt {
+                        offset,
+                        what: "chunk decompressed to the wrong size",
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,8 @@
 //! - `0x43` fence: pc, order.
 //! - `0x50` function entry: pc, call site (zigzag delta from pc), frame pointer
 //!   (zigzag delta from the previous one). `0x51` exit: pc.
+//! - `0x52` traced call: function (as a pc), stack pointer, three arguments.
+//!   `0x53` traced return: function (as a pc), stack pointer, return value.
 //! - `0x60` alloc: kind, pc, addr, size, n, n stack pcs (zigzag deltas from pc).
 //! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
 //! - `0x70` thread start: os tid, parent+1, stack low, stack high, thread pointer, name.
@@ -46,6 +48,8 @@ pub mod tag {
     pub const FENCE: u8 = 0x43;
     pub const FUNC_ENTER: u8 = 0x50;
     pub const FUNC_EXIT: u8 = 0x51;
+    pub const CALL: u8 = 0x52;
+    pub const RETURN: u8 = 0x53;
     pub const ALLOC: u8 = 0x60;
     pub const FREE: u8 = 0x61;
     pub const REALLOC: u8 = 0x62;
@@ -367,6 +371,7 @@ impl Encoder {
             }
             Event::ThreadStart { name, .. } => 6 * MAX_VARINT + name.len() + 1,
             Event::ThreadName(name) => MAX_VARINT + name.len() + 1,
+            Event::Call { .. } | Event::Return { .. } => 1 + 5 * MAX_VARINT,
             _ => MAX_ACCESS_LEN,
         };
         out.reserve(need);
@@ -398,6 +403,21 @@ impl Encoder {
                 self.func_enter(p, pc.0, call_site.0, frame.0)
             }
             Event::FuncExit { pc } => self.func_exit(p, pc.0),
+            Event::Call { func, sp, args } => {
+                p.write(tag::CALL);
+                let mut q = varint::put(p.add(1), self.pred.pc_delta(func.0));
+                q = varint::put(q, sp.0);
+                for a in args {
+                    q = varint::put(q, *a);
+                }
+                q
+            }
+            Event::Return { func, sp, value } => {
+                p.write(tag::RETURN);
+                let q = varint::put(p.add(1), self.pred.pc_delta(func.0));
+                let q = varint::put(q, sp.0);
+                varint::put(q, *value)
+            }
             Event::Alloc { pc, addr, size, kind, stack } => {
                 let s: Vec<u64> = stack.iter().map(|x| x.0).collect();
                 self.alloc(p, *kind, pc.0, addr.0, *size, &s)
@@ -501,6 +521,11 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         self.pred.reset();
     }
 
+    /// The buffer back, to reuse its allocation.
+    pub fn into_inner(self) -> B {
+        self.buf
+    }
+
     /// Current byte offset.
     pub fn offset(&self) -> usize {
         self.pos
@@ -561,12 +586,76 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         Ok(s)
     }
 
+    /// Decodes up to `max` events into `out` (cleared first; its allocation is
+    /// reused, so a caller decoding a chunk in batches allocates nothing per event).
+    /// Returns how many were decoded; 0 at the end of the chunk. On an error, the
+    /// events decoded before it are left in `out`, so a caller processes them first.
+    pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<usize, DecodeError> {
+        out.clear();
+        out.reserve(max);
+        if self.failed {
+            return Ok(0);
+        }
+        while out.len() < max {
+            // the fast path's event is written straight into the vector
+            if let Some(e) = self.fast_access() {
+                out.push(e);
+                continue;
+            }
+            if self.pos >= self.buf.as_ref().len() {
+                break;
+            }
+            match self.next_slow()? {
+                Some(e) => out.push(e),
+                None => break,
+            }
+        }
+        Ok(out.len())
+    }
+
+    /// The common case, a plain load/store without value with every field's bytes
+    /// present: decoded without per-byte bounds checks. `None` sends the caller to
+    /// the general path (which also reports errors).
+    #[inline(always)]
+    fn fast_access(&mut self) -> Option<Event> {
+        // tag + two varints of at most MAX_VARINT bytes each
+        const NEED: usize = 1 + 2 * MAX_VARINT;
+        let buf = self.buf.as_ref();
+        let s: &[u8; NEED] = buf.get(self.pos..self.pos + NEED)?.try_into().ok()?;
+        let t = s[0];
+        if t > tag::ACCESS_MAX || t & tag::ACCESS_VALUE != 0 || t & 7 > 4 {
+            return None;
+        }
+        let (dpc, n1) = varint_at(s, 1)?;
+        let (da, n2) = varint_at(s, 1 + n1)?;
+        self.pos += 1 + n1 + n2;
+        let pc = self.pred.pc_from(dpc);
+        let addr = self.pred.addr_from(pc, da);
+        Some(Event::Access {
+            pc: Pc(pc),
+            addr: Addr(addr),
+            size: 1 << (t & 7),
+            kind: if t & tag::ACCESS_WRITE != 0 { AccessKind::Write } else { AccessKind::Read },
+            atomic: t & tag::ACCESS_ATOMIC != 0,
+            value: None,
+        })
+    }
+
     /// The next event, `Ok(None)` at the end of the chunk.
     #[allow(clippy::should_implement_trait)]
+    #[inline]
     pub fn next(&mut self) -> Result<Option<Event>, DecodeError> {
         if self.failed || self.pos >= self.buf.as_ref().len() {
             return Ok(None);
         }
+        if let Some(e) = self.fast_access() {
+            return Ok(Some(e));
+        }
+        self.next_slow()
+    }
+
+    #[inline(never)]
+    fn next_slow(&mut self) -> Result<Option<Event>, DecodeError> {
         let t = self.byte()?;
         let ev = match t {
             0..=tag::ACCESS_MAX => {
@@ -628,6 +717,17 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 }
             }
             tag::FUNC_EXIT => Event::FuncExit { pc: Pc(self.pc()?) },
+            tag::CALL => {
+                let func = Pc(self.pc()?);
+                let sp = Addr(self.v()?);
+                let args = [self.v()?, self.v()?, self.v()?];
+                Event::Call { func, sp, args }
+            }
+            tag::RETURN => {
+                let func = Pc(self.pc()?);
+                let sp = Addr(self.v()?);
+                Event::Return { func, sp, value: self.v()? }
+            }
             tag::ALLOC => {
                 let Some(kind) = AllocKind::from_u8(self.byte()?) else {
                     return Err(self.err("unknown allocation kind"));
@@ -683,6 +783,27 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         };
         Ok(Some(ev))
     }
+}
+
+/// Reads the varint starting at `s[i]` (`i + MAX_VARINT <= s.len()`): its value
+/// and length; `None` when overlong, like [`varint::get`].
+#[inline(always)]
+fn varint_at<const N: usize>(s: &[u8; N], i: usize) -> Option<(u64, usize)> {
+    let w: &[u8; MAX_VARINT] = s.get(i..i + MAX_VARINT)?.try_into().ok()?;
+    if w[0] < 0x80 {
+        return Some((u64::from(w[0]), 1));
+    }
+    let mut v = u64::from(w[0] & 0x7f);
+    for (k, &b) in w.iter().enumerate().skip(1) {
+        v |= u64::from(b & 0x7f) << (7 * k);
+        if b < 0x80 {
+            if k == MAX_VARINT - 1 && b > 1 {
+                return None;
+            }
+            return Some((v, k + 1));
+        }
+    }
+    None
 }
 
 impl<B: AsRef<[u8]>> Iterator for Decoder<B> {
@@ -749,6 +870,8 @@ mod tests {
             Event::Realloc { pc: Pc(1), old: Addr(2), new: Addr(3), size: 4, stack: vec![] },
             Event::Free { pc: Pc(0x1060), addr: Addr(0x5555_0000), kind: FreeKind::DeleteArray },
             Event::FuncExit { pc: Pc(0x1070) },
+            Event::Call { func: Pc(0x1100), sp: Addr(0x7ffd_fff8), args: [1, u64::MAX, 0] },
+            Event::Return { func: Pc(0x1100), sp: Addr(0x7ffd_fff8), value: 42 },
             Event::ThreadName("worker-1".into()),
             Event::RegisterThread(-3),
             Event::Roi(true),

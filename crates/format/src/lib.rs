@@ -48,12 +48,15 @@ pub mod varint;
 pub mod writer;
 
 pub use chunk::{
-    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, FileHeader, CHUNK_HEADER_SIZE,
-    FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
+    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, FileHeader, PayloadBuf,
+    CHUNK_HEADER_SIZE, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
 };
 pub use event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 pub use meta::{EndStatus, MetaRecord};
-pub use reader::{ChunkIndex, StreamEvents, StreamInfo, TraceMeta, TraceReader, Truncation};
+pub use reader::{
+    ChunkDecoder, ChunkIndex, StreamChunk, StreamEvents, StreamInfo, TraceMeta, TraceReader,
+    Truncation, BATCH,
+};
 pub use types::{Addr, Module, Pc, Segment, ThreadId};
 pub use writer::{count, EventBuffer, TraceWriter};
 

@@ -1,7 +1,7 @@
 //! Reading traces: a fast header scan, then per-stream event iteration.
 
 use crate::chunk::{
-    decode_payload, ChunkCounts, ChunkHeader, ChunkKind, FileHeader, CHUNK_HEADER_SIZE, FLAG_LAST,
+    ChunkCounts, ChunkHeader, ChunkKind, FileHeader, PayloadBuf, CHUNK_HEADER_SIZE, FLAG_LAST,
     HEADER_SIZE, META_STREAM,
 };
 use crate::codec::Decoder;
@@ -261,14 +261,37 @@ impl TraceReader {
 
     /// Reads, verifies and decompresses one chunk's payload.
     pub fn read_chunk(&self, c: &ChunkIndex) -> Result<Vec<u8>, Error> {
-        let mut payload = vec![0u8; c.header.payload_len as usize];
+        let mut b = PayloadBuf::new();
+        self.read_chunk_into(c, &mut b)?;
+        Ok(b.raw)
+    }
+
+    /// Like [`TraceReader::read_chunk`], into reusable buffers (see [`PayloadBuf::raw`]).
+    pub fn read_chunk_into(&self, c: &ChunkIndex, b: &mut PayloadBuf) -> Result<(), Error> {
+        let len = c.header.payload_len as usize;
+        b.payload.clear();
+        b.payload.resize(len, 0);
         let at = c.offset + CHUNK_HEADER_SIZE as u64;
         let n =
-            read_full(&self.file, &mut payload, at).map_err(|e| Error::Io("trace".into(), e))?;
-        if n != payload.len() {
+            read_full(&self.file, &mut b.payload, at).map_err(|e| Error::Io("trace".into(), e))?;
+        if n != len {
             return Err(Error::Corrupt { offset: c.offset, what: "chunk payload cut short" });
         }
-        decode_payload(&c.header, &payload, c.offset)
+        b.decode(&c.header, c.offset)
+    }
+
+    /// Every event chunk of every stream, stream by stream in sequence order: the
+    /// units of work for decoding in parallel (chunks decode independently).
+    pub fn stream_chunks(&self) -> Vec<StreamChunk> {
+        let mut out = Vec::new();
+        for s in &self.streams {
+            let mut base = 0u64;
+            for &c in &s.chunks {
+                out.push(StreamChunk { thread: s.thread, chunk: c, first_index: base });
+                base += u64::from(self.chunks[c].header.counts.events);
+            }
+        }
+        out
     }
 
     /// Iterates over one thread's events in order, across its chunks.
@@ -295,7 +318,15 @@ impl TraceReader {
                 base += u64::from(h.counts.events);
             }
         }
-        StreamEvents { reader: self, chunks, next: 0, dec: None, done: false, index: 0 }
+        StreamEvents {
+            reader: self,
+            chunks,
+            next: 0,
+            dec: None,
+            buf: PayloadBuf::new(),
+            done: false,
+            index: 0,
+        }
     }
 }
 
@@ -312,12 +343,70 @@ fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
     Ok(got)
 }
 
+/// One chunk of one thread's stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamChunk {
+    /// The stream's thread.
+    pub thread: ThreadId,
+    /// Index into [`TraceReader::chunks`].
+    pub chunk: usize,
+    /// Index in the stream of the chunk's first event.
+    pub first_index: u64,
+}
+
+/// Events decoded per batch: small enough to stay in the L1/L2 cache.
+pub const BATCH: usize = 1024;
+
+/// Decodes chunks into batches of events, reusing its buffers from one chunk to
+/// the next; one per decoding thread.
+#[derive(Default)]
+pub struct ChunkDecoder {
+    buf: PayloadBuf,
+    batch: Vec<Event>,
+}
+
+impl ChunkDecoder {
+    /// Empty buffers.
+    pub fn new() -> ChunkDecoder {
+        ChunkDecoder::default()
+    }
+
+    /// Reads, verifies and decodes one chunk, calling `f` with its events in stream
+    /// order, in batches of at most [`BATCH`]. A corrupt chunk is an error after the
+    /// events before the damage were handed to `f`.
+    pub fn decode(
+        &mut self,
+        r: &TraceReader,
+        c: &StreamChunk,
+        mut f: impl FnMut(&[Event]),
+    ) -> Result<(), Error> {
+        let ci =
+            r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
+        r.read_chunk_into(ci, &mut self.buf)?;
+        let mut dec = Decoder::new(&self.buf.raw[..]);
+        loop {
+            match dec.next_batch(&mut self.batch, BATCH) {
+                Ok(0) => return Ok(()),
+                Ok(_) => f(&self.batch),
+                Err(e) => {
+                    if !self.batch.is_empty() {
+                        f(&self.batch);
+                    }
+                    self.batch.clear();
+                    return Err(Error::Decode { chunk_offset: ci.offset, source: e });
+                }
+            }
+        }
+    }
+}
+
 /// Events of one stream; yields an error (then stops) on a corrupt chunk.
 pub struct StreamEvents<'r> {
     reader: &'r TraceReader,
     chunks: Vec<(usize, u64)>,
     next: usize,
     dec: Option<(u64, Decoder<Vec<u8>>)>,
+    buf: PayloadBuf,
     done: bool,
     index: u64,
 }
@@ -347,7 +436,12 @@ impl Iterator for StreamEvents<'_> {
                         self.done = true;
                         return Some(Err(Error::Decode { chunk_offset: *off, source: e }));
                     }
-                    Ok(None) => self.dec = None,
+                    Ok(None) => {
+                        // keep the decompression buffer for the next chunk
+                        if let Some((_, d)) = self.dec.take() {
+                            self.buf.raw = d.into_inner();
+                        }
+                    }
                 }
             }
             let Some(&(ci, base)) = self.chunks.get(self.next) else {
@@ -357,8 +451,11 @@ impl Iterator for StreamEvents<'_> {
             self.next += 1;
             self.index = base;
             let c = &self.reader.chunks[ci];
-            match self.reader.read_chunk(c) {
-                Ok(raw) => self.dec = Some((c.offset, Decoder::new(raw))),
+            match self.reader.read_chunk_into(c, &mut self.buf) {
+                Ok(()) => {
+                    let raw = std::mem::take(&mut self.buf.raw);
+                    self.dec = Some((c.offset, Decoder::new(raw)));
+                }
                 Err(e) => {
                     self.done = true;
                     return Some(Err(e));
