@@ -125,6 +125,8 @@ class Tools:
         self.valgrind = shutil.which("valgrind")
         self.memlens_ok = False
         self.memlens_why = ""
+        self.dbi_ok = False
+        self.dbi_why = ""
 
     def check_memlens(self) -> None:
         if not self.memlens.is_file():
@@ -133,6 +135,18 @@ class Tools:
             self.memlens_why = f"{self.runtime} missing (runtime not built)"
         else:
             self.memlens_ok = True
+
+    def check_dbi(self) -> None:
+        """--dbi needs the memlens binary, its QEMU plugin and guest preload, and QEMU."""
+        need = [self.memlens, self.memlens.parent / "libmemlens_dbi.so",
+                self.memlens.parent / "libmemlens_dbi_preload.so"]
+        missing = [str(p) for p in need if not p.is_file()]
+        if missing:
+            self.dbi_why = f"{', '.join(missing)} missing"
+        elif not shutil.which("qemu-x86_64"):
+            self.dbi_why = "qemu-x86_64 not found (apt-get install qemu-user)"
+        else:
+            self.dbi_ok = True
 
     def memlens_inputs(self):
         return [self.memlens, self.runtime]
@@ -373,12 +387,13 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
     T = rec["times"]
     C = rec["cpu_times"] = {}
     for k in ("native", "memlens_record", "native_small", "lackey", "cachegrind",
-              "memlens_report"):
+              "memlens_report", "dbi_record"):
         T[k] = []
         C[k] = []
     tracedir = OUT / "traces"
     tracedir.mkdir(parents=True, exist_ok=True)
     trace = tracedir / f"{p['name']}.trace"
+    dbi_trace = tracedir / f"{p['name']}.dbi.trace"
     lackey_log = OUT / "lackey" / f"{p['name']}.log"
     lackey_log.parent.mkdir(parents=True, exist_ok=True)
     cg_input = "full"
@@ -409,6 +424,19 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
                 C["memlens_record"].append(cpu_of_last())
                 if so != native_out:
                     problems.append("instrumented output differs from native output")
+        # the native binary under QEMU with the memlens plugin, full input
+        if args.dbi and tools.dbi_ok:
+            dbi_trace.unlink(missing_ok=True)
+            dt, rc, so, se = timed([tools.memlens, "record", "--quiet", "--dbi", "-o", dbi_trace,
+                                    "--", exe_native, *full], env=env)
+            if rc != 0:
+                problems.append(f"memlens record --dbi exited {rc}: "
+                                f"{se.decode(errors='replace')[-500:]}")
+            else:
+                T["dbi_record"].append(dt)
+                C["dbi_record"].append(cpu_of_last())
+                if so != native_out:
+                    problems.append("--dbi output differs from native output")
         # native and lackey on the small input
         if tools.valgrind and not args.no_valgrind:
             dt, rc, so, se = timed([exe_native, *small], env=env)
@@ -455,6 +483,15 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
     }
     rec["ratios"]["memlens_cpu"] = ratio(rec["cpu_median"]["memlens_record"],
                                          rec["cpu_median"]["native"])
+    rec["ratios"]["dbi"] = ratio(M["dbi_record"], M["native"])
+    if T["dbi_record"] and dbi_trace.exists():
+        info = memlens_info(tools, dbi_trace)
+        acc = int(info.get("loads", 0)) + int(info.get("stores", 0))
+        rec["dbi_info"] = info
+        rec["dbi_accesses"] = acc
+        rec["dbi_bytes_per_access"] = info.get("bytes_on_disk", 0) / acc if acc else None
+        if not args.keep_traces:
+            dbi_trace.unlink(missing_ok=True)
     if T["memlens_record"] and trace.exists():
         info = memlens_info(tools, trace)
         rec["info"] = info
@@ -538,6 +575,27 @@ def fmt_count(n):
     return str(n)
 
 
+def dbi_table(results):
+    """The --dbi column: the native binaries under `memlens record --dbi` (needs --dbi)."""
+    rows = [r for r in results if r["ratios"].get("dbi") is not None]
+    if not rows:
+        return ""
+    lines = [
+        "| program | --dbi × | --dbi CPU × | memlens record × | accesses (--dbi) | "
+        "B/access (--dbi) | threads |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        R = r["ratios"]
+        cpu = ratio(r["cpu_median"].get("dbi_record"), r["cpu_median"].get("native"))
+        lines.append(
+            f"| {r['name']} | {fmt(R.get('dbi'), '{:.2f}', '×')} | {fmt(cpu, '{:.2f}', '×')} | "
+            f"{fmt(R.get('memlens'), '{:.2f}', '×')} | {fmt_count(r.get('dbi_accesses'))} | "
+            f"{fmt(r.get('dbi_bytes_per_access'), '{:.3f}')} | "
+            f"{nthreads(r['dbi_info']) if r.get('dbi_info') else '—'} |")
+    return "\n".join(lines)
+
+
 def table(results):
     lines = [
         "| program | what | memlens record × | memlens CPU × | lackey × (small) | cachegrind × | accesses | "
@@ -594,9 +652,12 @@ def summary(results):
         "lackey_slowdown_median": med([r["ratios"].get("lackey_small") for r in results]),
         "cachegrind_slowdown_median": med([r["ratios"].get("cachegrind") for r in results]),
         "report_vs_record_median": med([r["ratios"].get("report_vs_record") for r in results]),
+        "dbi_slowdown_median": med([r["ratios"].get("dbi") for r in results]),
+        "dbi_slowdown_p90": percentile([r["ratios"].get("dbi") for r in results], 0.9),
+        "dbi_bytes_per_access_median": med([r.get("dbi_bytes_per_access") for r in results]),
         "programs": len(results),
         "targets": {"slowdown_median_max": 5.0, "slowdown_p90_max": 10.0,
-                    "bytes_per_access_median_max": 1.5},
+                    "bytes_per_access_median_max": 1.5, "dbi_slowdown_median_max": 15.0},
     }
     return s
 
@@ -605,7 +666,13 @@ def summary_lines(s):
     def ok(v, lim):
         return "" if v is None else (" ✓" if v <= lim else " ✗")
 
-    return "\n".join([
+    dbi = []
+    if s.get("dbi_slowdown_median") is not None:
+        dbi = [f"- --dbi slowdown: median {fmt(s['dbi_slowdown_median'], '{:.2f}', '×')} "
+               f"(target ≤ 15×{ok(s['dbi_slowdown_median'], 15)}), "
+               f"p90 {fmt(s['dbi_slowdown_p90'], '{:.2f}', '×')}; "
+               f"B/access median {fmt(s['dbi_bytes_per_access_median'], '{:.3f}')}"]
+    return "\n".join(dbi + [
         f"- memlens slowdown: median {fmt(s['memlens_slowdown_median'], '{:.2f}', '×')} "
         f"(target ≤ 5×{ok(s['memlens_slowdown_median'], 5)}), "
         f"p90 {fmt(s['memlens_slowdown_p90'], '{:.2f}', '×')} "
@@ -673,6 +740,8 @@ def main():
     ap.add_argument("--report-reps", type=int, help="repetitions of memlens report (default --reps)")
     ap.add_argument("--variants", action="store_true",
                     help="also record with --zstd-level 0 and to tmpfs (where the time goes)")
+    ap.add_argument("--dbi", action="store_true",
+                    help="also run the native binaries under `memlens record --dbi` (QEMU)")
     ap.add_argument("--keep-traces", action="store_true", help="keep bench/out/traces/*.trace")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compiles")
     ap.add_argument("--json", default=str(OUT / "results.json"), help="where to write the JSON")
@@ -702,6 +771,10 @@ def main():
     if args.no_memlens:
         tools.memlens_ok = False
         tools.memlens_why = "--no-memlens"
+    if args.dbi:
+        tools.check_dbi()
+        if not tools.dbi_ok:
+            log(f"warning: --dbi column skipped: {tools.dbi_why}")
     if not tools.memlens_ok:
         log(f"warning: memlens columns skipped: {tools.memlens_why}")
         args.no_memlens = True
@@ -759,6 +832,10 @@ def main():
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     print(table(results))
+    dt = dbi_table(results)
+    if dt:
+        print()
+        print(dt)
     print()
     print(summary_lines(s))
     vt = variants_table(results)

@@ -18,6 +18,16 @@ pub struct DbiOpts {
     pub zstd_level: i32,
     /// `--dbi-filter`: exe, all, lib:NAME, 0xA-0xB (comma-separated).
     pub filter: String,
+    /// `--functions` / `--files`: trace only the executable's code they select.
+    pub code: crate::filter::FilterSpec,
+    /// Record loaded and stored values.
+    pub values: bool,
+    /// Only accesses inside `memlens_roi_begin/end`.
+    pub roi: bool,
+    /// Allocation call-stack depth.
+    pub stack_depth: u32,
+    /// `--order=atomic`: a stamp per access.
+    pub order_atomic: bool,
     /// Print nothing but the program's own output.
     pub quiet: bool,
     /// The program and its arguments.
@@ -26,8 +36,16 @@ pub struct DbiOpts {
 
 const PLUGIN: &str = "libmemlens_dbi.so";
 const PRELOAD: &str = "libmemlens_dbi_preload.so";
-const ENV: [&str; 4] =
-    ["MEMLENS_OUTPUT", "MEMLENS_ZSTD_LEVEL", "MEMLENS_DBI_FILTER", "MEMLENS_DBI_SKIP"];
+const ENV: [&str; 8] = [
+    "MEMLENS_OUTPUT",
+    "MEMLENS_ZSTD_LEVEL",
+    "MEMLENS_DBI_FILTER",
+    "MEMLENS_DBI_SKIP",
+    "MEMLENS_VALUES",
+    "MEMLENS_ROI",
+    "MEMLENS_STACK_DEPTH",
+    "MEMLENS_ORDER",
+];
 
 fn lib_dir() -> Result<PathBuf> {
     Ok(match std::env::var_os("MEMLENS_RUNTIME_DIR") {
@@ -75,7 +93,8 @@ fn check_program(exe: &Path) -> Result<()> {
 /// Checks `--dbi-filter` (the plugin parses it again).
 fn check_filter(spec: &str) -> Result<()> {
     for s in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let range = s.split_once('-').and_then(|(a, b)| {
+        let r = s.strip_prefix("exe:").unwrap_or(s);
+        let range = r.split_once('-').and_then(|(a, b)| {
             let hex = |x: &str| u64::from_str_radix(x.strip_prefix("0x")?, 16).ok();
             Some(hex(a)? < hex(b)?)
         });
@@ -89,6 +108,33 @@ fn check_filter(spec: &str) -> Result<()> {
     Ok(())
 }
 
+/// `--functions` / `--files` as `exe:0xA-0xB` filter items (link-time addresses of
+/// the selected functions, adjacent ones joined).
+fn code_filter(exe: &Path, spec: &crate::filter::FilterSpec) -> Result<String> {
+    let text = crate::filter::code_ranges(exe, spec)?;
+    let mut ranges: Vec<(u64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.rsplitn(3, '\t').collect();
+            let hex = |x: &str| u64::from_str_radix(x, 16).ok();
+            Some((hex(f.get(1)?)?, hex(f.first()?)?))
+        })
+        .filter(|(a, b)| a < b)
+        .collect();
+    ranges.sort_unstable();
+    let mut joined: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in ranges {
+        match joined.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => joined.push((a, b)),
+        }
+    }
+    if joined.is_empty() {
+        bail!("--functions/--files select no function of {} (is it built with -g?)", exe.display());
+    }
+    Ok(joined.iter().map(|(a, b)| format!("exe:{a:#x}-{b:#x}")).collect::<Vec<_>>().join(","))
+}
+
 /// Runs the program under QEMU with the plugin and returns the exit code to use.
 pub fn run(opts: DbiOpts) -> Result<i32> {
     let Some(prog) = opts.cmd.first() else {
@@ -97,6 +143,14 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
     check_filter(&opts.filter)?;
     let exe = crate::record::find_program(prog)?;
     check_program(&exe)?;
+    let filter = if opts.code.is_empty() {
+        opts.filter.clone()
+    } else {
+        if opts.filter != "exe" {
+            bail!("--functions/--files choose the code to trace: leave out --dbi-filter");
+        }
+        code_filter(&exe, &opts.code)?
+    };
     let dir = lib_dir()?;
     let (plugin, preload) = (dir.join(PLUGIN), dir.join(PRELOAD));
     for p in [&plugin, &preload] {
@@ -139,9 +193,19 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
         .env_remove("LD_PRELOAD")
         .env("MEMLENS_OUTPUT", &output)
         .env("MEMLENS_ZSTD_LEVEL", opts.zstd_level.to_string())
-        .env("MEMLENS_DBI_FILTER", &opts.filter)
+        .env("MEMLENS_DBI_FILTER", &filter)
+        .env("MEMLENS_STACK_DEPTH", opts.stack_depth.to_string())
         // argv[0] of QEMU and its options come before the program in /proc/self/cmdline.
         .env("MEMLENS_DBI_SKIP", (qargs.len() + 1).to_string());
+    if opts.values {
+        cmd.env("MEMLENS_VALUES", "1");
+    }
+    if opts.roi {
+        cmd.env("MEMLENS_ROI", "1");
+    }
+    if opts.order_atomic {
+        cmd.env("MEMLENS_ORDER", "atomic");
+    }
     let status = crate::record::wait_child(&mut cmd, &qemu)?;
     if std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0) < 128 {
         bail!(

@@ -5,13 +5,73 @@ use memlens_format::RmwOp;
 
 /// Flag: two adjacent 8-byte accesses of this instruction are one 16-byte access.
 pub const MERGE: u8 = 0x80;
+/// Flag: a near call (its store is the pushed return address).
+pub const CALL: u8 = 0x40;
+/// Flag: a near return (its load pops the return address).
+pub const RET: u8 = 0x20;
+/// The bits holding the [`RmwOp`].
+pub const OP_MASK: u8 = 0x0f;
 
 /// What the plugin needs to know about one instruction.
 pub struct Decoded {
     /// A near return.
     pub ret: bool,
-    /// [`MERGE`] | the [`RmwOp`] an atomic RMW would be.
+    /// [`MERGE`] | [`CALL`] | [`RET`] | the [`RmwOp`] an atomic RMW would be.
     pub flags: u8,
+    /// The instruction may access memory (false only when it certainly does not).
+    pub mem: bool,
+}
+
+/// Whether an instruction may access memory: false only for register-only ModRM
+/// forms and a list of opcodes that never do; anything unknown may.
+fn may_access(b: &[u8], i: usize) -> bool {
+    let at = |k: usize| b.get(k).copied();
+    let register_only = |modrm: Option<u8>| modrm.is_some_and(|m| m >> 6 == 3);
+    let Some(op) = at(i) else { return true };
+    match op {
+        // ALU with a ModRM operand, mov, test, xchg, imul, movsxd, shifts, group 3
+        0x00..=0x03
+        | 0x08..=0x0b
+        | 0x10..=0x13
+        | 0x18..=0x1b
+        | 0x20..=0x23
+        | 0x28..=0x2b
+        | 0x30..=0x33
+        | 0x38..=0x3b
+        | 0x63
+        | 0x69
+        | 0x6b
+        | 0x80..=0x8b
+        | 0xc0
+        | 0xc1
+        | 0xc6
+        | 0xc7
+        | 0xd0..=0xd3
+        | 0xf6
+        | 0xf7
+        | 0xfe => !register_only(at(i + 1)),
+        // call/jmp/push through ff: call and push store even with a register operand
+        0xff => {
+            let m = at(i + 1).unwrap_or(0);
+            matches!((m >> 3) & 7, 2 | 3 | 6) || m >> 6 != 3
+        }
+        0x8d => false, // lea
+        0x04 | 0x05 | 0x0c | 0x0d | 0x14 | 0x15 | 0x1c | 0x1d | 0x24 | 0x25 | 0x2c | 0x2d
+        | 0x34 | 0x35 | 0x3c | 0x3d => false,
+        0x70..=0x7f | 0x90..=0x99 | 0xa8 | 0xa9 | 0xb0..=0xbf | 0xe3 | 0xe9 | 0xeb => false,
+        0xf5 | 0xf8..=0xfd => false,
+        0x0f => match at(i + 1) {
+            Some(0x05 | 0x0b | 0x1f | 0x31 | 0xa2 | 0x80..=0x8f | 0xc8..=0xcf) => false,
+            Some(0x38 | 0x3a) => !register_only(at(i + 3)),
+            Some(_) => !register_only(at(i + 2)),
+            None => true,
+        },
+        // VEX: opcode then ModRM after the 2- or 3-byte prefix; EVEX after 4 bytes
+        0xc5 => !register_only(at(i + 3)),
+        0xc4 => !register_only(at(i + 4)),
+        0x62 => !register_only(at(i + 5)),
+        _ => true,
+    }
 }
 
 /// Decodes the prefixes and opcode of `b`.
@@ -62,7 +122,19 @@ pub fn decode(b: &[u8]) -> Decoded {
         _ => RmwOp::FetchAdd,
     };
     let merge = (op == 0x0f && !matches!(op2, 0xc7 | 0xae)) || vex;
-    Decoded { ret, flags: (rmw as u8) | if merge { MERGE } else { 0 } }
+    // call rel32, or call r/m64 (ff /2)
+    let call = op == 0xe8 || (op == 0xff && reg(op2) == 2);
+    let mut flags = rmw as u8;
+    if merge {
+        flags |= MERGE;
+    }
+    if call {
+        flags |= CALL;
+    }
+    if ret {
+        flags |= RET;
+    }
+    Decoded { ret, flags, mem: may_access(b, i) }
 }
 
 #[cfg(test)]
@@ -74,9 +146,24 @@ mod tests {
         assert!(decode(&[0xc3]).ret);
         assert!(decode(&[0xf3, 0xc3]).ret);
         assert!(!decode(&[0x48, 0x89, 0x07]).ret);
-        assert_eq!(decode(&[0xf0, 0x48, 0x0f, 0xc1, 0x07]).flags & 0x7f, RmwOp::FetchAdd as u8);
-        assert_eq!(decode(&[0xf0, 0x0f, 0xb1, 0x0f]).flags & 0x7f, RmwOp::Cas as u8);
+        assert_eq!(decode(&[0xf0, 0x48, 0x0f, 0xc1, 0x07]).flags & OP_MASK, RmwOp::FetchAdd as u8);
+        assert_eq!(decode(&[0xf0, 0x0f, 0xb1, 0x0f]).flags & OP_MASK, RmwOp::Cas as u8);
         assert_ne!(decode(&[0x0f, 0x11, 0x07]).flags & MERGE, 0); // movups
         assert_eq!(decode(&[0xf3, 0x48, 0xab]).flags & MERGE, 0); // rep stosq
+        assert_ne!(decode(&[0xe8, 0, 0, 0, 0]).flags & CALL, 0);
+        assert_ne!(decode(&[0x41, 0xff, 0xd0]).flags & CALL, 0); // call r8
+        assert_ne!(decode(&[0xff, 0x15, 0, 0, 0, 0]).flags & CALL, 0); // call [rip+x]
+        assert_eq!(decode(&[0xff, 0xe0]).flags & CALL, 0); // jmp rax
+        assert_ne!(decode(&[0xc3]).flags & RET, 0);
+        assert!(!decode(&[0x48, 0x01, 0xd8]).mem); // add rax, rbx
+        assert!(decode(&[0x48, 0x01, 0x18]).mem); // add [rax], rbx
+        assert!(!decode(&[0x48, 0x8d, 0x04, 0x24]).mem); // lea rax, [rsp]
+        assert!(decode(&[0x50]).mem); // push rax
+        assert!(decode(&[0xff, 0xd0]).mem); // call rax
+        assert!(!decode(&[0xff, 0xe0]).mem); // jmp rax
+        assert!(decode(&[0xf0, 0x48, 0x0f, 0xc1, 0x07]).mem); // lock xadd
+        assert!(!decode(&[0x0f, 0x1f, 0x44, 0, 0]).mem); // nopl
+        assert!(decode(&[0xc5, 0xf9, 0x7f, 0x07]).mem); // vmovdqa [rdi], xmm0
+        assert!(!decode(&[0xc5, 0xf9, 0x6f, 0xc1]).mem); // vmovdqa xmm0, xmm1
     }
 }

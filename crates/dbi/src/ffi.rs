@@ -24,6 +24,8 @@ pub struct Insn {
 
 /// Callbacks that do not read guest registers.
 pub const CB_NO_REGS: c_int = 0;
+/// Memory callbacks for loads only.
+pub const MEM_R: c_int = 1;
 /// Memory callbacks for loads and stores.
 pub const MEM_RW: c_int = 3;
 
@@ -33,12 +35,14 @@ pub type UdataCb = unsafe extern "C" fn(c_uint, *mut c_void);
 pub type VcpuCb = unsafe extern "C" fn(Id, c_uint);
 pub type AtexitCb = unsafe extern "C" fn(Id, *mut c_void);
 pub type SyscallCb = unsafe extern "C" fn(Id, c_uint, i64, u64, u64, u64, u64, u64, u64, u64, u64);
+pub type SyscallRetCb = unsafe extern "C" fn(Id, c_uint, i64, i64);
 
 extern "C" {
     pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: Id, cb: TbTransCb);
     pub fn qemu_plugin_register_vcpu_init_cb(id: Id, cb: VcpuCb);
     pub fn qemu_plugin_register_vcpu_exit_cb(id: Id, cb: VcpuCb);
     pub fn qemu_plugin_register_vcpu_syscall_cb(id: Id, cb: SyscallCb);
+    pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: Id, cb: SyscallRetCb);
     pub fn qemu_plugin_register_atexit_cb(id: Id, cb: AtexitCb, udata: *mut c_void);
     pub fn qemu_plugin_tb_n_insns(tb: *const Tb) -> usize;
     pub fn qemu_plugin_tb_get_insn(tb: *const Tb, idx: usize) -> *mut Insn;

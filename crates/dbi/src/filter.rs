@@ -1,5 +1,7 @@
 //! Which code is traced: `exe` (default), `all`, `lib:NAME` (modules whose file name
-//! contains NAME) and `0xA-0xB` address ranges, comma-separated, combined with "or".
+//! contains NAME), `0xA-0xB` guest address ranges and `exe:0xA-0xB` ranges of the
+//! executable's link-time addresses (what `--functions`/`--files` resolve to; the
+//! plugin adds the load bias of a PIE), comma-separated, combined with "or".
 
 /// One filter item.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,6 +14,8 @@ pub enum Item {
     Lib(String),
     /// A guest code address range `[lo, hi)`.
     Range(u64, u64),
+    /// A range of the executable's link-time addresses.
+    ExeRange(u64, u64),
 }
 
 /// A parsed `--dbi-filter`.
@@ -19,7 +23,7 @@ pub enum Item {
 pub struct Filter(pub Vec<Item>);
 
 impl Filter {
-    /// Parses `exe|all|lib:NAME|0xA-0xB[,...]`.
+    /// Parses `exe|all|lib:NAME|0xA-0xB|exe:0xA-0xB[,...]`.
     pub fn parse(spec: &str) -> Result<Filter, String> {
         let mut items = Vec::new();
         for s in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -33,7 +37,11 @@ impl Filter {
                             "bad --dbi-filter item {s:?}: use exe, all, lib:NAME or 0xSTART-0xEND"
                         )
                     };
-                    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+                    let (exe, r) = match s.strip_prefix("exe:") {
+                        Some(r) => (true, r),
+                        None => (false, s),
+                    };
+                    let (a, b) = r.split_once('-').ok_or_else(bad)?;
                     let hex = |x: &str| {
                         u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad())
                     };
@@ -41,7 +49,11 @@ impl Filter {
                     if lo >= hi {
                         return Err(bad());
                     }
-                    Item::Range(lo, hi)
+                    if exe {
+                        Item::ExeRange(lo, hi)
+                    } else {
+                        Item::Range(lo, hi)
+                    }
                 }
             });
         }
@@ -75,6 +87,8 @@ mod tests {
         );
         assert!(Filter::parse("0x20-0x10").is_err());
         assert!(Filter::parse("bogus").is_err());
+        assert_eq!(Filter::parse("exe:0x10-0x20").unwrap().0, vec![Item::ExeRange(0x10, 0x20)]);
+        assert!(Filter::parse("exe:0x20-0x10").is_err());
         assert!(Filter::parse("lib:libm").unwrap().wants_lib("/lib/x86_64-linux-gnu/libm.so.6"));
     }
 }

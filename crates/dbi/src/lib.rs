@@ -14,14 +14,41 @@
 //! - Allocations and the shared-library map come from the guest preload library
 //!   (`memlens-dbi-preload`) through a magic system call seen by the syscall callback.
 //!
+//! - Allocation call stacks come from a shadow call stack per thread: every `call`
+//!   in traced code pushes (return address, stack slot) from its memory callback,
+//!   every `ret` (traced or not) pops what lies at or below the slot it loads from,
+//!   and an allocation keeps the frames above the allocator's stack pointer whose
+//!   slot still holds their return address (so longjmp and exceptions cannot leave
+//!   stale frames). Unlike a frame-pointer walk it needs no frame pointers.
+//! - `--values`: QEMU 7.2 runs memory callbacks after the access and offers no
+//!   register reads, so the value is read back from guest memory: exact for a
+//!   thread's own accesses, for racing stores it may already be another thread's.
+//!   An atomic RMW has no old value (it is overwritten by then).
+//! - Static executables (no preload library can load): `malloc`, `calloc`, `realloc`
+//!   and `free` are hooked by symbol. QEMU 7.2's plugin API has no register reads,
+//!   but block-start callbacks are called from translated code that keeps the CPU
+//!   state in `rbp`, with every guest register stored there at a block start; a
+//!   naked trampoline passes it on (checked once against the shadow call stack; see
+//!   `thread::Regs`). Arguments are read at the allocator's first block, the result
+//!   at the block its return lands on.
+//! - A forked child (seen by the syscall-return callback of `fork`/`clone` without
+//!   `CLONE_VM`) writes its own trace `<trace>.<pid>`, as in the compiled path.
+//! - `--order=atomic`: see [`order`].
+//!
 //! Configured by the environment of the QEMU process (`memlens record --dbi` sets it
 //! and removes it from the guest's): `MEMLENS_OUTPUT`, `MEMLENS_ZSTD_LEVEL`,
-//! `MEMLENS_DBI_FILTER`, `MEMLENS_DBI_SKIP` (QEMU arguments before the program).
+//! `MEMLENS_DBI_FILTER`, `MEMLENS_DBI_SKIP` (QEMU arguments before the program),
+//! `MEMLENS_VALUES=1`, `MEMLENS_ROI=1`, `MEMLENS_STACK_DEPTH`, `MEMLENS_ORDER`.
+//!
+//! ```text
+//! MEMLENS_OUTPUT=t.trace qemu-x86_64 -plugin libmemlens_dbi.so ./prog
+//! ```
 
 mod decode;
 mod ffi;
 mod filter;
 mod modules;
+mod order;
 mod thread;
 mod writer;
 
@@ -72,11 +99,26 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return -1;
         }
     };
+    let flag = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
+    thread::VALUES.store(flag("MEMLENS_VALUES"), Relaxed);
+    thread::ROI_MODE.store(flag("MEMLENS_ROI"), Relaxed);
+    if let Some(d) = std::env::var("MEMLENS_STACK_DEPTH").ok().and_then(|v| v.parse().ok()) {
+        thread::STACK_DEPTH.store(d, Relaxed);
+    }
+    match std::env::var("MEMLENS_ORDER").as_deref() {
+        Ok("atomic") => order::enable(),
+        Ok("" | "sync" | "none") | Err(_) => {}
+        Ok(o) => {
+            say(&format!("unknown MEMLENS_ORDER {o:?}"));
+            return -1;
+        }
+    }
     *CONFIG.lock().unwrap() = Some(Config { out: out.into(), level, spec, filter: f });
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     qemu_plugin_register_vcpu_init_cb(id, thread::vcpu_init);
     qemu_plugin_register_vcpu_exit_cb(id, thread::vcpu_exit);
     qemu_plugin_register_vcpu_syscall_cb(id, syscall_cb);
+    qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret_cb);
     qemu_plugin_register_atexit_cb(id, at_exit, std::ptr::null_mut());
     0
 }
@@ -89,11 +131,18 @@ struct Config {
 }
 
 static CONFIG: std::sync::Mutex<Option<Config>> = std::sync::Mutex::new(None);
+/// The trace path (children write `<path>.<pid>`).
+static OUTPUT: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+/// What `start` gave the writer (executable, argv, filter, zstd level), for a forked
+/// child's trace.
+type Process = (String, Vec<String>, String, i32);
+static PROCESS: std::sync::Mutex<Option<Process>> = std::sync::Mutex::new(None);
 static STARTED: std::sync::Once = std::sync::Once::new();
 
 /// Deferred set-up: QEMU has not loaded the program yet when it installs the plugin.
 unsafe fn start() {
     let Some(c) = CONFIG.lock().unwrap().take() else { return };
+    OUTPUT.lock().unwrap().clone_from(&Some(c.out.clone()));
     let exe_ptr = qemu_plugin_path_to_binary();
     let exe = if exe_ptr.is_null() {
         String::new()
@@ -101,9 +150,12 @@ unsafe fn start() {
         std::ffi::CStr::from_ptr(exe_ptr).to_string_lossy().into_owned()
     };
     let exe = std::fs::canonicalize(&exe).map(|p| p.to_string_lossy().into_owned()).unwrap_or(exe);
-    if let Err(e) = modules::init_exe(&exe, qemu_plugin_start_code(), c.filter) {
-        say(&format!("cannot read {exe}: {e}"));
-        std::process::exit(125);
+    match modules::init_exe(&exe, qemu_plugin_start_code(), c.filter) {
+        Ok(is_static) => thread::STATIC.store(is_static, Relaxed),
+        Err(e) => {
+            say(&format!("cannot read {exe}: {e}"));
+            std::process::exit(125);
+        }
     }
     let skip: usize =
         std::env::var("MEMLENS_DBI_SKIP").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -116,6 +168,7 @@ unsafe fn start() {
                 .collect()
         })
         .unwrap_or_default();
+    *PROCESS.lock().unwrap() = Some((exe.clone(), argv.clone(), c.spec.clone(), c.level));
     if let Err(e) = writer::start(&c.out, c.level, exe, argv, c.spec) {
         say(&format!("cannot write the trace: {e}"));
         std::process::exit(125);
@@ -124,24 +177,35 @@ unsafe fn start() {
 
 unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
     STARTED.call_once(|| start());
+    // Translation can wait for the other vCPUs (tb_flush): never with the lock held.
+    thread::unhold_current();
+    let atomic = order::on();
     let n = qemu_plugin_tb_n_insns(tb);
     let view = modules::view();
+    let is_static = thread::STATIC.load(Relaxed);
+    let mut first_pc = None;
     let mut any = false;
     for i in 0..n {
         let insn = qemu_plugin_tb_get_insn(tb, i);
         let pc = qemu_plugin_insn_vaddr(insn);
+        first_pc.get_or_insert(pc);
         if GUEST_BASE.load(Relaxed) == u64::MAX {
             let h = qemu_plugin_insn_haddr(insn) as u64;
             GUEST_BASE.store(h.wrapping_sub(pc), Relaxed);
         }
-        if !view.traced(pc) {
-            continue;
-        }
-        any = true;
         let len = qemu_plugin_insn_size(insn);
         let data = qemu_plugin_insn_data(insn) as *const u8;
         let bytes = if data.is_null() { &[][..] } else { std::slice::from_raw_parts(data, len) };
         let d = decode::decode(bytes);
+        if !view.traced(pc) {
+            if d.ret {
+                // Keeps the shadow call stack right across untraced returns.
+                let cb = thread::ret_cb;
+                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_R, std::ptr::null_mut());
+            }
+            continue;
+        }
+        any = true;
         // The format's pcs are "return addresses" (symbolisers look up pc - 1): the
         // instruction address + 1 names the instruction itself.
         let rpc = pc + 1;
@@ -151,13 +215,44 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         if d.ret {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::exit_cb, CB_NO_REGS, rpc as _);
         }
-        let udata = rpc | (u64::from(d.flags) << 56);
+        if atomic && d.mem {
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::order_cb, CB_NO_REGS, rpc as _);
+        }
+        let udata = rpc | ((len as u64 & 0xff) << 48) | (u64::from(d.flags) << 56);
         qemu_plugin_register_vcpu_mem_cb(insn, thread::mem_cb, CB_NO_REGS, MEM_RW, udata as _);
     }
     // QEMU 7.2 can run the memory callbacks of the last instrumented instruction
     // again from helpers of later, uninstrumented blocks (xsave in the lazy-binding
     // resolver, for one): every block says whether it is traced.
-    qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_cb, CB_NO_REGS, usize::from(any) as _);
+    let Some(start) = first_pc else { return };
+    if !is_static {
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_cb, CB_NO_REGS, usize::from(any) as _);
+        return;
+    }
+    // Static executables: allocators are hooked at their entry, and every block
+    // start may be an allocator's return (see `thread::alloc_entry`).
+    if let Some(kind) = view.alloc_hook(start) {
+        let cb = thread::alloc_entry_cb;
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, cb, CB_NO_REGS, usize::from(kind) as _);
+    }
+    let udata = (start << 1) | u64::from(any);
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_static_cb, CB_NO_REGS, udata as _);
+}
+
+/// Reads the `1 << shift` byte value (shift 0..=3) at guest address `addr`.
+///
+/// # Safety
+/// The guest bytes must be mapped.
+#[inline(always)]
+unsafe fn read_guest(addr: u64, shift: u8) -> u64 {
+    let base = GUEST_BASE.load(Relaxed);
+    let p = addr.wrapping_add(if base == u64::MAX { 0 } else { base }) as *const u8;
+    match shift {
+        0 => u64::from(p.read()),
+        1 => u64::from((p as *const u16).read_unaligned()),
+        2 => u64::from((p as *const u32).read_unaligned()),
+        _ => (p as *const u64).read_unaligned(),
+    }
 }
 
 /// Reads `len` bytes of guest memory.
@@ -180,28 +275,92 @@ unsafe extern "C" fn syscall_cb(
     b: u64,
     pc: u64,
     c: u64,
-    _: u64,
+    sp: u64,
     _: u64,
     _: u64,
 ) {
+    thread::unhold_current();
     if num != MAGIC {
-        return;
-    }
-    if op == 48 {
-        if c == 0 || c > 4096 {
-            return;
+        if num == SYS_CLONE {
+            CLONE_FLAGS.with(|f| f.set(op));
+        } else if num == SYS_CLONE3 {
+            // struct clone_args starts with the flags
+            CLONE_FLAGS.with(|f| f.set(if op == 0 { 0 } else { read_guest(op, 3) }));
         }
-        let path = String::from_utf8_lossy(&guest_bytes(b, c as usize)).into_owned();
-        modules::add_lib(&path, a);
         return;
     }
-    thread::alloc_event(vcpu, op, a, b, pc, c);
+    match op {
+        48 => {
+            if c == 0 || c > 4096 {
+                return;
+            }
+            let path = String::from_utf8_lossy(&guest_bytes(b, c as usize)).into_owned();
+            modules::add_lib(&path, a);
+        }
+        65 => {
+            let name = String::from_utf8_lossy(&guest_bytes(b, c.min(255) as usize)).into_owned();
+            thread::thread_name(vcpu, name);
+        }
+        _ => thread::preload_event(vcpu, op, a, b, pc, c, sp),
+    }
+}
+
+const SYS_CLONE: i64 = 56;
+const SYS_FORK: i64 = 57;
+const SYS_VFORK: i64 = 58;
+const SYS_CLONE3: i64 = 435;
+
+std::thread_local! {
+    /// Flags of this thread's last clone/clone3.
+    static CLONE_FLAGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// After `fork` (or a `clone` without `CLONE_VM`): the parent records `Fork` and
+/// names the child's trace; the child starts that trace.
+unsafe extern "C" fn syscall_ret_cb(_id: Id, vcpu: c_uint, num: i64, ret: i64) {
+    let new_process = match num {
+        SYS_FORK => true,
+        SYS_CLONE | SYS_CLONE3 => CLONE_FLAGS.with(|f| f.get()) & libc::CLONE_VM as u64 == 0,
+        _ => false,
+    };
+    if !new_process || ret < 0 || num == SYS_VFORK {
+        return;
+    }
+    let Some(out) = OUTPUT.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return };
+    let child = |pid: u64| {
+        let mut s = out.clone().into_os_string();
+        s.push(format!(".{pid}"));
+        std::path::PathBuf::from(s)
+    };
+    if ret > 0 {
+        thread::forked(vcpu, ret as u32);
+        writer::send(writer::Msg::Meta(vec![memlens_format::MetaRecord::Child {
+            pid: ret as u32,
+            path: child(ret as u64).to_string_lossy().into_owned(),
+        }]));
+        return;
+    }
+    // The child: only this thread survived the fork, not the writer thread.
+    let pid = std::process::id() as u64;
+    PID.store(pid, Relaxed);
+    thread::reset_after_fork(vcpu);
+    let p = PROCESS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let Some((exe, argv, spec, level)) = p else { return };
+    writer::reset_after_fork();
+    if let Err(e) = writer::start(&child(pid), level, exe, argv, spec) {
+        say(&format!("cannot write the child's trace: {e}; the child is not recorded"));
+    }
 }
 
 unsafe extern "C" fn at_exit(_id: Id, _: *mut c_void) {
     if PID.load(Relaxed) != std::process::id() as u64 {
         return; // a forked child: its writer thread did not survive the fork
     }
+    thread::unhold_current();
     thread::finish_all();
+    let gave_up = order::GAVE_UP.load(Relaxed);
+    if gave_up > 0 {
+        say(&format!("--order=atomic: {gave_up} accesses waited too long for the order lock and are stamped without it"));
+    }
     writer::finish(modules::all());
 }

@@ -5,7 +5,7 @@ use crate::filter::{Filter, Item};
 use memlens_format::{Module, Segment};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{Object, ObjectSymbol, SymbolKind};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 struct State {
@@ -14,7 +14,18 @@ struct State {
     /// Whether each module's code is traced.
     traced: Vec<bool>,
     func_starts: HashSet<u64>,
+    /// Static executables: allocator entry points (runtime address -> kind).
+    alloc_hooks: HashMap<u64, u8>,
 }
+
+/// A static executable's allocator entry, hooked by symbol: `malloc`.
+pub const HOOK_MALLOC: u8 = 0;
+/// `calloc`.
+pub const HOOK_CALLOC: u8 = 1;
+/// `realloc`.
+pub const HOOK_REALLOC: u8 = 2;
+/// `free`.
+pub const HOOK_FREE: u8 = 3;
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
@@ -22,6 +33,10 @@ struct Elf {
     segments: Vec<Segment>,
     build_id: Vec<u8>,
     funcs: Vec<u64>,
+    /// No PT_INTERP: a static executable (no preload library possible).
+    is_static: bool,
+    /// Addresses of malloc, calloc, realloc, free.
+    allocators: Vec<(u64, u8)>,
 }
 
 fn read_elf(path: &str) -> Result<Elf, String> {
@@ -49,20 +64,51 @@ fn read_elf(path: &str) -> Result<Elf, String> {
         .collect();
     funcs.sort_unstable();
     funcs.dedup();
-    Ok(Elf { segments, build_id, funcs })
+    let is_static = !hdr
+        .program_headers(endian, &*data)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP);
+    let allocators = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| {
+            let k = match s.name().ok()? {
+                "malloc" => HOOK_MALLOC,
+                "calloc" => HOOK_CALLOC,
+                "realloc" => HOOK_REALLOC,
+                "free" => HOOK_FREE,
+                _ => return None,
+            };
+            Some((s.address(), k))
+        })
+        .collect();
+    Ok(Elf { segments, build_id, funcs, is_static, allocators })
 }
 
 /// Sets up the executable (module 0), whose lowest executable segment QEMU loaded
 /// at `start_code`.
-pub fn init_exe(path: &str, start_code: u64, filter: Filter) -> Result<(), String> {
+/// Returns whether the executable is static.
+pub fn init_exe(path: &str, start_code: u64, mut filter: Filter) -> Result<bool, String> {
     let elf = read_elf(path)?;
     let text = elf.segments.iter().filter(|s| s.flags & 1 != 0).map(|s| s.vaddr).min();
     let bias = start_code.wrapping_sub(text.unwrap_or(0));
+    for i in &mut filter.0 {
+        if let Item::ExeRange(lo, hi) = *i {
+            *i = Item::Range(lo.wrapping_add(bias), hi.wrapping_add(bias));
+        }
+    }
     let traced = filter.0.iter().any(|i| matches!(i, Item::Exe | Item::All));
     let mut func_starts = HashSet::new();
     if traced || filter.0.iter().any(|i| matches!(i, Item::Range(..))) {
         func_starts.extend(elf.funcs.iter().map(|a| a.wrapping_add(bias)));
     }
+    let alloc_hooks: HashMap<u64, u8> = if elf.is_static {
+        elf.allocators.iter().map(|&(a, k)| (a.wrapping_add(bias), k)).collect()
+    } else {
+        HashMap::new()
+    };
+    let is_static = elf.is_static;
     let m = Module {
         id: 0,
         path: path.to_string(),
@@ -71,8 +117,8 @@ pub fn init_exe(path: &str, start_code: u64, filter: Filter) -> Result<(), Strin
         segments: elf.segments,
     };
     *STATE.lock().unwrap() =
-        Some(State { filter, modules: vec![m], traced: vec![traced], func_starts });
-    Ok(())
+        Some(State { filter, modules: vec![m], traced: vec![traced], func_starts, alloc_hooks });
+    Ok(is_static)
 }
 
 /// A shared library reported by the preload library.
@@ -121,10 +167,16 @@ impl View {
         st.filter.0.iter().any(|i| match *i {
             Item::All => true,
             Item::Range(lo, hi) => pc >= lo && pc < hi,
+            Item::ExeRange(..) => false, // made a Range by `init_exe`
             Item::Exe | Item::Lib(_) => {
                 st.modules.iter().zip(&st.traced).any(|(m, &t)| t && m.contains(pc))
             }
         })
+    }
+
+    /// The allocator hooked at `pc` (static executables).
+    pub fn alloc_hook(&self, pc: u64) -> Option<u8> {
+        self.0.as_ref().and_then(|s| s.alloc_hooks.get(&pc).copied())
     }
 
     /// Whether `pc` is the first instruction of a known function.

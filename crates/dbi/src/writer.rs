@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// Work for the writer thread.
 pub enum Msg {
     /// A raw chunk payload of a thread stream.
-    Chunk { stream: u32, raw: Vec<u8>, counts: ChunkCounts, last: bool },
+    Chunk { stream: u32, raw: Vec<u8>, counts: ChunkCounts, last: bool, clock: u64 },
     /// Metadata records.
     Meta(Vec<MetaRecord>),
     /// Finish the file and acknowledge.
@@ -60,17 +60,18 @@ pub fn start(
         let mut frame = Vec::new();
         let mut failed = false;
         for m in rx {
-            let (kind, stream, raw, counts, flags) = match m {
-                Msg::Chunk { stream, raw, counts, last } => {
+            let (kind, stream, raw, counts, flags, clock) = match m {
+                Msg::Chunk { stream, raw, counts, last, clock } => {
                     header.threads = header.threads.max(stream + 1);
-                    (ChunkKind::Events, stream, raw, counts, if last { FLAG_LAST } else { 0 })
+                    let flags = if last { FLAG_LAST } else { 0 };
+                    (ChunkKind::Events, stream, raw, counts, flags, clock)
                 }
                 Msg::Meta(recs) => {
                     let mut raw = Vec::new();
                     for r in &recs {
                         r.encode(&mut raw);
                     }
-                    (ChunkKind::Meta, META_STREAM, raw, ChunkCounts::default(), 0)
+                    (ChunkKind::Meta, META_STREAM, raw, ChunkCounts::default(), 0, 0)
                 }
                 Msg::Finish(ack) => {
                     header.finished = true;
@@ -83,7 +84,7 @@ pub fn start(
                 }
             };
             let seq = seqs.entry(stream).or_insert(0);
-            enc.encode(kind, stream, *seq, flags, counts, 0, &raw, &mut frame);
+            enc.encode(kind, stream, *seq, flags, counts, clock, &raw, &mut frame);
             *seq += 1;
             if failed {
                 header.dropped_events += u64::from(counts.events);
@@ -99,6 +100,15 @@ pub fn start(
     })?;
     *TX.lock().unwrap() = Some(tx);
     Ok(())
+}
+
+/// In a forked child: the parent's writer thread does not exist here; forget it.
+pub fn reset_after_fork() {
+    let mut tx = TX.lock().unwrap_or_else(|e| e.into_inner());
+    // The parent's channel may be mid-use by its (now absent) writer: leak it.
+    if let Some(old) = tx.take() {
+        std::mem::forget(old);
+    }
 }
 
 /// Writes the final module table and header; waits for the writer.

@@ -229,3 +229,343 @@ fn dbi_bad_input_gives_a_clear_error() {
         record_dbi(Path::new("/bin/true"), &dir.join("d.trace"), &[], &["--dbi-filter", "bogus"]);
     one_line_error(&out, "--dbi-filter");
 }
+
+/// g++ for C++ sources, gcc otherwise (no memlens).
+fn plain_build_any(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
+    if src.extension().is_some_and(|e| e == "cpp") {
+        let exe = dir.join(src.file_stem().unwrap());
+        let out = Command::new("g++")
+            .args(["-O2", "-g", "-pthread"])
+            .args(extra)
+            .arg(src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "g++: {}", stderr(&out));
+        return exe;
+    }
+    plain_build(src, dir, extra)
+}
+
+/// `analyze heap` sites of `src`: (line, blocks, bytes) -> the named stack.
+fn heap_sites(trace: &Path, src: &str) -> std::collections::BTreeMap<(u64, u64, u64), Vec<String>> {
+    let v = json(&["analyze", "heap", "--top", "0", "--format", "json", trace.to_str().unwrap()]);
+    v["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["file"].as_str().is_some_and(|f| f.ends_with(src)))
+        .map(|s| {
+            let key = (
+                s["line"].as_u64().unwrap(),
+                s["blocks"].as_u64().unwrap(),
+                s["bytes"].as_u64().unwrap(),
+            );
+            let stack = s["stack"].as_array().unwrap();
+            (key, stack.iter().map(|f| f.as_str().unwrap().to_string()).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn dbi_allocation_sites_and_stacks_match_the_compiled_path() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    for (src, markers) in [
+        ("counts.c", &["malloc", "calloc", "realloc"][..]),
+        ("objects.cpp", &["new", "new-array", "new-nothrow"][..]),
+    ] {
+        let dir = scratch("dbi-stacks");
+        let compiled = build(Cc::Gcc, src, &dir, &[]);
+        let ct = dir.join("compiled.trace");
+        let out = record(&compiled, &ct, &[]);
+        assert!(out.status.success(), "{src}: {}", stderr(&out));
+        let plain = plain_build_any(&programs().join(src), &dir, &[]);
+        let dt = dir.join("dbi.trace");
+        let out = record_dbi(&plain, &dt, &[], &[]);
+        assert!(out.status.success(), "{src}: {}", stderr(&out));
+
+        // The same allocation sites, with the same counts and bytes.
+        let (ca, da) = (report(&ct, "alloc"), report(&dt, "alloc"));
+        for m in markers {
+            let l = line_of(src, m);
+            for k in ["count", "bytes"] {
+                assert_eq!(at_line(&da, src, l, k), at_line(&ca, src, l, k), "{src} @{m} {k}");
+            }
+            assert!(at_line(&da, src, l, "count") > 0, "{src} @{m}: {da:?}");
+        }
+        // Each site's callers inside the program's own source are named the same
+        // (the compiled path walks frame pointers, --dbi keeps a shadow call stack;
+        // libc's frames below main are outside the default --dbi-filter).
+        let (cs, ds) = (heap_sites(&ct, src), heap_sites(&dt, src));
+        let own = |v: &Vec<String>| -> Vec<String> {
+            v.iter().filter(|f| f.contains(src)).cloned().collect()
+        };
+        for m in markers {
+            let l = line_of(src, m);
+            let c = cs.iter().find(|(k, _)| k.0 == l).unwrap_or_else(|| panic!("{src} @{m}"));
+            let d = ds.iter().find(|(k, _)| k.0 == l).unwrap_or_else(|| panic!("{src} @{m}"));
+            assert_eq!(c.0, d.0, "{src} @{m}");
+            assert!(!d.1.is_empty(), "{src} @{m}: no stack under --dbi");
+            assert_eq!(own(c.1), own(d.1), "{src} @{m}: compiled {:?} vs dbi {:?}", c.1, d.1);
+        }
+        if src == "counts.c" {
+            // allocs() is called from main: its sites have main as first caller.
+            let d = ds.iter().find(|(k, _)| k.0 == line_of(src, "malloc")).unwrap();
+            assert!(d.1[0].contains("counts.c:"), "{:?}", d.1);
+        }
+    }
+}
+
+#[test]
+fn dbi_values_and_function_and_file_filters() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-values");
+    let exe = plain_build(&programs().join("counts.c"), &dir, &[]);
+    let src = "counts.c";
+    let trace = dir.join("v.trace");
+    let out = record_dbi(&exe, &trace, &[], &["--values"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (sg, lg) = (line_of(src, "store-g"), line_of(src, "load-g"));
+    let ev = dump(&trace);
+    let in_src = |e: &serde_json::Value| e["file"].as_str().is_some_and(|f| f.ends_with(src));
+    let values = |line: u64, event: &str| -> Vec<u64> {
+        ev.iter()
+            .filter(|e| e["line"] == line && e["event"] == event && in_src(e))
+            .map(|e| e["value"].as_u64().unwrap_or_else(|| panic!("no value in {e}")))
+            .collect()
+    };
+    assert_eq!(values(sg, "write"), (0..1000).collect::<Vec<u64>>(), "g = i stores 0..999");
+    assert_eq!(values(lg, "read"), vec![999; 1000], "every load of g reads 999");
+
+    // --functions: only sum's code.
+    let t = dir.join("f.trace");
+    let out = record_dbi(&exe, &t, &[], &["--functions", "sum"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = report(&t, "line");
+    assert_eq!(at_line(&rows, src, lg, "loads"), 1000);
+    assert_eq!(at_line(&rows, src, sg, "stores"), 0);
+    let funcs = report(&t, "function");
+    assert!(funcs.iter().all(|r| r["function"] == "sum"), "{funcs:?}");
+
+    // --files: every function of counts.c, none of the C runtime's start-up code.
+    let t = dir.join("s.trace");
+    let out = record_dbi(&exe, &t, &[], &["--files", "counts.c"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = report(&t, "line");
+    assert_eq!(at_line(&rows, src, lg, "loads"), 1000);
+    assert_eq!(at_line(&rows, src, sg, "stores"), 1000);
+    let funcs = report(&t, "function");
+    let names: Vec<&str> = funcs.iter().filter_map(|r| r["function"].as_str()).collect();
+    assert!(names.contains(&"fill") && names.contains(&"main"), "{names:?}");
+    assert!(!names.contains(&"_start"), "{names:?}");
+
+    let out = record_dbi(&exe, &dir.join("x.trace"), &[], &["--functions", "no_such_fn"]);
+    one_line_error(&out, "select no function");
+}
+
+/// A no-op `memlens.h` library: programs built without memlens link against it;
+/// under --dbi the guest preload library's definitions win.
+const STUB_C: &str = r#"
+void memlens_register_thread(long id) { (void)id; }
+void memlens_thread_name(const char *n) { (void)n; }
+void memlens_roi_begin(void) {}
+void memlens_roi_end(void) {}
+void memlens_trace_on(void) {}
+void memlens_trace_off(void) {}
+"#;
+
+const ROI_C: &str = r#"#include <memlens.h>
+#include <stdio.h>
+volatile int g;
+__attribute__((noinline)) void touch(int n) {
+    for (int i = 0; i < n; i++) g = i;
+}
+int main(void) {
+    touch(100);
+    memlens_roi_begin();
+    touch(10);
+    memlens_roi_end();
+    touch(100);
+    puts("ok");
+    return 0;
+}
+"#;
+
+/// Builds `src` with gcc against the stub library in `dir`.
+fn build_with_stub(dir: &Path, src: &Path, name: &str) -> PathBuf {
+    let stub = dir.join("stub.c");
+    std::fs::write(&stub, STUB_C).unwrap();
+    let lib = dir.join("libmlstub.so");
+    let out = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&lib)
+        .arg(&stub)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rt/include");
+    let exe = dir.join(name);
+    let out = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread", "-I"])
+        .arg(&include)
+        .arg(src)
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", dir.display()))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-lmlstub")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    exe
+}
+
+#[test]
+fn dbi_region_of_interest() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-roi");
+    let src = dir.join("roi.c");
+    std::fs::write(&src, ROI_C).unwrap();
+    let exe = build_with_stub(&dir, &src, "roi");
+    let line = ROI_C.lines().position(|l| l.contains("g = i")).unwrap() as u64 + 1;
+    let stores = |flags: &[&str]| {
+        let t = dir.join(format!("t{}.trace", flags.len()));
+        let out = record_dbi(&exe, &t, &[], flags);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stdout(&out), "ok\n");
+        let ev = dump(&t);
+        let rois: Vec<_> =
+            ev.iter().filter(|e| e["event"] == "roi_begin" || e["event"] == "roi_end").collect();
+        assert_eq!(rois.len(), 2, "{rois:?}");
+        at_line(&report(&t, "line"), "roi.c", line, "stores")
+    };
+    assert_eq!(stores(&[]), 210);
+    assert_eq!(stores(&["--roi"]), 10);
+}
+
+#[test]
+fn dbi_forked_child_records_its_own_trace() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-fork");
+    let exe = plain_build(&programs().join("forks.c"), &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record_dbi(&exe, &trace, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "child=0\n");
+    let i = info(&trace);
+    let children = i["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "{i}");
+    let child_trace = PathBuf::from(children[0]["trace"].as_str().unwrap());
+    assert_eq!(
+        child_trace.to_str().unwrap(),
+        format!("{}.{}", trace.display(), children[0]["pid"])
+    );
+    let src = "forks.c";
+    let rows = report(&trace, "line");
+    assert_eq!(at_line(&rows, src, line_of(src, "parent-store"), "stores"), 100);
+    assert_eq!(at_line(&rows, src, line_of(src, "child-store"), "stores"), 0);
+    let rows = report(&child_trace, "line");
+    assert_eq!(at_line(&rows, src, line_of(src, "child-store"), "stores"), 200);
+    assert_eq!(at_line(&rows, src, line_of(src, "parent-store"), "stores"), 0);
+    assert_eq!(info(&child_trace)["threads"], 1);
+}
+
+/// atomic-memory-trace's increment check on a plain binary: replaying the merged
+/// order of the counter's RMWs inside the ROI gives every thread's (increments,
+/// even values seen) as the program counted them.
+#[test]
+fn dbi_order_atomic_increment_replay() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-inc");
+    let exe = build_with_stub(&dir, &programs().join("inc.c"), "inc");
+    const TOTAL: u64 = 20_000;
+    for n in [4usize, 8] {
+        let t = dir.join(format!("inc-{n}.trace"));
+        let (ns, total) = (n.to_string(), TOTAL.to_string());
+        let out = record_dbi(&exe, &t, &["add", &ns, &total], &["--order", "atomic"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let mut lines = text.lines();
+        let addr: u64 = lines.next().unwrap().strip_prefix("counter ").unwrap().parse().unwrap();
+        let mut want = std::collections::BTreeMap::new();
+        for l in lines {
+            let f: Vec<&str> = l.split(&[' ', '\t'][..]).collect();
+            let v = |i: usize| f[i].parse::<u64>().unwrap();
+            want.insert(f[1].parse::<i64>().unwrap(), (v(2), v(3)));
+        }
+        let amt = run_memlens(&["dump", "--merged", "--format", "amt", t.to_str().unwrap()]);
+        assert!(amt.status.success(), "{}", stderr(&amt));
+        let amt = stdout(&amt);
+        assert!(amt.lines().any(|l| !l.starts_with("0\t")), "no clocks in the merged dump");
+        let (mut inside, mut value) = (false, 0u64);
+        let mut got: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
+        for l in amt.lines() {
+            let f: Vec<&str> = l.split('\t').collect();
+            match f.get(2).copied() {
+                Some("start_roi") => inside = true,
+                Some("end_roi") => inside = false,
+                Some("m") if inside && f.len() >= 9 && f[3] == "r" && f[6] == "w" => {
+                    if f[4].parse::<u64>().unwrap() != addr {
+                        continue;
+                    }
+                    let e = got.entry(f[1].parse().unwrap()).or_default();
+                    e.0 += 1;
+                    if value.is_multiple_of(2) {
+                        e.1 += 1;
+                    }
+                    value += 1;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(value, TOTAL, "{n} threads: increments in the ROI");
+        assert_eq!(got, want, "{n} threads: replayed (increments, even) differ");
+    }
+}
+
+/// A static executable: no preload library can load, so the plugin hooks malloc,
+/// calloc, realloc and free by symbol and reads their arguments and results from the
+/// guest registers.
+#[test]
+fn dbi_static_executable_allocations() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-static");
+    let exe = plain_build(&programs().join("counts.c"), &dir, &["-static"]);
+    let trace = dir.join("t.trace");
+    let out = record_dbi(&exe, &trace, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "sum=999000 argc=1\n");
+    assert!(!stderr(&out).contains("not recorded"), "{}", stderr(&out));
+    let src = "counts.c";
+    let l = |m| line_of(src, m);
+    let rows = report(&trace, "line");
+    assert_eq!(at_line(&rows, src, l("store-g"), "stores"), 1000);
+    let allocs = report(&trace, "alloc");
+    assert_eq!(at_line(&allocs, src, l("malloc"), "count"), 10, "{allocs:?}");
+    assert_eq!(at_line(&allocs, src, l("malloc"), "bytes"), 1000);
+    assert_eq!(at_line(&allocs, src, l("calloc"), "count"), 1);
+    assert_eq!(at_line(&allocs, src, l("calloc"), "bytes"), 64);
+    assert_eq!(at_line(&allocs, src, l("realloc"), "count"), 1);
+    assert_eq!(at_line(&allocs, src, l("realloc"), "bytes"), 128);
+    // Every block allocated in counts.c is freed in it: 10 + calloc'd/realloc'd one.
+    let ev = dump(&trace);
+    let in_src = |e: &&serde_json::Value| e["file"].as_str().is_some_and(|f| f.ends_with(src));
+    let frees = ev.iter().filter(|e| e["event"] == "free").filter(in_src).count();
+    assert_eq!(frees, 11);
+    let sites = heap_sites(&trace, src);
+    let m = sites.iter().find(|(k, _)| k.0 == l("malloc")).expect("malloc site");
+    assert!(m.1.first().is_some_and(|f| f.contains("counts.c:")), "{:?}", m.1);
+}
