@@ -1,0 +1,132 @@
+//! `memlens export`: a trace in other tools' formats (see `docs/export.md`).
+
+use crate::names::Names;
+use anyhow::{Context, Result};
+use memlens_analysis::cachesim::CacheConfig;
+use memlens_analysis::{CodeName, DataName, Namer};
+use memlens_export::CachegrindOpts;
+use memlens_format::{Addr, Pc};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Chrome trace-event JSON for ui.perfetto.dev and chrome://tracing.
+    Perfetto,
+    /// speedscope's JSON (one evented profile per thread).
+    Speedscope,
+    /// Spall's JSON (trace-event array).
+    Spall,
+    /// cachegrind.out per source line (cg_annotate, KCachegrind).
+    Cachegrind,
+    /// DHAT's JSON per allocation site (dh_view.html).
+    Dhat,
+}
+
+/// What `export` was asked.
+pub struct ExportOpts {
+    /// Output format.
+    pub format: ExportFormat,
+    /// Output file (`-` for stdout); None: the format's default name.
+    pub output: Option<PathBuf>,
+    /// The trace.
+    pub trace: PathBuf,
+    /// cachegrind: simulate the caches.
+    pub cache_sim: bool,
+    /// cachegrind: `--D1=...`, `--LL=...` (imply the simulation).
+    pub cache_args: Vec<String>,
+    /// cachegrind: a hierarchy file (implies the simulation).
+    pub cache_config: Option<PathBuf>,
+}
+
+/// Code names through DWARF; data addresses are not needed by any export.
+struct CodeNamer<'a>(&'a Names);
+
+impl Namer for CodeNamer<'_> {
+    fn code(&self, pc: Pc) -> CodeName {
+        let c = self.0.code(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
+    fn data(&self, _addr: Addr) -> Option<DataName> {
+        None
+    }
+}
+
+fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
+    PathBuf::from(match f {
+        ExportFormat::Perfetto => "memlens.perfetto.json".to_string(),
+        ExportFormat::Speedscope => "memlens.speedscope.json".to_string(),
+        ExportFormat::Spall => "memlens.spall.json".to_string(),
+        ExportFormat::Cachegrind => format!("cachegrind.out.{pid}"),
+        ExportFormat::Dhat => "dhat.json".to_string(),
+    })
+}
+
+fn cache_config(o: &ExportOpts) -> Result<Option<CacheConfig>> {
+    if let Some(p) = &o.cache_config {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read cache config {}", p.display()))?;
+        return Ok(Some(CacheConfig::parse(&text)?));
+    }
+    if !o.cache_args.is_empty() {
+        return Ok(Some(CacheConfig::from_cachegrind_args(&o.cache_args)?));
+    }
+    Ok(o.cache_sim.then(CacheConfig::default))
+}
+
+/// `memlens export`.
+pub fn export(o: ExportOpts) -> Result<()> {
+    let cache = cache_config(&o)?;
+    if cache.is_some() && o.format != ExportFormat::Cachegrind {
+        anyhow::bail!(
+            "--cache-sim, --D1, --LL and --cache-config apply to --format cachegrind only"
+        );
+    }
+    let r = crate::inspect::open(&o.trace)?;
+    if let Some(t) = r.truncation() {
+        eprintln!(
+            "memlens: warning: the trace is incomplete ({} at byte {}); exporting what precedes it",
+            t.reason, t.offset
+        );
+    }
+    let names = Names::new(&r.meta().modules);
+    let namer = CodeNamer(&names);
+    let path = o.output.clone().unwrap_or_else(|| default_name(o.format, r.header().pid));
+    let to_stdout = path == Path::new("-");
+    let out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(
+            std::fs::File::create(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )
+    };
+    let s = match o.format {
+        ExportFormat::Perfetto => memlens_export::perfetto(&r, &namer, out),
+        ExportFormat::Speedscope => memlens_export::speedscope(&r, &namer, out),
+        ExportFormat::Spall => memlens_export::spall(&r, &namer, out),
+        ExportFormat::Cachegrind => {
+            memlens_export::cachegrind(&r, &namer, &CachegrindOpts { cache }, out)
+        }
+        ExportFormat::Dhat => memlens_export::dhat(&r, &namer, out),
+    }?;
+    if !to_stdout {
+        let what = match o.format {
+            ExportFormat::Cachegrind => format!(
+                "{} source lines in {} functions, {} memory operations",
+                s.calls, s.frames, s.operations
+            ),
+            ExportFormat::Dhat => {
+                format!("{} allocation sites, {} heap accesses", s.calls, s.operations)
+            }
+            _ => format!(
+                "{} calls of {} functions, {} memory operations",
+                s.calls, s.frames, s.operations
+            ),
+        };
+        eprintln!("memlens: wrote {} ({what}, {} threads)", path.display(), s.threads);
+    }
+    Ok(())
+}
