@@ -168,6 +168,14 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
                 u["where"].as_str().unwrap_or("")
             )?;
         }
+        for u in c["no_line"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "  no line   {} accesses in {}",
+                u["accesses"],
+                u["where"].as_str().unwrap_or("")
+            )?;
+        }
     }
     for (p, f) in &m.children {
         writeln!(out, "child       pid {p}: {f}")?;
@@ -207,16 +215,13 @@ fn counts(r: &TraceReader) -> Result<Counts> {
     } else {
         None
     };
-    let c = if r.streams().len() > 1 {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-        memlens_analysis::drive_parallel(r, Counts::default(), n)?
-    } else {
-        memlens_analysis::drive_serial(r, Counts::default(), |n| {
-            if let Some(pb) = &pb {
-                pb.set_position(n)
-            }
-        })?
-    };
+    // Counts are sums: chunks decode and count on every core, whatever the threads.
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let c = memlens_analysis::drive_chunks(r, Counts::default(), n, |n| {
+        if let Some(pb) = &pb {
+            pb.set_position(n)
+        }
+    })?;
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -264,7 +269,8 @@ fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io
 pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
     let r = open(path)?;
     warn_truncated(&r);
-    let c = counts(&r)?;
+    // --by variable makes its own pass; the counts would be thrown away
+    let c = if matches!(by, By::Variable(_)) { Counts::default() } else { counts(&r)? };
     let names = Names::new(&r.meta().modules);
     let top = if top == 0 { usize::MAX } else { top };
     let out = std::io::stdout();
@@ -507,6 +513,12 @@ pub fn event_json(ev: &Event) -> Value {
         Event::FuncEnter { pc, call_site, frame } => json!({"event": "enter", "pc": hex(pc.0),
             "call_site": hex(call_site.0), "frame": hex(frame.0)}),
         Event::FuncExit { pc } => json!({"event": "exit", "pc": hex(pc.0)}),
+        Event::Call { func, sp, args } => {
+            json!({"event": "call", "entry": hex(func.0), "sp": hex(sp.0), "args": args})
+        }
+        Event::Return { func, sp, value } => {
+            json!({"event": "return", "entry": hex(func.0), "sp": hex(sp.0), "value": value})
+        }
         Event::Alloc { pc, addr, size, kind, stack } => {
             json!({"event": "alloc", "kind": kind.name(),
             "addr": hex(addr.0), "size": size, "pc": hex(pc.0),

@@ -4,6 +4,7 @@ mod allocdefs;
 mod analyze;
 mod cc;
 mod dbi;
+mod export;
 mod filter;
 mod inspect;
 mod merge;
@@ -12,6 +13,7 @@ mod record;
 mod runtime;
 mod rust;
 mod vars;
+mod view;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -101,12 +103,57 @@ enum Cmd {
         /// The trace.
         trace: PathBuf,
     },
+    /// Show a trace in the browser: memory map, flame chart, source, tables
+    View {
+        /// Port on 127.0.0.1 (default: a free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Open a browser (xdg-open or chromium).
+        #[arg(long)]
+        open: bool,
+        /// Rebuild the index (TRACE.mlview/) even if it is newer than the trace.
+        #[arg(long)]
+        reindex: bool,
+        /// Build the index and exit.
+        #[arg(long)]
+        no_serve: bool,
+        /// The trace.
+        trace: PathBuf,
+    },
     /// Merge an atomic-memory-trace text trace (stdin) by timestamp (stdout)
     Merge {
         /// Drop the timestamp column, as atomic-memory-trace's merge does.
         #[arg(long)]
         strip_ts: bool,
     },
+    /// Write a trace in another tool's format: perfetto, speedscope, spall,
+    /// cachegrind, dhat (see docs/export.md)
+    Export(ExportArgs),
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// Output format.
+    #[arg(long, value_enum)]
+    format: export::ExportFormat,
+    /// Output file (`-`: stdout). Default: memlens.perfetto.json, memlens.speedscope.json,
+    /// memlens.spall.json, cachegrind.out.<pid> or dhat.json.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// cachegrind: add D1mr D1mw DLmr DLmw from a cache simulation (default geometry).
+    #[arg(long)]
+    cache_sim: bool,
+    /// cachegrind: first-level data cache `size,assoc,line` (implies --cache-sim).
+    #[arg(long = "D1", value_name = "SIZE,ASSOC,LINE")]
+    d1: Option<String>,
+    /// cachegrind: last-level cache `size,assoc,line` (implies --cache-sim).
+    #[arg(long = "LL", value_name = "SIZE,ASSOC,LINE")]
+    ll: Option<String>,
+    /// cachegrind: hierarchy description file (see docs/analysis.md; implies --cache-sim).
+    #[arg(long, value_name = "FILE")]
+    cache_config: Option<PathBuf>,
+    /// The trace.
+    trace: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -135,6 +182,11 @@ struct RecordArgs {
     /// DINAMITE function_filter.json (blacklist / whitelist).
     #[arg(long, value_name = "FILE")]
     filter_file: Option<PathBuf>,
+    /// Record calls of the functions listed in FILE (one name per line, `#`
+    /// comments) with their first three integer arguments and stack pointer, and
+    /// their returns with the return value (`dump --merged --format amt`: fc/fr).
+    #[arg(long, value_name = "FILE")]
+    trace_calls: Option<PathBuf>,
     /// Print nothing but the program's own output.
     #[arg(short, long)]
     quiet: bool,
@@ -297,14 +349,29 @@ fn real_main() -> Result<i32> {
         Cmd::Cxx { args } => cc::main(cc::Lang::Cxx, args),
         Cmd::Cargo { args } => rust::cargo(args),
         Cmd::Record(a) => {
+            if a.dbi && a.trace_calls.is_some() {
+                anyhow::bail!("--trace-calls is not supported with --dbi");
+            }
             if a.dbi {
-                if a.values || a.roi || a.functions.is_some() || a.files.is_some() {
-                    anyhow::bail!("--values, --roi, --functions and --files are not supported with --dbi (use --dbi-filter)");
+                if a.filter_file.is_some() || a.order.registered_only || a.order.cas_as_write {
+                    anyhow::bail!("--filter-file, --registered-only and --cas-as-write are not supported with --dbi");
+                }
+                let mut code = filter::FilterSpec::default();
+                if let Some(f) = &a.functions {
+                    code.add_list(f, false);
+                }
+                if let Some(f) = &a.files {
+                    code.add_list(f, true);
                 }
                 return dbi::run(dbi::DbiOpts {
                     output: a.output,
                     zstd_level: a.zstd_level,
                     filter: a.dbi_filter,
+                    code,
+                    values: a.values,
+                    roi: a.roi,
+                    stack_depth: a.stack_depth,
+                    order_atomic: a.order.order == merge::OrderMode::Atomic,
                     quiet: a.quiet,
                     cmd: a.cmd,
                 });
@@ -328,6 +395,7 @@ fn real_main() -> Result<i32> {
                 filter,
                 quiet: a.quiet,
                 env: a.order.env(),
+                trace_calls: a.trace_calls,
                 cmd: a.cmd,
             })
         }
@@ -388,8 +456,26 @@ fn real_main() -> Result<i32> {
             }
             inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names).map(|_| 0)
         }
+        Cmd::View { port, open, reindex, no_serve, trace } => {
+            view::run(view::ViewOpts { trace, port, open, reindex, no_serve })
+        }
         Cmd::Merge { strip_ts } => {
             merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
+        }
+        Cmd::Export(a) => {
+            let cache_args: Vec<String> = [("D1", a.d1), ("LL", a.ll)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| format!("--{k}={v}")))
+                .collect();
+            export::export(export::ExportOpts {
+                format: a.format,
+                output: a.output,
+                trace: a.trace,
+                cache_sim: a.cache_sim,
+                cache_args,
+                cache_config: a.cache_config,
+            })
+            .map(|_| 0)
         }
     }
 }

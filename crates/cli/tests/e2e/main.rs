@@ -4,9 +4,14 @@
 mod util;
 
 mod analysis;
+mod annotate;
+mod calls;
 mod dbi;
 mod errors;
+mod export;
 mod names;
 mod order;
+mod parallel_read;
 mod record;
 mod rust;
+mod view;

@@ -1,0 +1,371 @@
+//! `memlens view` in a real browser: Debian's chromium, headless, driven through
+//! chromedriver's WebDriver protocol (plain HTTP/JSON, spoken here with std only).
+
+use crate::util::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One HTTP/1.1 request with `Connection: close`; returns (status, body).
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // chromedriver keeps connections open: read the header, then Content-Length
+    // bytes (or chunks, or to the end).
+    let mut r = BufReader::new(s);
+    let mut head = String::new();
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).unwrap() == 0 || l == "\r\n" {
+            break;
+        }
+        head.push_str(&l.to_ascii_lowercase());
+    }
+    let status: u16 = head.split(' ').nth(1).expect("no HTTP status").parse().unwrap();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse::<usize>().unwrap());
+    let mut payload = Vec::new();
+    match len {
+        Some(n) => {
+            payload.resize(n, 0);
+            r.read_exact(&mut payload).unwrap();
+        }
+        None => {
+            r.read_to_end(&mut payload).unwrap();
+            if head.contains("transfer-encoding: chunked") {
+                payload = dechunk(&payload);
+            }
+        }
+    }
+    (status, payload)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(String::from_utf8_lossy(&b[..nl]).trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[nl + 2..nl + 2 + n]);
+        b = &b[nl + 2 + n + 2..];
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for ch in bytes.chunks(4) {
+        let v: Vec<u32> = ch.iter().map(|&c| val(c) as u32).collect();
+        let n = v.iter().enumerate().fold(0u32, |acc, (i, &x)| acc | x << (18 - 6 * i));
+        out.push((n >> 16) as u8);
+        if v.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if v.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    out
+}
+
+/// A chromedriver session.
+struct Browser {
+    port: u16,
+    session: String,
+    driver: Child,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = free_port();
+        let mut driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver");
+        let t = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = driver.kill();
+                panic!("chromedriver did not start");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut b = Browser { port, session: String::new(), driver };
+        let caps = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-background-networking",
+                     "--disable-gpu", "--window-size=1400,1000", "--disable-dev-shm-usage"]}}}});
+        let (st, body) = http(port, "POST", "/session", Some(&caps));
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(st, 200, "new session failed: {v}");
+        b.session = v["value"]["sessionId"].as_str().unwrap().to_string();
+        // Elements drawn after a fetch: wait for them up to 10 s.
+        b.cmd("POST", "/timeouts", Some(json!({"implicit": 10000})));
+        b
+    }
+
+    fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let p = format!("/session/{}{path}", self.session);
+        let (st, b) = http(self.port, method, &p, body.as_ref());
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(st, 200, "{method} {path} failed: {v}");
+        v["value"].clone()
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.cmd("POST", "/execute/sync", Some(json!({"script": script, "args": []})))
+    }
+
+    /// Runs an async script: `done(value)` is `arguments[0]`.
+    fn js_async(&self, script: &str) -> Value {
+        self.cmd("POST", "/execute/async", Some(json!({"script": script, "args": []})))
+    }
+
+    fn click(&self, css: &str) {
+        let e = self.cmd("POST", "/element", Some(json!({"using": "css selector", "value": css})));
+        let id = e.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
+        self.cmd("POST", &format!("/element/{id}/click"), Some(json!({})));
+    }
+
+    fn screenshot(&self, path: &Path) {
+        let v = self.cmd("GET", "/screenshot", None);
+        std::fs::write(path, base64_decode(v.as_str().unwrap())).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = http(self.port, "DELETE", &format!("/session/{}", self.session), None);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Kills the `memlens view` server when the test ends, even on failure.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new(cmd).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
+    if !have("chromium") || !have("chromedriver") {
+        assert!(std::env::var_os("CI").is_none(), "chromium and chromedriver are required in CI");
+        eprintln!("note: skipping the browser test: chromium or chromedriver is not installed");
+        return;
+    }
+    let dir = scratch("view-test");
+    let exe = build(Cc::Gcc, "viewer.c", &dir, &[]);
+    let trace = dir.join("v.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.code().is_some(), "record failed: {}", stderr(&out));
+    let src = "viewer.c";
+    let store_a = line_of(src, "store-a");
+    let load_b = line_of(src, "load-b");
+
+    // What the browser must show, from the trace itself: every memory operation in order.
+    let ops: Vec<Value> = dump(&trace)
+        .into_iter()
+        .filter(|e| matches!(e["event"].as_str(), Some("read" | "write" | "range" | "rmw")))
+        .collect();
+    let addr = |e: &Value| u64::from_str_radix(&e["addr"].as_str().unwrap()[2..], 16).unwrap();
+    let mut lines: Vec<u64> = ops.iter().map(|e| addr(e) / 64).collect();
+    lines.sort();
+    lines.dedup();
+    // 64 ints and 128 longs, cache-aligned: 4 + 16 lines, and only they.
+    assert_eq!(lines.len(), 4 + 16);
+    let at = |l: u64| ops.iter().filter(|e| e["line"] == l).count();
+    assert_eq!((at(store_a), at(load_b)), (64, 256));
+
+    let mut child = Command::new(memlens())
+        .args(["view", "--port", "0", trace.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let _server = Server(child);
+    let url = first.trim().strip_prefix("memlens view: ").expect("no URL printed").to_string();
+    let rest = url.strip_prefix("http://127.0.0.1:").expect("not bound to 127.0.0.1");
+    let port: u16 = rest.split('/').next().unwrap().parse().unwrap();
+    let token = rest.split("token=").nth(1).unwrap();
+    assert_eq!(token.len(), 32, "a 128-bit hex token");
+
+    // No token or a wrong one: 403 for the page and the API alike.
+    assert_eq!(http(port, "GET", "/", None).0, 403);
+    assert_eq!(http(port, "GET", "/api/meta", None).0, 403);
+    assert_eq!(http(port, "GET", "/api/meta?token=00000000000000000000000000000000", None).0, 403);
+    assert_eq!(http(port, "GET", &format!("/api/meta?token={token}"), None).0, 200);
+    assert_eq!(
+        http(port, "GET", &format!("/api/source?token={token}&file=/etc/passwd"), None).0,
+        404
+    );
+
+    let b = Browser::start();
+    b.cmd("POST", "/url", Some(json!({"url": url})));
+    let t = Instant::now();
+    while b.js("return !!(window.memlens && window.memlens.ready)") != json!(true) {
+        let err = b.js("return window.memlens && window.memlens.error || null");
+        assert!(err.is_null(), "page failed: {err}");
+        assert!(t.elapsed() < Duration::from_secs(30), "the viewer did not become ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.screenshot(&dir.join("01-loaded.png"));
+
+    // The map: one row per cache line in the working set, all 20 lines drawn.
+    assert_eq!(b.js("return memlens.rowsDrawn"), json!(20));
+    assert_eq!(b.js("return memlens.linesDrawn"), json!(20));
+    assert_eq!(b.js("return memlens.level"), json!(0), "one operation per bucket");
+    assert_eq!(b.js("return document.getElementById('map').dataset.rowsDrawn"), json!("20"));
+
+    // The flame chart shows exactly the program's functions.
+    assert_eq!(b.js("return memlens.flameFunctions()"), json!(["fill_a", "main", "sum_b"]));
+
+    // Hover: at operation k exactly one cell is touched, and the tooltip names the
+    // access of operation k — its source line, variable element and address.
+    for k in [10usize, 64 + 36, 64 + 128 + 100] {
+        let e = &ops[k];
+        let info = b.js(&format!(
+            "const x = memlens.xOf({k} + 0.5); const out = [];
+             for (let r = 0; r < 20; r++) {{ const i = memlens.hoverAt(x, memlens.yOfRow(r));
+               if (i && i.touched) out.push(i); }}
+             return out;"
+        ));
+        let info = info.as_array().unwrap();
+        assert_eq!(info.len(), 1, "op {k}: {info:?}");
+        let i = &info[0];
+        assert_eq!(i["line"], e["line"], "op {k}");
+        assert!(i["file"].as_str().unwrap().ends_with(src));
+        assert_eq!(i["variable"], e["variable"], "op {k}");
+        assert_eq!(i["address"], e["addr"], "op {k}");
+        assert_eq!(i["function"], e["function"], "op {k}");
+        assert_eq!(i["thread"], json!(0));
+    }
+    // A real mouse move over operation 100 shows the tooltip with its source line.
+    let (x, y) = {
+        let v = b.js("const x = memlens.xOf(100.5); let row = -1;
+             for (let r = 0; r < 20; r++) { const i = memlens.hoverAt(x, memlens.yOfRow(r));
+               if (i && i.touched) row = r; }
+             return [Math.round(x), Math.round(memlens.yOfRow(row))];");
+        (v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
+    };
+    let m = b.cmd("POST", "/element", Some(json!({"using": "css selector", "value": "#map"})));
+
+    let map_rect = b.js("const r = document.getElementById('map').getBoundingClientRect(); return [r.width, r.height];");
+    let (w, h) = (map_rect[0].as_f64().unwrap(), map_rect[1].as_f64().unwrap());
+    b.cmd(
+        "POST",
+        "/actions",
+        Some(json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 0,
+                "origin": m,
+                "x": x - (w / 2.0) as i64, "y": y - (h / 2.0) as i64}]}]})),
+    );
+    let tip = b.js("const t = document.getElementById('tip'); return [t.hidden, t.textContent];");
+    assert_eq!(tip[0], json!(false), "tooltip shown");
+    let tip_text = tip[1].as_str().unwrap();
+    assert!(tip_text.contains(&format!("viewer.c:{load_b} sum_b")), "{tip_text}");
+    assert!(tip_text.contains(ops[100]["variable"].as_str().unwrap()), "{tip_text}");
+    b.screenshot(&dir.join("02-hover.png"));
+
+    // Source browser: open the file in the tree, click the load line: its 256
+    // accesses light up in the map; the store line's 64 likewise.
+    b.click(".node[data-file-node$='viewer.c']");
+    b.click(&format!(".srcline[data-line='{load_b}']"));
+    assert_eq!(b.js("return memlens.highlighted"), json!(256));
+    b.screenshot(&dir.join("03-source-line.png"));
+    b.click(&format!(".srcline[data-line='{store_a}']"));
+    assert_eq!(b.js("return memlens.highlighted"), json!(64));
+    let cols = b.js(&format!(
+        "return [...document.querySelectorAll(\".srcline[data-line='{store_a}'] .m\")].map(e => e.textContent)"
+    ));
+    assert_eq!(
+        cols.as_array().unwrap()[0..2],
+        [json!("0"), json!("64")],
+        "loads, stores beside the line"
+    );
+
+    // Selecting the fill_a frame filters the time axis: only a's 4 lines are drawn,
+    // and the source columns count only that range.
+    assert_eq!(
+        b.js_async("const done = arguments[0]; memlens.selectFrame('fill_a').then(() => done(memlens.view()));"),
+        json!({"t0": 0, "t1": 64, "ymode": "ws"})
+    );
+    assert_eq!(b.js("return memlens.rowsDrawn"), json!(4));
+    let cols = b.js(&format!(
+        "return [...document.querySelectorAll(\".srcline[data-line='{load_b}'] .m\")].map(e => e.textContent)"
+    ));
+    assert_eq!(cols[0], json!("0"), "sum_b's loads are outside fill_a");
+    b.screenshot(&dir.join("04-frame.png"));
+
+    // The by-variable Y mode: rows = all 20 lines, in bands for a and b.
+    let rows = b.js_async(
+        "const done = arguments[0]; memlens.setRange(null).then(() => memlens.setView(0, memlens.meta.ops))
+           .then(() => memlens.setYMode('addr')).then(done);",
+    );
+    assert_eq!(rows, json!(20));
+    let bands =
+        b.js("return memlens.meta.bands.map(b => [b[1] - b[0], memlens.meta.vars[b[2]][1]])");
+    let mut bands: Vec<(u64, String)> = bands
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v[0].as_u64().unwrap(), v[1].as_str().unwrap().to_string()))
+        .collect();
+    bands.sort();
+    assert_eq!(bands, [(4, "a".to_string()), (16, "b".to_string())]);
+    b.screenshot(&dir.join("05-by-variable.png"));
+
+    // Tables: the top variable is b; its row highlights b's cells: every line of b
+    // from its first access to the end of the trace (nothing ages out of 20 lines).
+    let mut first_b: std::collections::BTreeMap<u64, usize> = Default::default();
+    for (k, e) in ops.iter().enumerate() {
+        if e["variable"].as_str().is_some_and(|v| v.starts_with("b[")) {
+            first_b.entry(addr(e) / 64).or_insert(k);
+        }
+    }
+    assert_eq!(first_b.len(), 16);
+    let expect: usize = first_b.values().map(|&f| ops.len() - f).sum();
+    assert_eq!(b.js("return memlens.meta.tables.variables[0].variable"), json!("b"));
+    assert_eq!(b.js("return memlens.clickTableRow('variables', 0)"), json!(expect));
+    eprintln!("screenshots in {}", dir.display());
+}

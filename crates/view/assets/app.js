@@ -1,0 +1,658 @@
+// memlens view: memory map, flame chart, source browser and tables on one time axis.
+// Plain JS, no build step; every request carries the page's token.
+"use strict";
+(function () {
+  const TOKEN = window.MEMLENS_TOKEN;
+  const $ = (id) => document.getElementById(id);
+  const api = (path, params) => {
+    const q = new URLSearchParams(Object.assign({ token: TOKEN }, params || {}));
+    return fetch(path + "?" + q.toString()).then((r) => {
+      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+      return r;
+    });
+  };
+  const fmt = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + "G" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? (n / 1e3).toFixed(1) + "k" : String(n));
+  const hex = (n) => "0x" + n.toString(16);
+  const base = (f) => (f || "").split("/").pop();
+
+  let meta = null;
+  // The shared state: one time axis, one selection.
+  const st = {
+    t0: 0, t1: 1, ymode: "ws", click: "line",
+    sel: null, // {kind:"line", addr} | {kind:"instant", bucket} | {kind:"src", file, line, pcs:Set} | {kind:"var", variable}
+    range: null, // {t0, t1}: a flame frame or a dragged range filters the source metrics
+    tiles: null, // the tiles on screen
+    spans: [],
+    file: null,
+  };
+  const hooks = {
+    ready: false, rowsDrawn: 0, linesDrawn: 0, highlighted: 0, level: -1, firstPaintMs: 0, lastRedrawMs: 0, draws: 0,
+  };
+  window.memlens = hooks;
+
+  // ---------- tiles ----------
+  function parseTiles(buf, level, bsize) {
+    const dv = new DataView(buf);
+    const nb = dv.getUint32(0, true);
+    let off = 4, total = 0;
+    const buckets = [];
+    for (let i = 0; i < nb; i++) {
+      const b = dv.getUint32(off, true), n = dv.getUint32(off + 4, true);
+      buckets.push({ b, start: total, n, off: off + 8 });
+      off += 8 + n * 32; total += n;
+    }
+    const T = {
+      level, bsize, buckets, n: total, byBucket: new Map(),
+      addr: new Float64Array(total), pc: new Uint32Array(total), vr: new Uint32Array(total), row: new Uint32Array(total),
+      loads: new Uint16Array(total), stores: new Uint16Array(total), used: new Uint8Array(total), thread: new Uint8Array(total),
+      age: new Uint8Array(total), flags: new Uint8Array(total), off: new Uint8Array(total),
+    };
+    // Records are 4-byte aligned in the response: read them through typed views.
+    const u32 = new Uint32Array(buf, 0, buf.byteLength >> 2), u16 = new Uint16Array(buf, 0, buf.byteLength >> 1), u8 = new Uint8Array(buf);
+    for (const bk of buckets) {
+      T.byBucket.set(bk.b, bk);
+      for (let k = 0; k < bk.n; k++) {
+        const o = bk.off + k * 32, i = bk.start + k, w = o >> 2, h = o >> 1;
+        T.addr[i] = u32[w] + u32[w + 1] * 4294967296;
+        T.pc[i] = u32[w + 2]; T.vr[i] = u32[w + 3]; T.row[i] = u32[w + 4];
+        T.loads[i] = u16[h + 10]; T.stores[i] = u16[h + 11];
+        T.used[i] = u8[o + 24]; T.thread[i] = u8[o + 25]; T.age[i] = u8[o + 26];
+        T.flags[i] = u8[o + 27]; T.off[i] = u8[o + 28];
+      }
+    }
+    return T;
+  }
+
+  function pickLevel(width) {
+    // The finest level that shows the range in at most one bucket per pixel.
+    const span = st.t1 - st.t0;
+    for (let l = 0; l < meta.levels.length; l++) {
+      if (span / meta.levels[l].bucket <= width) return l;
+    }
+    return meta.levels.length - 1;
+  }
+
+  // Tiles come in chunks of 256 buckets, cached: a pan fetches only the new chunks.
+  const CHUNK = 256, MAX_CHUNKS = 32;
+  const chunkCache = new Map();
+  async function chunk(level, c, mode) {
+    const key = level + ":" + c + ":" + mode;
+    let p = chunkCache.get(key);
+    if (!p) {
+      const bs = meta.levels[level].bucket;
+      const b0 = c * CHUNK, b1 = Math.min(meta.levels[level].buckets, b0 + CHUNK);
+      p = api("api/tiles", { level, b0, b1, mode }).then((r) => r.arrayBuffer()).then((buf) => parseTiles(buf, level, bs));
+      p.catch(() => chunkCache.delete(key));
+    } else {
+      chunkCache.delete(key);
+    }
+    chunkCache.set(key, p); // most recently used last
+    while (chunkCache.size > MAX_CHUNKS) chunkCache.delete(chunkCache.keys().next().value);
+    return p;
+  }
+
+  let fetchSeq = 0;
+  async function loadTiles() {
+    const cv = $("map");
+    const level = pickLevel(cv.clientWidth || 800);
+    const bs = meta.levels[level].bucket;
+    const b0 = Math.max(0, Math.floor(st.t0 / bs)), b1 = Math.min(meta.levels[level].buckets, Math.ceil(st.t1 / bs));
+    const key = level + ":" + b0 + ":" + b1 + ":" + st.ymode;
+    if (st.tiles && st.tiles.key === key) return;
+    const seq = ++fetchSeq;
+    const mode = st.ymode, cs = [];
+    for (let c = Math.floor(b0 / CHUNK); c * CHUNK < Math.max(b1, b0 + 1); c++) cs.push(chunk(level, c, mode));
+    const chunks = await Promise.all(cs);
+    if (seq !== fetchSeq) return;
+    st.tiles = { key, level, bsize: bs, chunks };
+  }
+
+  async function loadSpans() {
+    const w = $("flame").clientWidth || 800;
+    const min = Math.floor((st.t1 - st.t0) / w / 2);
+    const r = await (await api("api/flame", { t0: Math.floor(st.t0), t1: Math.ceil(st.t1), min })).json();
+    st.spans = r;
+  }
+
+  // ---------- geometry ----------
+  function rowCount() {
+    return st.ymode === "ws" ? Math.max(1, meta.max_rows) : Math.max(1, meta.distinct_lines);
+  }
+  function xOf(t) { const w = $("map").clientWidth; return ((t - st.t0) / (st.t1 - st.t0)) * w; }
+  function tOf(x) { const w = $("map").clientWidth; return st.t0 + (x / w) * (st.t1 - st.t0); }
+  function yOfRow(r) { return (r + 0.5) * ($("map").clientHeight / rowCount()); }
+
+  // Opaque colours over the background, packed as canvas pixels (RGBA bytes, little-endian).
+  function hslRgb(h, sat, l) {
+    const a = sat * Math.min(l, 1 - l);
+    const f = (n) => { const k = (n + h / 30) % 12; return l - a * Math.max(-1, Math.min(k - 3, 9 - k, 1)); };
+    return [f(0), f(8), f(4)];
+  }
+  const BG = [12, 12, 16];
+  const PALETTE = new Uint32Array(65 * 2 * 16);
+  for (let u = 0; u <= 64; u++) for (let t = 0; t < 2; t++) for (let a = 0; a < 16; a++) {
+    const [r, g, b] = hslRgb(280 - (u / 64) * 160, 0.8, t ? 0.55 : 0.32);
+    const al = t ? 1 : 0.06 + 0.4 * (a / 15);
+    const mix = (c, k) => Math.round(c * 255 * al + BG[k] * (1 - al));
+    PALETTE[(u * 2 + t) * 16 + a] = (255 << 24) | (mix(b, 2) << 16) | (mix(g, 1) << 8) | mix(r, 0);
+  }
+  const STORE = (255 << 24) | (0x00 << 16) | (0xb0 << 8) | 0xff;
+  const EMPTY = (255 << 24) | (BG[2] << 16) | (BG[1] << 8) | BG[0];
+
+  function isHighlighted(i, T, bk) {
+    const s = st.sel;
+    if (!s) return false;
+    if (s.kind === "line") return T.addr[i] === s.addr;
+    if (s.kind === "instant") return bk.b === s.bucket && T.level === s.level && (T.flags[i] & 1);
+    if (s.kind === "src") return (T.flags[i] & 1) && s.pcs.has(T.pc[i]);
+    if (s.kind === "var") return meta.vars[T.vr[i]] && meta.vars[T.vr[i]][1] === s.variable;
+    return false;
+  }
+
+  // ---------- drawing ----------
+  function setupCanvas(cv) {
+    const dpr = window.devicePixelRatio || 1;
+    const w = cv.clientWidth, h = cv.clientHeight;
+    if (cv.width !== Math.round(w * dpr) || cv.height !== Math.round(h * dpr)) {
+      cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
+    }
+    const g = cv.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, w, h);
+    return [g, w, h];
+  }
+
+  function drawMap() {
+    const cv = $("map");
+    const [g, w, h] = setupCanvas(cv);
+    const TS = st.tiles;
+    if (!TS) return;
+    const rows = rowCount(), rh = h / rows;
+    const rowsSeen = new Set(), linesSeen = new Set();
+    let hl = 0;
+    const bw = (TS.bsize / (st.t1 - st.t0)) * w;
+    const hlCells = [];
+    // Cells go straight into a pixel buffer: one write per pixel, no path per cell.
+    const W = cv.width, H = cv.height, sx = W / w, sy = H / h;
+    const img = g.createImageData(W, H);
+    const px = new Uint32Array(img.data.buffer);
+    px.fill(EMPTY);
+    for (const T of TS.chunks) for (const bk of T.buckets) {
+      if (bk.b * T.bsize >= st.t1 || (bk.b + 1) * T.bsize <= st.t0) continue;
+      const x = xOf(bk.b * T.bsize);
+      const X0 = Math.max(0, Math.floor(x * sx)), X1 = Math.min(W, Math.max(X0 + 1, Math.floor((x + bw) * sx)));
+      for (let k = 0; k < bk.n; k++) {
+        const i = bk.start + k;
+        const y = T.row[i] * rh;
+        const Y0 = Math.min(H - 1, Math.floor(y * sy)), Y1 = Math.min(H, Math.max(Y0 + 1, Math.floor((y + rh) * sy)));
+        const touched = T.flags[i] & 1;
+        const c = PALETTE[(T.used[i] * 2 + touched) * 16 + (T.age[i] >> 4)];
+        const ys = touched && T.stores[i] > 0 ? Y0 + Math.max(1, Math.floor((Y1 - Y0) / 3)) : Y0;
+        for (let Y = Y0; Y < Y1; Y++) {
+          const col = Y < ys ? STORE : c;
+          const base = Y * W;
+          for (let X = X0; X < X1; X++) px[base + X] = col;
+        }
+        rowsSeen.add(T.row[i]); linesSeen.add(T.addr[i]);
+        if (st.sel && isHighlighted(i, T, bk)) { hl++; if (hlCells.length < 50000) hlCells.push([x, y]); }
+      }
+    }
+    g.putImageData(img, 0, 0);
+    g.strokeStyle = "#fff"; g.lineWidth = 1;
+    for (const [x, y] of hlCells) g.strokeRect(x + 0.5, y + 0.5, Math.max(bw, 2) - 1, Math.max(rh, 2) - 1);
+    if (st.ymode === "addr") {
+      // Bands: one per variable (consecutive lines of one variable).
+      meta.bands.forEach((bd, k) => {
+        const v = meta.vars[bd[2]];
+        g.fillStyle = k % 2 ? "rgba(80,120,255,0.10)" : "rgba(80,120,255,0.05)";
+        g.fillRect(0, bd[0] * rh, w, Math.max(1, (bd[1] - bd[0]) * rh));
+        if ((bd[1] - bd[0]) * rh >= 10) {
+          g.fillStyle = "#8af"; g.font = "10px sans-serif";
+          g.fillText((v && v[1]) || "?", 2, bd[0] * rh + 10);
+        }
+      });
+    }
+    if (st.range) {
+      g.fillStyle = "rgba(255,255,255,0.08)";
+      const a = xOf(st.range.t0), b = xOf(st.range.t1);
+      g.fillRect(a, 0, Math.max(1, b - a), h);
+    }
+    hooks.rowsDrawn = rowsSeen.size; hooks.linesDrawn = linesSeen.size; hooks.highlighted = hl; hooks.level = TS.level;
+    cv.dataset.rowsDrawn = rowsSeen.size; cv.dataset.linesDrawn = linesSeen.size; cv.dataset.highlighted = hl; cv.dataset.level = TS.level;
+    drawAxis(w);
+  }
+
+  function drawAxis(w) {
+    const ax = $("axis");
+    ax.innerHTML = "";
+    for (let k = 0; k <= 8; k++) {
+      const s = document.createElement("span");
+      s.style.left = Math.min(w - 60, (k / 8) * w) + "px";
+      s.textContent = fmt(Math.round(tOf((k / 8) * w)));
+      ax.appendChild(s);
+    }
+  }
+
+  const funcColor = (f) => "hsl(" + ((f * 67) % 360) + ",45%,42%)";
+  const LANE = 15;
+  function drawFlame() {
+    const cv = $("flame");
+    const [g, w] = setupCanvas(cv);
+    const threads = meta.threads.map((t) => t[0]);
+    const lanes = new Map(threads.map((t, k) => [t, k * (meta.max_depth + 1) * LANE + k * 6]));
+    const names = new Set();
+    g.font = "11px sans-serif";
+    for (const [s, e, f, th, d] of st.spans) {
+      const x0 = Math.max(0, xOf(s)), x1 = Math.min(w, xOf(e));
+      const y = (lanes.get(th) || 0) + d * LANE;
+      const ww = Math.max(1, x1 - x0);
+      g.fillStyle = st.range && s === st.range.t0 && e === st.range.t1 ? "#a86" : funcColor(f);
+      g.fillRect(x0, y, ww, LANE - 1);
+      names.add(meta.functions[f]);
+      if (ww > 30) {
+        g.fillStyle = "#fff";
+        g.save(); g.beginPath(); g.rect(x0, y, ww, LANE); g.clip();
+        g.fillText(meta.functions[f], x0 + 2, y + 11);
+        g.restore();
+      }
+    }
+    if (drag && drag.flame && drag.moved) {
+      g.fillStyle = "rgba(255,255,255,0.2)";
+      g.fillRect(Math.min(drag.x0, drag.x), 0, Math.abs(drag.x - drag.x0), cv.clientHeight);
+    }
+    hooks._flameNames = [...names].sort();
+    cv.dataset.functions = hooks._flameNames.join(",");
+  }
+
+  let pending = null;
+  async function redraw() {
+    const t = performance.now();
+    const my = (pending = {});
+    await Promise.all([loadTiles(), loadSpans()]);
+    if (my !== pending) return;
+    drawMap(); drawFlame();
+    hooks.lastRedrawMs = performance.now() - t; hooks.draws++;
+    $("status").textContent = "level " + hooks.level + " (" + fmt(meta.levels[hooks.level].bucket) + " ops/bucket), redraw " + hooks.lastRedrawMs.toFixed(0) + " ms" +
+      (st.range ? ", filtered to ops " + fmt(st.range.t0) + ".." + fmt(st.range.t1) : "");
+  }
+
+  // ---------- hover / click ----------
+  function cellAt(x, y) {
+    if (!st.tiles) return null;
+    const b = Math.floor(tOf(x) / st.tiles.bsize);
+    const T = st.tiles.chunks.find((c) => c.byBucket.has(b));
+    if (!T) return null;
+    const bk = T.byBucket.get(b);
+    const row = Math.floor(y / ($("map").clientHeight / rowCount()));
+    for (let k = 0; k < bk.n; k++) {
+      if (T.row[bk.start + k] === row) return { i: bk.start + k, bk, T };
+    }
+    return null;
+  }
+
+  function cellInfo(c) {
+    const { i, bk, T } = c;
+    const v = meta.vars[T.vr[i]] || ["", ""];
+    const touched = (T.flags[i] & 1) === 1;
+    const p = touched ? meta.pcs[T.pc[i]] : null;
+    return {
+      bucket: bk.b, ops: [bk.b * T.bsize, (bk.b + 1) * T.bsize], row: T.row[i], address: hex(T.addr[i] + (touched ? T.off[i] : 0)),
+      line_address: hex(T.addr[i]), variable: v[0], site: v[1], touched, loads: T.loads[i], stores: T.stores[i],
+      bytes_used: T.used[i], age: T.age[i], thread: T.thread[i] === 255 ? null : T.thread[i],
+      function: p ? p[0] : null, file: p ? p[1] : null, line: p ? p[2] : null,
+    };
+  }
+
+  function showTip(info, cx, cy) {
+    const tip = $("tip");
+    if (!info) { tip.hidden = true; return; }
+    tip.hidden = false;
+    tip.textContent =
+      info.address + " (line " + info.line_address + ")\n" +
+      (info.variable ? info.variable + (info.site && info.site !== info.variable ? "  [" + info.site + "]" : "") : "(unnamed)") + "\n" +
+      (info.touched ? base(info.file) + ":" + info.line + " " + info.function + "\n" + info.loads + " loads, " + info.stores + " stores" : "not touched here (age " + info.age + "/255)") + "\n" +
+      "bytes used " + info.bytes_used + "/64, thread " + info.thread + ", ops " + fmt(info.ops[0]) + ".." + fmt(info.ops[1]);
+    tip.style.left = cx + 14 + "px"; tip.style.top = cy + 14 + "px";
+    tip.dataset.file = info.file || ""; tip.dataset.line = info.line || "";
+  }
+
+  hooks.hoverAt = function (x, y) {
+    const c = cellAt(x, y);
+    const info = c ? cellInfo(c) : null;
+    const r = $("map").getBoundingClientRect();
+    showTip(info, r.left + x, r.top + y);
+    return info;
+  };
+  hooks.xOf = (t) => xOf(t);
+  hooks.yOfRow = (r) => yOfRow(r);
+  hooks.flameFunctions = () => hooks._flameNames || [];
+  hooks.view = () => ({ t0: st.t0, t1: st.t1, ymode: st.ymode });
+  hooks.setView = async (t0, t1) => { st.t0 = t0; st.t1 = t1; await redraw(); return hooks.lastRedrawMs; };
+  hooks.setYMode = async (m) => { st.ymode = m; $("ymode").value = m; await redraw(); return hooks.rowsDrawn; };
+
+  function select(sel) {
+    st.sel = sel;
+    drawMap();
+    return hooks.highlighted;
+  }
+  hooks.selectSourceLine = function (file, line) {
+    const pcs = new Set();
+    meta.pcs.forEach((p, k) => { if (p[1] === file && p[2] === line) pcs.add(k); });
+    document.querySelectorAll(".srcline.sel, .node.sel").forEach((e) => e.classList.remove("sel"));
+    document.querySelectorAll('[data-file="' + CSS.escape(file) + '"][data-line="' + line + '"]').forEach((e) => e.classList.add("sel"));
+    return select({ kind: "src", file, line, pcs });
+  };
+  hooks.selectVariable = (variable) => select({ kind: "var", variable });
+  hooks.selectAddress = (addr) => select({ kind: "line", addr });
+
+  // ---------- interaction ----------
+  let drag = null;
+  function setupInteraction() {
+    const map = $("map"), flame = $("flame");
+    map.addEventListener("mousemove", (e) => {
+      if (drag && !drag.flame) {
+        const dx = e.offsetX - drag.x;
+        if (Math.abs(e.offsetX - drag.x0) > 3) drag.moved = true;
+        const dt = (dx / map.clientWidth) * (st.t1 - st.t0);
+        drag.x = e.offsetX;
+        pan(-dt);
+        return;
+      }
+      hooks.hoverAt(e.offsetX, e.offsetY);
+    });
+    map.addEventListener("mouseleave", () => showTip(null));
+    map.addEventListener("mousedown", (e) => { drag = { x0: e.offsetX, x: e.offsetX, moved: false }; });
+    window.addEventListener("mouseup", (e) => {
+      if (!drag) return;
+      const d = drag; drag = null;
+      if (d.flame) {
+        if (d.moved) {
+          const a = tOf(Math.min(d.x0, d.x)), b = tOf(Math.max(d.x0, d.x));
+          setRange(Math.floor(a), Math.ceil(b));
+        } else {
+          flameClick(d.x0, d.y0);
+        }
+        return;
+      }
+      if (!d.moved && e.target === map) mapClick(e.offsetX, e.offsetY);
+    });
+    map.addEventListener("dblclick", () => { st.t0 = 0; st.t1 = Math.max(1, meta.ops); redraw(); });
+    const wheel = (e) => {
+      e.preventDefault();
+      const t = tOf(e.offsetX);
+      const f = e.deltaY > 0 ? 1.25 : 0.8;
+      let span = Math.max(8, (st.t1 - st.t0) * f);
+      span = Math.min(span, Math.max(1, meta.ops));
+      st.t0 = Math.max(0, t - (t - st.t0) * (span / (st.t1 - st.t0)));
+      st.t1 = Math.min(meta.ops, st.t0 + span);
+      st.t0 = Math.max(0, st.t1 - span);
+      redraw();
+    };
+    map.addEventListener("wheel", wheel, { passive: false });
+    flame.addEventListener("wheel", wheel, { passive: false });
+    flame.addEventListener("mousedown", (e) => { drag = { flame: true, x0: e.offsetX, y0: e.offsetY, x: e.offsetX, moved: false }; });
+    flame.addEventListener("mousemove", (e) => {
+      if (drag && drag.flame) { drag.x = e.offsetX; if (Math.abs(drag.x - drag.x0) > 3) drag.moved = true; drawFlame(); return; }
+      const s = spanAt(e.offsetX, e.offsetY);
+      const tip = $("tip");
+      if (!s) { tip.hidden = true; return; }
+      tip.hidden = false;
+      tip.textContent = meta.functions[s[2]] + "\nthread " + s[3] + ", ops " + fmt(s[0]) + ".." + fmt(s[1]) + " (" + fmt(s[1] - s[0]) + ")";
+      tip.style.left = e.clientX + 14 + "px"; tip.style.top = e.clientY + 14 + "px";
+    });
+    flame.addEventListener("mouseleave", () => showTip(null));
+    $("ymode").addEventListener("change", (e) => { st.ymode = e.target.value; redraw(); });
+    $("clickmode").addEventListener("change", (e) => { st.click = e.target.value; });
+    $("reset").addEventListener("click", () => { st.t0 = 0; st.t1 = Math.max(1, meta.ops); setRange(null); });
+    $("clearsel").addEventListener("click", () => { select(null); setRange(null); });
+    window.addEventListener("resize", () => redraw());
+  }
+
+  function pan(dt) {
+    const span = st.t1 - st.t0;
+    st.t0 = Math.min(Math.max(0, st.t0 + dt), Math.max(0, meta.ops - span));
+    st.t1 = st.t0 + span;
+    redraw();
+  }
+
+  function mapClick(x, y) {
+    const c = cellAt(x, y);
+    if (!c) return select(null);
+    if (st.click === "instant" || (window.event && window.event.shiftKey)) {
+      return select({ kind: "instant", bucket: c.bk.b, level: c.T.level });
+    }
+    return select({ kind: "line", addr: c.T.addr[c.i] });
+  }
+
+  function spanAt(x, y) {
+    const threads = meta.threads.map((t) => t[0]);
+    for (const s of st.spans) {
+      const k = threads.indexOf(s[3]);
+      const y0 = k * (meta.max_depth + 1) * LANE + k * 6 + s[4] * LANE;
+      if (y >= y0 && y < y0 + LANE && x >= xOf(s[0]) - 1 && x <= xOf(s[1]) + 1) return s;
+    }
+    return null;
+  }
+
+  function flameClick(x, y) {
+    const s = spanAt(x, y);
+    if (!s) return;
+    // A frame selects its time range: the map zooms to it and the source metrics follow.
+    const pad = Math.max(1, (s[1] - s[0]) * 0.05);
+    st.t0 = Math.max(0, s[0] - pad); st.t1 = Math.min(meta.ops, s[1] + pad);
+    setRange(s[0], s[1]);
+  }
+  hooks.selectFrame = (name) => {
+    const s = st.spans.find((x) => meta.functions[x[2]] === name);
+    if (!s) return false;
+    st.t0 = s[0]; st.t1 = Math.max(s[1], s[0] + 1);
+    return setRange(s[0], s[1]).then(() => true);
+  };
+
+  async function setRange(t0, t1) {
+    if (t0 === null || t0 === undefined) {
+      st.range = null;
+      rangeMetrics = null;
+    } else {
+      st.range = { t0, t1 };
+      const r = await (await api("api/range", { t0, t1 })).json();
+      rangeMetrics = new Map();
+      for (const [pc, l, s] of r.pcs) {
+        const p = meta.pcs[pc];
+        const key = p[1] + ":" + p[2];
+        const m = rangeMetrics.get(key) || { loads: 0, stores: 0 };
+        m.loads += l; m.stores += s;
+        rangeMetrics.set(key, m);
+      }
+    }
+    buildTree();
+    if (st.file) showFile(st.file);
+    await redraw();
+  }
+  hooks.setRange = setRange;
+
+  // ---------- source browser ----------
+  let rangeMetrics = null;
+  const COLS = () => (meta.cachesim ? ["loads", "stores", "bytes", "misses", "miss%", "shared"] : ["loads", "stores", "bytes", "shared"]);
+  function metricsOf(r) {
+    if (rangeMetrics) {
+      const m = rangeMetrics.get(r.file + ":" + r.line) || { loads: 0, stores: 0 };
+      return { loads: m.loads, stores: m.stores, bytes: 0, misses: 0, shared: 0, mem_misses: 0 };
+    }
+    return r;
+  }
+  function sum(rows) {
+    const s = { loads: 0, stores: 0, bytes: 0, misses: 0, shared: 0 };
+    for (const r of rows) { const m = metricsOf(r); for (const k in s) s[k] += m[k] || 0; }
+    return s;
+  }
+  function colText(m, c) {
+    if (c === "miss%") return m.loads + m.stores ? ((100 * m.misses) / (m.loads + m.stores)).toFixed(1) : "";
+    return fmt(m[c] || 0);
+  }
+  function buildTree() {
+    const tree = $("tree");
+    tree.innerHTML = "";
+    const files = new Map();
+    for (const r of meta.source) {
+      if (!files.has(r.file)) files.set(r.file, new Map());
+      const fns = files.get(r.file);
+      if (!fns.has(r.function)) fns.set(r.function, []);
+      fns.get(r.function).push(r);
+    }
+    const node = (lvl, text, m, extra) => {
+      const d = document.createElement("div");
+      d.className = "node lvl" + lvl;
+      d.textContent = text;
+      const s = document.createElement("span");
+      s.className = "m";
+      s.textContent = COLS().map((c) => c + " " + colText(m, c)).join("  ");
+      d.appendChild(s);
+      Object.assign(d.dataset, extra || {});
+      tree.appendChild(d);
+      return d;
+    };
+    const all = meta.source;
+    node(0, "program", sum(all));
+    const sorted = [...files.entries()].sort((a, b) => sum([].concat(...b[1].values())).loads + sum([].concat(...b[1].values())).stores - sum([].concat(...a[1].values())).loads - sum([].concat(...a[1].values())).stores);
+    for (const [file, fns] of sorted) {
+      const rows = [].concat(...fns.values());
+      const fd = node(1, base(file) || "(no source)", sum(rows), { fileNode: file });
+      fd.title = file;
+      fd.addEventListener("click", () => showFile(file));
+      for (const [fn, lines] of fns) {
+        const d = node(2, fn, sum(lines));
+        d.addEventListener("click", () => { showFile(file); });
+        for (const r of lines.slice().sort((a, b) => a.line - b.line)) {
+          const ld = node(3, "line " + r.line, metricsOf(r), { file: r.file, line: r.line });
+          ld.addEventListener("click", () => { showFile(file, r.line); hooks.selectSourceLine(r.file, r.line); });
+        }
+      }
+    }
+  }
+
+  const sourceCache = new Map();
+  async function showFile(file, focusLine) {
+    st.file = file;
+    const code = $("code");
+    let text = sourceCache.get(file);
+    if (text === undefined) {
+      try { text = await (await api("api/source", { file })).text(); } catch (e) { text = null; }
+      sourceCache.set(file, text);
+    }
+    const byLine = new Map(meta.source.filter((r) => r.file === file).map((r) => [r.line, r]));
+    code.innerHTML = "";
+    const head = document.createElement("div");
+    head.className = "srcline";
+    head.innerHTML = COLS().map((c) => '<span class="m">' + c + "</span>").join("") + '<span class="n">#</span><span>' + file + "</span>";
+    code.appendChild(head);
+    const lines = text === null ? [...byLine.keys()].sort((a, b) => a - b).map((l) => [l, "(source not readable)"]) : text.split("\n").map((t, k) => [k + 1, t]);
+    let focus = null;
+    for (const [n, t] of lines) {
+      const d = document.createElement("div");
+      d.className = "srcline";
+      const r = byLine.get(n);
+      const m = r ? metricsOf(r) : null;
+      for (const c of COLS()) {
+        const s = document.createElement("span");
+        s.className = "m" + (m && (m.loads + m.stores) > 0 ? " hot" : "");
+        s.textContent = m ? colText(m, c) : "";
+        d.appendChild(s);
+      }
+      const ns = document.createElement("span"); ns.className = "n"; ns.textContent = n; d.appendChild(ns);
+      const ts = document.createElement("span"); ts.textContent = t; d.appendChild(ts);
+      if (r) {
+        d.dataset.file = file; d.dataset.line = n;
+        d.addEventListener("click", () => hooks.selectSourceLine(file, n));
+      }
+      if (st.sel && st.sel.kind === "src" && st.sel.file === file && st.sel.line === n) d.classList.add("sel");
+      if (n === focusLine) focus = d;
+      code.appendChild(d);
+    }
+    if (focus) focus.scrollIntoView({ block: "center" });
+  }
+  hooks.showFile = showFile;
+
+  // ---------- tables ----------
+  function tableSections() {
+    const out = [["variables", "top variables", meta.tables.variables]];
+    const add = (key, title) => {
+      const t = meta.tables[key] || {};
+      for (const sec of Object.keys(t)) out.push([key + "." + sec, title + " / " + sec, t[sec]]);
+    };
+    add("sharing", "sharing"); add("false_sharing", "false sharing"); add("heap", "heap sites");
+    return out;
+  }
+  function showTable(key) {
+    const secs = tableSections();
+    const [, , rows] = secs.find((s) => s[0] === key) || secs[0];
+    document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("on", b.dataset.key === key));
+    const el = $("table");
+    el.innerHTML = "";
+    if (!rows || !rows.length) { el.innerHTML = '<div class="hint">nothing</div>'; return; }
+    const cols = Object.keys(rows[0]).filter((c) => c !== "var");
+    const tbl = document.createElement("table");
+    tbl.innerHTML = "<tr>" + cols.map((c) => '<th class="t">' + c + "</th>").join("") + "</tr>";
+    for (const r of rows) {
+      const tr = document.createElement("tr");
+      tr.className = "row";
+      for (const c of cols) {
+        const td = document.createElement("td");
+        const v = r[c];
+        td.className = typeof v === "number" ? "" : "t";
+        td.textContent = v === null || v === undefined ? "" : typeof v === "object" ? JSON.stringify(v).slice(0, 80) : typeof v === "number" ? fmt(v) : String(v);
+        tr.appendChild(td);
+      }
+      tr.addEventListener("click", () => {
+        document.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
+        tr.classList.add("sel");
+        rowLink(r);
+      });
+      tbl.appendChild(tr);
+    }
+    el.appendChild(tbl);
+  }
+  // A table row links to its source line (file/line) and to its map rows (variable or line address).
+  function rowLink(r) {
+    const file = r.file || (r.site && r.site.file), line = r.line || (r.site && r.site.line);
+    if (typeof r.line_address === "string" || typeof r.line_address === "number") {
+      const a = typeof r.line_address === "number" ? r.line_address : parseInt(r.line_address, 16);
+      select({ kind: "line", addr: a });
+    } else if (r.variable) {
+      select({ kind: "var", variable: r.variable });
+    }
+    if (file && line) {
+      const full = meta.source.find((s) => s.file === file || s.file.endsWith("/" + file));
+      if (full) { showFile(full.file, line); if (!r.variable) hooks.selectSourceLine(full.file, line); }
+    }
+  }
+  hooks.clickTableRow = (key, k) => { const s = tableSections().find((x) => x[0] === key); if (s && s[2][k]) rowLink(s[2][k]); return hooks.highlighted; };
+  function buildTabs() {
+    const nav = $("tabs");
+    for (const [key, title, rows] of tableSections()) {
+      const b = document.createElement("button");
+      b.textContent = title + " (" + (rows ? rows.length : 0) + ")";
+      b.dataset.key = key;
+      b.addEventListener("click", () => showTable(key));
+      nav.appendChild(b);
+    }
+    showTable("variables");
+  }
+
+  // ---------- start ----------
+  async function start() {
+    const t = performance.now();
+    meta = await (await api("api/meta")).json();
+    st.t1 = Math.max(1, meta.ops);
+    $("summary").textContent = fmt(meta.ops) + " memory operations, " + fmt(meta.distinct_lines) + " cache lines, " + meta.threads.length + " thread(s), " + meta.functions.length + " functions";
+    setupInteraction();
+    await redraw();
+    hooks.firstPaintMs = performance.now() - t;
+    buildTree();
+    buildTabs();
+    hooks.meta = meta;
+    hooks.ready = true;
+    document.body.dataset.ready = "1";
+  }
+  start().catch((e) => { $("status").textContent = "error: " + e.message; hooks.error = String(e); });
+})();

@@ -1,0 +1,37 @@
+# Viewer latency: first paint and redraws in headless chromium via chromedriver, server peak RSS.
+# usage: python3 crates/view/bench/perf.py TRACE   (uses $MEMLENS or target/release/memlens)
+import json, subprocess, sys, time, urllib.request, socket
+trace = sys.argv[1]
+import os
+srv = subprocess.Popen([os.environ.get("MEMLENS", "target/release/memlens"), "view", "--port", "0", trace], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+url = srv.stdout.readline().strip().split(": ", 1)[1]
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+drv = subprocess.Popen(["chromedriver", f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def req(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    r = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method, headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(r, timeout=300))["value"]
+try:
+    for _ in range(100):
+        try: urllib.request.urlopen(f"http://127.0.0.1:{port}/status"); break
+        except Exception: time.sleep(0.1)
+    sid = req("POST", "/session", {"capabilities": {"alwaysMatch": {"goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-gpu", "--window-size=1400,1000"]}}}})["sessionId"]
+    js = lambda src: req("POST", f"/session/{sid}/execute/sync", {"script": src, "args": []})
+    jsa = lambda src: req("POST", f"/session/{sid}/execute/async", {"script": src, "args": []})
+    req("POST", f"/session/{sid}/timeouts", {"script": 120000})
+    t = time.time()
+    req("POST", f"/session/{sid}/url", {"url": url})
+    while not js("return !!(window.memlens && window.memlens.ready)"):
+        time.sleep(0.05)
+    print("navigate->ready %.0f ms, firstPaintMs (meta fetch + tiles + flame + draw) %.0f ms, level %s, rows %s" % ((time.time()-t)*1000, js("return memlens.firstPaintMs"), js("return memlens.level"), js("return memlens.rowsDrawn")))
+    ops = js("return memlens.meta.ops")
+    res = []
+    for (a, b) in [(0, ops), (0, ops//4), (ops//8, ops//8+ops//4), (ops//2, ops//2+ops//64), (ops//2+ops//128, ops//2+ops//128+ops//64), (1000000, 1000000 + 20000), (1005000, 1025000), (0, ops)]:
+        ms = jsa(f"const d = arguments[0]; memlens.setView({a}, {b}).then(ms => d([ms, memlens.level, memlens.rowsDrawn]))")
+        res.append(((a, b), ms))
+        print("view %d..%d: redraw %.0f ms (level %d, %d rows)" % (a, b, ms[0], ms[1], ms[2]))
+    rss = [l for l in open(f"/proc/{srv.pid}/status") if l.startswith(("VmHWM", "VmRSS"))]
+    print("server", " ".join(x.strip() for x in rss))
+    req("DELETE", f"/session/{sid}")
+finally:
+    drv.kill(); srv.kill()

@@ -1,0 +1,742 @@
+//! Building the index: one merged pass over the trace.
+
+use crate::{Error, CELL_BYTES, SPAN_BYTES};
+use memlens_analysis::cachesim::Annotation;
+use memlens_analysis::false_sharing::FalseSharing;
+use memlens_analysis::heap::{Heap, HeapConfig};
+use memlens_analysis::sharing::Sharing;
+use memlens_analysis::{Kernel, Namer, Render, RenderOpts};
+use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// How the index is built.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Working-set age: a line leaves the map after this many new lines entered
+    /// since it was last touched (ExpertMemer's scheme; 512 lines = 32 KiB of L1).
+    pub max_age: u32,
+    /// Most time buckets at the finest level; the finest bucket is
+    /// `ceil(memory operations / max_buckets)` operations wide (1 for small traces).
+    pub max_buckets: u64,
+    /// Cache line size in bytes (a power of two, at most 64).
+    pub line: u64,
+    /// Rows kept per table.
+    pub top: usize,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions { max_age: 256, max_buckets: 1 << 16, line: 64, top: 100 }
+    }
+}
+
+/// Distinct data addresses named one by one; beyond, a cache line's first name stands
+/// for all its bytes (keeps build memory and the name table bounded).
+const MAX_NAMED_ADDRS: usize = 1 << 22;
+/// Distinct names in the index.
+const MAX_VARS: usize = 100_000;
+
+/// A fast hash for integer keys (the per-access maps); keys are not attacker-chosen.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+/// Loads, stores, cache lines, thread mask of one variable.
+type VarSums = (u64, u64, u64, u64);
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// Zoom factor between levels.
+pub(crate) const LEVEL_FACTOR: u64 = 4;
+
+/// A line in the working set.
+struct Live {
+    /// Insertion counter when last touched.
+    stamp: u64,
+    /// Bytes of the line touched since it entered.
+    mask: u64,
+}
+
+/// Accumulated accesses to one line within the current bucket of one level.
+#[derive(Clone, Copy, Default)]
+struct Touch {
+    loads: u32,
+    stores: u32,
+    pc: u32,
+    var: u32,
+    off: u8,
+    thread: u8,
+}
+
+struct Level {
+    bsize: u64,
+    bucket: u64,
+    touched: FxMap<u64, Touch>,
+    offsets: Vec<u64>,
+    cells: u64,
+    out: BufWriter<File>,
+}
+
+#[derive(Default, Clone)]
+struct PcStat {
+    loads: u64,
+    stores: u64,
+    bytes: u64,
+    shared: u64,
+    misses: u64,
+    mem: u64,
+    threads: u64,
+}
+
+#[derive(Default, Clone)]
+struct LineStat {
+    var: u32,
+    loads: u64,
+    stores: u64,
+    threads: u64,
+}
+
+struct Span {
+    start: u64,
+    end: u64,
+    func: u32,
+    thread: u16,
+    depth: u16,
+}
+
+/// The index-building kernel.
+struct Builder<'n> {
+    namer: &'n dyn Namer,
+    opts: BuildOptions,
+    shift: u32,
+    op: u64,
+    ins: u64,
+    ws: BTreeMap<u64, Live>,
+    ring: Vec<Vec<u64>>,
+    max_rows: usize,
+    levels: Vec<Level>,
+    pcs: FxMap<Pc, u32>,
+    pc_list: Vec<Pc>,
+    pc_stats: Vec<PcStat>,
+    lines: FxMap<u64, u32>,
+    line_stats: Vec<LineStat>,
+    line_addrs: Vec<u64>,
+    vars: HashMap<(String, String), u32>,
+    var_list: Vec<(String, String)>,
+    last_thread: FxMap<u64, u8>,
+    addr_vars: FxMap<u64, u32>,
+    funcs: HashMap<String, u32>,
+    func_list: Vec<String>,
+    func_of_pc: HashMap<Pc, u32>,
+    stacks: HashMap<ThreadId, Vec<(u32, u64)>>,
+    spans: Vec<Span>,
+    annotation: Option<Annotation>,
+    access_index: HashMap<ThreadId, u64>,
+    threads: BTreeMap<u32, u64>,
+    error: Option<std::io::Error>,
+}
+
+impl<'n> Builder<'n> {
+    fn pc_id(&mut self, pc: Pc) -> u32 {
+        if let Some(&i) = self.pcs.get(&pc) {
+            return i;
+        }
+        let i = self.pc_list.len() as u32;
+        self.pcs.insert(pc, i);
+        self.pc_list.push(pc);
+        self.pc_stats.push(PcStat::default());
+        i
+    }
+
+    /// The name of the element at `addr`, once per distinct address while the
+    /// tables stay small (then the line's name stands for it).
+    fn elem_var(&mut self, addr: u64, line_var: u32) -> u32 {
+        if let Some(&v) = self.addr_vars.get(&addr) {
+            return v;
+        }
+        if self.addr_vars.len() >= MAX_NAMED_ADDRS || self.var_list.len() >= MAX_VARS {
+            return line_var;
+        }
+        let v = self.var_id(addr);
+        self.addr_vars.insert(addr, v);
+        v
+    }
+
+    fn var_id(&mut self, addr: u64) -> u32 {
+        let (name, variable) = match self.namer.data(Addr(addr)) {
+            Some(d) => (d.name, d.variable),
+            None => (String::new(), String::new()),
+        };
+        let key = (name, variable);
+        if let Some(&i) = self.vars.get(&key) {
+            return i;
+        }
+        let i = self.var_list.len() as u32;
+        self.vars.insert(key.clone(), i);
+        self.var_list.push(key);
+        i
+    }
+
+    fn func_id(&mut self, pc: Pc) -> u32 {
+        if let Some(&i) = self.func_of_pc.get(&pc) {
+            return i;
+        }
+        let name = self.namer.code(pc).function;
+        let i = match self.funcs.get(&name) {
+            Some(&i) => i,
+            None => {
+                let i = self.func_list.len() as u32;
+                self.funcs.insert(name.clone(), i);
+                self.func_list.push(name);
+                i
+            }
+        };
+        self.func_of_pc.insert(pc, i);
+        i
+    }
+
+    /// Closes every level's buckets that end at or before operation `op`.
+    fn close_buckets(&mut self, op: u64) {
+        for li in 0..self.levels.len() {
+            while (self.levels[li].bucket + 1) * self.levels[li].bsize <= op {
+                self.emit(li);
+            }
+        }
+    }
+
+    /// Writes the cells of the current bucket of level `li`: every line of the
+    /// working set, in address order (its row), with what the bucket did to it.
+    fn emit(&mut self, li: usize) {
+        let max_age = self.opts.max_age as u64;
+        let lv = &mut self.levels[li];
+        lv.offsets.push(lv.cells);
+        let mut buf = Vec::with_capacity(self.ws.len() * CELL_BYTES);
+        for (row, (line, live)) in self.ws.iter().enumerate() {
+            let t = lv.touched.get(line).copied().unwrap_or_default();
+            let id = self.lines[line];
+            let age_left = max_age.saturating_sub(self.ins - live.stamp);
+            buf.extend_from_slice(&(line << self.shift).to_le_bytes());
+            buf.extend_from_slice(&t.pc.to_le_bytes());
+            // Touched: the element the last access named; else the line's first.
+            let var = if t.loads + t.stores > 0 { t.var } else { self.line_stats[id as usize].var };
+            buf.extend_from_slice(&var.to_le_bytes());
+            buf.extend_from_slice(&(row as u32).to_le_bytes());
+            buf.extend_from_slice(&(t.loads.min(u16::MAX as u32) as u16).to_le_bytes());
+            buf.extend_from_slice(&(t.stores.min(u16::MAX as u32) as u16).to_le_bytes());
+            buf.push(live.mask.count_ones() as u8);
+            buf.push(self.last_thread.get(line).copied().unwrap_or(255));
+            buf.push((age_left * 255 / max_age.max(1)) as u8);
+            buf.push(u8::from(t.loads + t.stores > 0));
+            buf.push(t.off);
+            buf.extend_from_slice(&[0, 0, 0]);
+        }
+        lv.cells += self.ws.len() as u64;
+        if let Err(e) = lv.out.write_all(&buf) {
+            self.error.get_or_insert(e);
+        }
+        lv.touched.clear();
+        lv.bucket += 1;
+    }
+
+    /// One memory operation touching `[addr, addr+len)`.
+    fn access(&mut self, t: ThreadId, pc: Pc, addr: u64, len: u64, loads: u32, stores: u32) {
+        let op = self.op;
+        self.close_buckets(op);
+        let pcid = self.pc_id(pc);
+        let tb = (t.0.min(254)) as u8;
+        let tbit = 1u64 << (t.0 % 64);
+        let lsz = self.opts.line;
+        let first = addr >> self.shift;
+        let last = (addr + len.max(1) - 1) >> self.shift;
+        // A huge memcpy/memset: the map shows its first 4096 lines.
+        let last = last.min(first + 4095);
+        let mut shared = false;
+        for line in first..=last {
+            let lo = (line << self.shift).max(addr);
+            let hi = ((line + 1) << self.shift).min(addr + len.max(1));
+            let off = (lo & (lsz - 1)) as u32;
+            let nbytes = (hi - lo) as u32;
+            let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
+            let id = match self.lines.get(&line) {
+                Some(&i) => i,
+                None => {
+                    let i = self.line_addrs.len() as u32;
+                    self.lines.insert(line, i);
+                    self.line_addrs.push(line << self.shift);
+                    let var = self.var_id(lo);
+                    self.line_stats.push(LineStat { var, ..LineStat::default() });
+                    i
+                }
+            };
+            let evar = self.elem_var(lo, self.line_stats[id as usize].var);
+            let ls = &mut self.line_stats[id as usize];
+            ls.loads += loads as u64;
+            ls.stores += stores as u64;
+            if ls.threads & !tbit != 0 {
+                shared = true;
+            }
+            ls.threads |= tbit;
+            self.last_thread.insert(line, tb);
+            self.touch_ws(line, bits);
+            for lv in &mut self.levels {
+                let e = lv.touched.entry(line).or_default();
+                e.loads += loads;
+                e.stores += stores;
+                e.pc = pcid;
+                e.var = evar;
+                e.off = off as u8;
+                e.thread = tb;
+            }
+        }
+        self.max_rows = self.max_rows.max(self.ws.len());
+        let ps = &mut self.pc_stats[pcid as usize];
+        ps.loads += loads as u64;
+        ps.stores += stores as u64;
+        ps.bytes += len;
+        ps.threads |= tbit;
+        if shared {
+            ps.shared += 1;
+        }
+        if let Some(a) = &self.annotation {
+            let k = self.access_index.entry(t).or_insert(0);
+            if let Some(level) = a.thread(t).and_then(|s| s.get(*k)) {
+                if level > 0 {
+                    ps.misses += 1;
+                }
+                if level as u32 >= a.levels {
+                    ps.mem += 1;
+                }
+            }
+            *k += 1;
+        }
+        *self.threads.entry(t.0).or_insert(0) += 1;
+        self.op += 1;
+    }
+
+    /// ExpertMemer's working set: a touched line is refreshed; a new line enters in
+    /// address order and every other line ages by one; lines whose age ran out leave.
+    fn touch_ws(&mut self, line: u64, bits: u64) {
+        let max_age = self.opts.max_age as u64;
+        if let Some(l) = self.ws.get_mut(&line) {
+            l.mask |= bits;
+            if l.stamp != self.ins {
+                l.stamp = self.ins;
+                self.ring[(self.ins % max_age) as usize].push(line);
+            }
+            return;
+        }
+        self.ins += 1;
+        let slot = (self.ins % max_age) as usize;
+        for old in std::mem::take(&mut self.ring[slot]) {
+            if self.ws.get(&old).is_some_and(|l| l.stamp + max_age <= self.ins) {
+                self.ws.remove(&old);
+            }
+        }
+        self.ws.insert(line, Live { stamp: self.ins, mask: bits });
+        self.ring[slot].push(line);
+    }
+}
+
+impl Kernel for Builder<'_> {
+    type Output = ();
+
+    fn process(&mut self, t: ThreadId, ev: &Event) {
+        match ev {
+            Event::Access { pc, addr, size, kind, .. } => {
+                let (l, s) = if *kind == AccessKind::Read { (1, 0) } else { (0, 1) };
+                self.access(t, *pc, addr.0, *size as u64, l, s);
+            }
+            Event::Range { pc, addr, len, kind } => {
+                let (l, s) = if *kind == AccessKind::Read { (1, 0) } else { (0, 1) };
+                self.access(t, *pc, addr.0, *len, l, s);
+            }
+            Event::Rmw { pc, addr, size, .. } => self.access(t, *pc, addr.0, *size as u64, 1, 1),
+            Event::FuncEnter { pc, .. } => {
+                let f = self.func_id(*pc);
+                let op = self.op;
+                self.stacks.entry(t).or_default().push((f, op));
+            }
+            Event::FuncExit { .. } => {
+                let op = self.op;
+                let st = self.stacks.entry(t).or_default();
+                if let Some((func, start)) = st.pop() {
+                    let depth = st.len() as u16;
+                    self.spans.push(Span { start, end: op, func, thread: t.0 as u16, depth });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(self) {}
+}
+
+/// Level of a span in the flame files: durations in `[4^k, 4^(k+1))`, 0..4 in level 0.
+pub(crate) fn span_level(dur: u64) -> usize {
+    let mut k = 0;
+    let mut lim = LEVEL_FACTOR;
+    while dur >= lim {
+        k += 1;
+        lim = lim.saturating_mul(LEVEL_FACTOR);
+    }
+    k
+}
+
+/// Builds the index of `r` into `dir` (created; existing files are replaced).
+/// `progress(done, total)` gets event counts.
+pub fn build(
+    r: &TraceReader,
+    trace: &Path,
+    dir: &Path,
+    namer: &dyn Namer,
+    opts: BuildOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Value, Error> {
+    if !opts.line.is_power_of_two() || opts.line > 64 || opts.max_age == 0 {
+        return Err(Error::Config("line must be a power of two ≤ 64 and max_age > 0".into()));
+    }
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        Error::Io(format!("cannot {what} {}: {e}", p.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
+    let mut total_ops = 0u64;
+    let mut total_events = 0u64;
+    for s in r.streams() {
+        total_ops += s.counts.loads as u64 + s.counts.stores as u64;
+        total_events += s.counts.events as u64;
+    }
+    // The finest bucket: as many operations as needed to stay within max_buckets.
+    let fine = total_ops.div_ceil(opts.max_buckets.max(1)).max(1);
+    let mut levels = Vec::new();
+    let mut bsize = fine;
+    loop {
+        let p = dir.join(format!("cells{}.bin", levels.len()));
+        let f = File::create(&p).map_err(|e| io("create", &p, e))?;
+        levels.push(Level {
+            bsize,
+            bucket: 0,
+            touched: FxMap::default(),
+            offsets: Vec::new(),
+            cells: 0,
+            out: BufWriter::with_capacity(1 << 20, f),
+        });
+        if total_ops.div_ceil(bsize) <= 256 {
+            break;
+        }
+        bsize *= LEVEL_FACTOR;
+    }
+    let annotation = {
+        let p = annotation_path(trace);
+        match File::open(&p) {
+            Ok(f) => Some(Annotation::read_from(std::io::BufReader::new(f))?),
+            Err(_) => None,
+        }
+    };
+    let has_annotation = annotation.is_some();
+    let mut b = Builder {
+        namer,
+        shift: opts.line.trailing_zeros(),
+        opts: opts.clone(),
+        op: 0,
+        ins: 0,
+        ws: BTreeMap::new(),
+        ring: vec![Vec::new(); opts.max_age as usize],
+        max_rows: 0,
+        levels,
+        pcs: FxMap::default(),
+        pc_list: Vec::new(),
+        pc_stats: Vec::new(),
+        lines: FxMap::default(),
+        line_stats: Vec::new(),
+        line_addrs: Vec::new(),
+        vars: HashMap::new(),
+        var_list: Vec::new(),
+        last_thread: FxMap::default(),
+        addr_vars: FxMap::default(),
+        funcs: HashMap::new(),
+        func_list: Vec::new(),
+        func_of_pc: HashMap::new(),
+        stacks: HashMap::new(),
+        spans: Vec::new(),
+        annotation,
+        access_index: HashMap::new(),
+        threads: BTreeMap::new(),
+        error: None,
+    };
+    // The analysis kernels for the tables take a second pass on another core.
+    let (sharing, false_sharing, heap) = std::thread::scope(|sc| {
+        let tables = sc.spawn(|| {
+            let fs = FalseSharing::default();
+            let k = (Sharing::default(), (fs, Heap::new(HeapConfig::default())));
+            memlens_analysis::drive_merged(r, k, |_| {})
+        });
+        let mine = memlens_analysis::drive_merged(r, &mut b, |n| progress(n, total_events));
+        let tables = tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
+        mine?;
+        let (sharing, (false_sharing, heap)) = tables?;
+        Ok::<_, Error>((sharing, false_sharing, heap))
+    })?;
+    // Close the last buckets and the frames still open.
+    let end = b.op;
+    b.close_buckets(end.div_ceil(b.levels[0].bsize) * b.levels[0].bsize);
+    for li in 0..b.levels.len() {
+        if b.levels[li].bucket * b.levels[li].bsize < end {
+            b.emit(li);
+        }
+    }
+    for (t, st) in std::mem::take(&mut b.stacks) {
+        for (depth, (func, start)) in st.into_iter().enumerate() {
+            b.spans.push(Span { start, end, func, thread: t.0 as u16, depth: depth as u16 });
+        }
+    }
+    if let Some(e) = b.error.take() {
+        return Err(Error::Io(format!("cannot write the index: {e}")));
+    }
+    let mut level_meta = Vec::new();
+    for (i, lv) in std::mem::take(&mut b.levels).into_iter().enumerate() {
+        let mut offsets = lv.offsets;
+        offsets.push(lv.cells);
+        lv.out.into_inner().map_err(|e| io("write", dir, e.into_error()))?;
+        let p = dir.join(format!("offsets{i}.bin"));
+        let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+        std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+        level_meta
+            .push(json!({"bucket": lv.bsize, "buckets": offsets.len() - 1, "cells": lv.cells}));
+    }
+    // Flame spans, one file per duration class, sorted by start.
+    let mut by_level: Vec<Vec<&Span>> = Vec::new();
+    for s in &b.spans {
+        let k = span_level(s.end - s.start);
+        if by_level.len() <= k {
+            by_level.resize_with(k + 1, Vec::new);
+        }
+        by_level[k].push(s);
+    }
+    let mut span_levels = Vec::new();
+    for (k, spans) in by_level.iter_mut().enumerate() {
+        spans.sort_by_key(|s| (s.start, s.thread, s.depth));
+        let mut bytes = Vec::with_capacity(spans.len() * SPAN_BYTES);
+        for s in spans.iter() {
+            bytes.extend_from_slice(&s.start.to_le_bytes());
+            bytes.extend_from_slice(&s.end.to_le_bytes());
+            bytes.extend_from_slice(&s.func.to_le_bytes());
+            bytes.extend_from_slice(&s.thread.to_le_bytes());
+            bytes.extend_from_slice(&s.depth.to_le_bytes());
+        }
+        let p = dir.join(format!("spans{k}.bin"));
+        std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+        span_levels.push(spans.len());
+    }
+    let max_depth = b.spans.iter().map(|s| s.depth).max().unwrap_or(0);
+    // Lines sorted by address, for the by-variable Y mode, with their variable bands.
+    let mut order: Vec<u32> = (0..b.line_addrs.len() as u32).collect();
+    order.sort_by_key(|&i| b.line_addrs[i as usize]);
+    let mut bytes = Vec::with_capacity(order.len() * 8);
+    let mut bands: Vec<Value> = Vec::new();
+    let mut cur: Option<(u32, usize, u64)> = None;
+    for (rank, &i) in order.iter().enumerate() {
+        let addr = b.line_addrs[i as usize];
+        bytes.extend_from_slice(&addr.to_le_bytes());
+        let var = b.line_stats[i as usize].var;
+        match cur {
+            Some((v, r0, prev))
+                if b.var_list[v as usize].1 == b.var_list[var as usize].1
+                    && !b.var_list[var as usize].1.is_empty()
+                    && addr == prev + opts.line =>
+            {
+                cur = Some((v, r0, addr))
+            }
+            _ => {
+                if let Some((v, r0, _)) = cur {
+                    bands.push(json!([r0, rank, v]));
+                }
+                cur = Some((var, rank, addr));
+            }
+        }
+    }
+    if let Some((v, r0, _)) = cur {
+        bands.push(json!([r0, order.len(), v]));
+    }
+    let p = dir.join("lines.bin");
+    std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+    // Per source line: pcs named once.
+    let mut pcs = Vec::new();
+    let mut by_src: BTreeMap<(String, String, u32), PcStat> = BTreeMap::new();
+    for (i, pc) in b.pc_list.iter().enumerate() {
+        let c = namer.code(*pc);
+        pcs.push(json!([c.function, c.file, c.line]));
+        let st = &b.pc_stats[i];
+        let e = by_src.entry((c.file, c.function, c.line)).or_default();
+        e.loads += st.loads;
+        e.stores += st.stores;
+        e.bytes += st.bytes;
+        e.shared += st.shared;
+        e.misses += st.misses;
+        e.mem += st.mem;
+        e.threads |= st.threads;
+    }
+    let source: Vec<Value> = by_src
+        .into_iter()
+        .map(|((file, function, line), s)| {
+            json!({"file": file, "function": function, "line": line, "loads": s.loads,
+                "stores": s.stores, "bytes": s.bytes, "shared": s.shared, "misses": s.misses,
+                "mem_misses": s.mem, "threads": s.threads.count_ones()})
+        })
+        .collect();
+    // Top variables from the per-line counters.
+    let mut per_var: HashMap<&str, VarSums> = HashMap::new();
+    for ls in &b.line_stats {
+        let e = per_var.entry(&b.var_list[ls.var as usize].1).or_default();
+        e.0 += ls.loads;
+        e.1 += ls.stores;
+        e.2 += 1;
+        e.3 |= ls.threads;
+    }
+    let mut top_vars: Vec<(&str, VarSums)> = per_var.into_iter().collect();
+    top_vars.sort_by_key(|(v, c)| (std::cmp::Reverse(c.0 + c.1), *v));
+    top_vars.truncate(opts.top);
+    let top_vars: Vec<Value> = top_vars
+        .into_iter()
+        .map(|(variable, c)| {
+            json!({"variable": if variable.is_empty() { "(unnamed)" } else { variable },
+                "loads": c.0, "stores": c.1, "cache_lines": c.2, "threads": c.3.count_ones()})
+        })
+        .collect();
+    let ropts = RenderOpts::top(opts.top);
+    let tables = json!({
+        "variables": top_vars,
+        "sharing": sharing.render(namer, &ropts).to_json(),
+        "false_sharing": false_sharing.render(namer, &ropts).to_json(),
+        "heap": heap.render(namer, &ropts).to_json(),
+    });
+    let meta = json!({
+        "version": crate::INDEX_VERSION,
+        "trace": trace.display().to_string(),
+        "ops": end,
+        "events": total_events,
+        "line": opts.line,
+        "max_age": opts.max_age,
+        "max_rows": b.max_rows,
+        "distinct_lines": b.line_addrs.len(),
+        "levels": level_meta,
+        "span_levels": span_levels,
+        "level_factor": LEVEL_FACTOR,
+        "max_depth": max_depth,
+        "threads": b.threads.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
+        "functions": b.func_list,
+        "pcs": pcs,
+        "vars": b.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+        "bands": bands,
+        "source": source,
+        "cachesim": has_annotation,
+        "tables": tables,
+    });
+    let p = dir.join("meta.json");
+    let text = serde_json::to_vec(&meta).map_err(|e| Error::Io(e.to_string()))?;
+    std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
+    Ok(meta)
+}
+
+/// Where a cachesim annotation for `trace` is looked for (`TRACE.cachesim`).
+pub fn annotation_path(trace: &Path) -> std::path::PathBuf {
+    let mut s = trace.as_os_str().to_owned();
+    s.push(".cachesim");
+    s.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memlens_analysis::NoNames;
+    use memlens_format::{EventBuffer, TraceWriter};
+
+    fn trace_of(name: &str, addrs: &[u64]) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("view-{name}-{}.trace", std::process::id()));
+        let mut w = TraceWriter::new(File::create(&path).unwrap(), 1, 1).unwrap();
+        let mut buf = EventBuffer::new();
+        buf.push(&Event::FuncEnter { pc: Pc(0x100), call_site: Pc(0), frame: Addr(0) });
+        for &a in addrs {
+            buf.push(&Event::Access {
+                pc: Pc(0x10),
+                addr: Addr(a),
+                size: 8,
+                kind: AccessKind::Read,
+                atomic: false,
+                value: None,
+            });
+        }
+        buf.push(&Event::FuncExit { pc: Pc(0x100) });
+        w.write_events(0, &mut buf, true).unwrap();
+        w.finish(|_| {}).unwrap();
+        path
+    }
+
+    #[test]
+    fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
+        // Ten lines touched once each, backwards, then line 9 again: with an age of 4,
+        // at most 4 lines live at once; the first line in time is the last row.
+        let addrs: Vec<u64> =
+            (0..10).rev().map(|i| 0x1000 + 64 * i).chain([0x1000 + 64 * 9]).collect();
+        let path = trace_of("ws", &addrs);
+        let dir = crate::index_dir(&path);
+        let r = TraceReader::open(&path).unwrap();
+        let opts = BuildOptions { max_age: 4, ..BuildOptions::default() };
+        let meta = build(&r, &path, &dir, &NoNames, opts, &mut |_, _| {}).unwrap();
+        assert_eq!(meta["ops"], 11);
+        assert_eq!(meta["distinct_lines"], 10);
+        assert_eq!(meta["max_rows"], 4);
+        let ix = crate::Index::open(&dir).unwrap();
+        assert_eq!(ix.bucket_size(0), Some(1));
+        let tiles = ix.tiles(0, 0, 11, false, 0..u32::MAX).unwrap();
+        let rows = |b: usize| -> Vec<(u64, u32, bool)> {
+            tiles[b]
+                .1
+                .chunks_exact(crate::CELL_BYTES)
+                .map(|c| {
+                    let a = u64::from_le_bytes(c[0..8].try_into().unwrap());
+                    (a, u32::from_le_bytes(c[16..20].try_into().unwrap()), c[27] & 1 == 1)
+                })
+                .collect()
+        };
+        // After op 3: lines 9, 8, 7, 6 live, in address order; 6 was just touched.
+        let l = |i: u64| 0x1000 + 64 * i;
+        assert_eq!(
+            rows(3),
+            [(l(6), 0, true), (l(7), 1, false), (l(8), 2, false), (l(9), 3, false)]
+        );
+        // Op 4 brings line 5: line 9 (untouched for 4 entries) leaves, 5 enters on top.
+        assert_eq!(
+            rows(4),
+            [(l(5), 0, true), (l(6), 1, false), (l(7), 2, false), (l(8), 3, false)]
+        );
+        // Op 10 touches line 9 again: it re-enters below 0..2.
+        let last = rows(10);
+        assert_eq!(last.len(), 4);
+        assert_eq!(last[3], (l(9), 3, true));
+        // One frame covering all 11 operations.
+        assert_eq!(ix.spans(0, 11, 0, 10).unwrap().len(), 1);
+        assert_eq!(ix.spans(0, 11, 0, 10).unwrap()[0].end, 11);
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+}
