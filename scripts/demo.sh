@@ -24,3 +24,7 @@ echo "== threads"
 echo
 echo "first events:"
 "$ml" dump "$out/hotspots.trace" | head -5
+echo
+echo "== viewer index (memory map, flame chart, source, tables)"
+"$ml" view --no-serve "$out/hotspots.trace"
+echo "browse it: $ml view --open $out/hotspots.trace   (serves on 127.0.0.1 with a token)"
