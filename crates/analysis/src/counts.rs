@@ -2,6 +2,7 @@
 
 use crate::fxhash::FxHashMap;
 use crate::{Kernel, ShardKernel};
+use memlens_format::codec::Counted;
 use memlens_format::{AccessKind, Event, Pc, ThreadId};
 use std::collections::HashMap;
 
@@ -181,6 +182,51 @@ impl Counts {
             }
             _ => {
                 self.other(thread, ev);
+                return;
+            }
+        };
+        let tc = self.thread_counts(thread);
+        tc.loads += l;
+        tc.stores += st;
+        tc.bytes_read += br;
+        tc.bytes_written += bw;
+        let s = self.acc.slot(pc.0, thread.0);
+        s.loads += l;
+        s.stores += st;
+        s.bytes_read += br;
+        s.bytes_written += bw;
+    }
+
+    /// Counts one event of the address-free scan ([`memlens_format::codec::Counted`]);
+    /// the same sums as [`Kernel::process`] on the full event.
+    #[inline(always)]
+    pub fn counted(&mut self, thread: ThreadId, ev: Counted) {
+        let (pc, l, st, br, bw) = match ev {
+            Counted::Access { pc, write: false, bytes } => (pc, 1, 0, bytes, 0),
+            Counted::Access { pc, write: true, bytes } => (pc, 0, 1, 0, bytes),
+            Counted::Rmw { pc, size, stores } => {
+                let w = u64::from(stores);
+                (pc, 1, w, size, w * size)
+            }
+            Counted::Alloc { pc, size, realloc } => {
+                let a = self.allocs.entry(pc).or_default();
+                a.count += 1;
+                a.bytes += size;
+                let tc = self.thread_counts(thread);
+                tc.allocs += 1;
+                tc.frees += u64::from(realloc);
+                return;
+            }
+            Counted::Free => {
+                self.thread_counts(thread).frees += 1;
+                return;
+            }
+            Counted::Call => {
+                self.thread_counts(thread).calls += 1;
+                return;
+            }
+            Counted::Other => {
+                self.thread_counts(thread);
                 return;
             }
         };

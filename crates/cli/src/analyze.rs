@@ -229,6 +229,11 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     let table = match o.kernel.as_str() {
         // counts are sums: without a window or ROI (which follow event order) every
         // core decodes and counts chunks
+        // no filter at all: the address-free scan
+        "counts" if !o.roi && filter.is_empty() => {
+            let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+            memlens_analysis::drive_counts(&r, n, |_| {})?.render(&namer, &opts)
+        }
         "counts" if !o.roi && o.window.is_none() => {
             run_chunks(&r, Counts::default(), filter)?.render(&namer, &opts)
         }

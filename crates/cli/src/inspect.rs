@@ -217,7 +217,8 @@ fn counts(r: &TraceReader) -> Result<Counts> {
     };
     // Counts are sums: chunks decode and count on every core, whatever the threads.
     let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let c = memlens_analysis::drive_chunks(r, Counts::default(), n, |n| {
+    // ...and need no addresses: the address-free scan
+    let c = memlens_analysis::drive_counts(r, n, |n| {
         if let Some(pb) = &pb {
             pb.set_position(n)
         }

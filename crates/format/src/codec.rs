@@ -785,6 +785,140 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     }
 }
 
+/// What the counts kernels need of one event: no addresses, no values, no stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// A load/store or range: `bytes` is the size or the range length.
+    Access {
+        /// Code address.
+        pc: Pc,
+        /// A store.
+        write: bool,
+        /// Bytes touched.
+        bytes: u64,
+    },
+    /// An atomic read-modify-write (a load, and a store when `stores`).
+    Rmw {
+        /// Code address.
+        pc: Pc,
+        /// Access size.
+        size: u64,
+        /// Whether the operation stores.
+        stores: bool,
+    },
+    /// An allocation (`realloc`: also a free).
+    Alloc {
+        /// Call site.
+        pc: Pc,
+        /// Bytes requested.
+        size: u64,
+        /// A realloc.
+        realloc: bool,
+    },
+    /// A free.
+    Free,
+    /// A function entry.
+    Call,
+    /// Any other event.
+    Other,
+}
+
+impl Counted {
+    /// The counted view of a fully decoded event.
+    pub fn of(ev: &Event) -> Counted {
+        match *ev {
+            Event::Access { pc, size, kind, .. } => {
+                Counted::Access { pc, write: kind == AccessKind::Write, bytes: u64::from(size) }
+            }
+            Event::Range { pc, len, kind, .. } => {
+                Counted::Access { pc, write: kind == AccessKind::Write, bytes: len }
+            }
+            Event::Rmw { pc, size, op, .. } => {
+                Counted::Rmw { pc, size: u64::from(size), stores: op.stores() }
+            }
+            Event::Alloc { pc, size, .. } => Counted::Alloc { pc, size, realloc: false },
+            Event::Realloc { pc, size, .. } => Counted::Alloc { pc, size, realloc: true },
+            Event::Free { .. } => Counted::Free,
+            Event::FuncEnter { .. } => Counted::Call,
+            _ => Counted::Other,
+        }
+    }
+}
+
+impl<B: AsRef<[u8]>> Decoder<B> {
+    /// Scans the rest of the chunk for the counts kernels, calling `f` once per event
+    /// with its [`Counted`] view. Plain loads/stores (nearly every event) are parsed
+    /// without reconstructing their address or touching the prediction table, and no
+    /// [`Event`] is built for them; everything else takes the full decoder's path,
+    /// so errors are exactly the full decoder's. Returns the number of events; on an
+    /// error, `f` has seen every event before it.
+    pub fn scan_counts(&mut self, mut f: impl FnMut(Counted)) -> Result<u64, DecodeError> {
+        const NEED: usize = 1 + 2 * MAX_VARINT;
+        if self.failed {
+            return Ok(0);
+        }
+        let mut n = 0u64;
+        let mut pc = self.pred.prev_pc;
+        loop {
+            let buf = self.buf.as_ref();
+            // the fast path: every byte of the event present, no per-byte bounds checks
+            if let Some(s) = buf.get(self.pos..self.pos + NEED) {
+                let s: &[u8; NEED] = s.try_into().expect("NEED bytes");
+                let t = s[0];
+                if t <= tag::ACCESS_MAX && t & tag::ACCESS_VALUE == 0 && t & 7 <= 4 {
+                    if let Some((dpc, n1)) = varint_at(s, 1) {
+                        // the address is skipped, but must be a well-formed varint
+                        if let Some(n2) = varint_len_at(s, 1 + n1) {
+                            self.pos += 1 + n1 + n2;
+                            pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                            n += 1;
+                            f(Counted::Access {
+                                pc: Pc(pc),
+                                write: t & tag::ACCESS_WRITE != 0,
+                                bytes: 1 << (t & 7),
+                            });
+                            continue;
+                        }
+                    }
+                }
+            } else if self.pos >= buf.len() {
+                break;
+            }
+            self.pred.prev_pc = pc;
+            let r = self.next_slow();
+            pc = self.pred.prev_pc;
+            match r? {
+                Some(e) => {
+                    n += 1;
+                    f(Counted::of(&e));
+                }
+                None => break,
+            }
+        }
+        self.pred.prev_pc = pc;
+        Ok(n)
+    }
+}
+
+/// Length of the varint starting at `s[i]` (`i + MAX_VARINT <= s.len()`); `None`
+/// when overlong, like [`varint_at`].
+#[inline(always)]
+fn varint_len_at<const N: usize>(s: &[u8; N], i: usize) -> Option<usize> {
+    let w: &[u8; MAX_VARINT] = s.get(i..i + MAX_VARINT)?.try_into().ok()?;
+    if w[0] < 0x80 {
+        return Some(1);
+    }
+    for (k, &b) in w.iter().enumerate().skip(1) {
+        if b < 0x80 {
+            if k == MAX_VARINT - 1 && b > 1 {
+                return None;
+            }
+            return Some(k + 1);
+        }
+    }
+    None
+}
+
 /// Reads the varint starting at `s[i]` (`i + MAX_VARINT <= s.len()`): its value
 /// and length; `None` when overlong, like [`varint::get`].
 #[inline(always)]

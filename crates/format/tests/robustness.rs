@@ -138,8 +138,34 @@ proptest! {
     }
 
     #[test]
+    fn count_scan_agrees_with_decoder(evs in proptest::collection::vec(arb_event(), 0..200), cut in any::<usize>()) {
+        let mut enc = Encoder::new();
+        let mut buf = Vec::new();
+        for e in &evs {
+            enc.push(&mut buf, e);
+        }
+        // whole and cut short: the same events, then the same error
+        for b in [&buf[..], &buf[..cut % (buf.len() + 1)]] {
+            let mut full = Vec::new();
+            let mut d = Decoder::new(b);
+            let want_err = loop {
+                match d.next() {
+                    Ok(Some(e)) => full.push(codec::Counted::of(&e)),
+                    Ok(None) => break None,
+                    Err(e) => break Some(e),
+                }
+            };
+            let mut got = Vec::new();
+            let r = Decoder::new(b).scan_counts(|c| got.push(c));
+            prop_assert_eq!(&got, &full);
+            prop_assert_eq!(r.err(), want_err);
+        }
+    }
+
+    #[test]
     fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         for _ in Decoder::new(&bytes[..]) {}
+        let _ = Decoder::new(&bytes[..]).scan_counts(|_| {});
         let _ = MetaRecord::decode_all(&bytes);
     }
 
