@@ -125,7 +125,9 @@ pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributo
         unnamed: HashMap::new(),
         no_line: HashMap::new(),
     };
-    let mut line_known: FastMap<Pc, bool> = FastMap::default();
+    // The hot loop only counts per label and per (label, pc); everything that
+    // depends on the label alone or the pc alone (names, lines, fallback kinds)
+    // is derived once per distinct key afterwards instead of once per event.
     for s in r.streams() {
         let t = s.thread;
         let mut it = r.events(t);
@@ -143,19 +145,6 @@ pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributo
             let (l, st) = ev.loads_stores();
             let (br, bw) = ev.bytes_read_written();
             let n = l + st;
-            rep.accesses += n;
-            let known = *line_known.entry(pc).or_insert_with(|| names.code(pc).line != 0);
-            if known {
-                rep.with_line += n;
-            } else {
-                *rep.no_line.entry(no_line_where(names, pc)).or_default() += n;
-            }
-            let label = a.label(id);
-            if label.kind.is_named() {
-                rep.with_name += n;
-            } else {
-                *rep.unnamed.entry(label.base.to_string()).or_default() += n;
-            }
             if rep.by_label.len() <= id as usize {
                 rep.by_label.resize(id as usize + 1, VarCounts::default());
             }
@@ -170,6 +159,31 @@ pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributo
                 }
             }
             *c.pcs.entry(pc).or_default() += n;
+        }
+    }
+    let mut per_pc: FastMap<Pc, u64> = FastMap::default();
+    for (id, c) in rep.by_label.iter().enumerate() {
+        // A label with no pc was never the target of an access (only resized past).
+        if c.pcs.is_empty() {
+            continue;
+        }
+        let n = c.loads + c.stores;
+        rep.accesses += n;
+        let label = a.label(id as LabelId);
+        if label.kind.is_named() {
+            rep.with_name += n;
+        } else {
+            *rep.unnamed.entry(label.base.to_string()).or_default() += n;
+        }
+        for (&pc, &k) in &c.pcs {
+            *per_pc.entry(pc).or_default() += k;
+        }
+    }
+    for (pc, n) in per_pc {
+        if names.code(pc).line != 0 {
+            rep.with_line += n;
+        } else {
+            *rep.no_line.entry(no_line_where(names, pc)).or_default() += n;
         }
     }
     Ok((a, rep))
@@ -257,11 +271,12 @@ pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
             (n as f64 * 10000.0 / rep.accesses as f64).round() / 100.0
         }
     };
+    // Ties by name, so the output does not depend on hash order.
     let mut unnamed: Vec<_> = rep.unnamed.into_iter().collect();
-    unnamed.sort_by_key(|u| std::cmp::Reverse(u.1));
+    unnamed.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     unnamed.truncate(5);
     let mut no_line: Vec<_> = rep.no_line.into_iter().collect();
-    no_line.sort_by_key(|u| std::cmp::Reverse(u.1));
+    no_line.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     no_line.truncate(5);
     Ok(serde_json::json!({
         "accesses": rep.accesses,
