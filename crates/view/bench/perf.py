@@ -27,9 +27,9 @@ try:
     ops = js("return memlens.meta.ops")
     res = []
     for (a, b) in [(0, ops), (0, ops//4), (ops//8, ops//8+ops//4), (ops//2, ops//2+ops//64), (ops//2+ops//128, ops//2+ops//128+ops//64), (1000000, 1000000 + 20000), (1005000, 1025000), (0, ops)]:
-        ms = jsa(f"const d = arguments[0]; memlens.setView({a}, {b}).then(ms => d([ms, memlens.level, memlens.rowsDrawn]))")
+        ms = jsa(f"const d = arguments[0]; memlens.setView({a}, {b}).then(ms => d([ms, memlens.level, memlens.rowsDrawn, memlens.lastLoadMs, memlens.lastMapMs, memlens.lastFlameMs]))")
         res.append(((a, b), ms))
-        print("view %d..%d: redraw %.0f ms (level %d, %d rows)" % (a, b, ms[0], ms[1], ms[2]))
+        print("view %d..%d: redraw %.0f ms (level %d, %d rows; fetch+decode %.0f, map %.0f, flame %.0f)" % (a, b, *ms))
     rss = [l for l in open(f"/proc/{srv.pid}/status") if l.startswith(("VmHWM", "VmRSS"))]
     print("server", " ".join(x.strip() for x in rss))
     req("DELETE", f"/session/{sid}")
