@@ -185,16 +185,7 @@ impl Counts {
                 return;
             }
         };
-        let tc = self.thread_counts(thread);
-        tc.loads += l;
-        tc.stores += st;
-        tc.bytes_read += br;
-        tc.bytes_written += bw;
-        let s = self.acc.slot(pc.0, thread.0);
-        s.loads += l;
-        s.stores += st;
-        s.bytes_read += br;
-        s.bytes_written += bw;
+        self.add(thread, pc, l, st, br, bw);
     }
 
     /// Counts one event of the address-free scan ([`memlens_format::codec::Counted`]);
@@ -230,6 +221,12 @@ impl Counts {
                 return;
             }
         };
+        self.add(thread, pc, l, st, br, bw);
+    }
+
+    /// Adds an access's loads, stores and bytes to its thread and its (pc, thread) slot.
+    #[inline(always)]
+    fn add(&mut self, thread: ThreadId, pc: Pc, l: u64, st: u64, br: u64, bw: u64) {
         let tc = self.thread_counts(thread);
         tc.loads += l;
         tc.stores += st;
