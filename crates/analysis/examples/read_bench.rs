@@ -9,7 +9,9 @@
 //! M events/s (M accesses/s for counts).
 
 use memlens_analysis::ShardKernel;
-use memlens_analysis::{counts::Counts, drive_chunks, drive_serial, ChunkKernel, Kernel};
+use memlens_analysis::{
+    counts::Counts, drive_chunks, drive_counts, drive_serial, ChunkKernel, Kernel,
+};
 use memlens_format::{Event, ThreadId, TraceReader};
 use std::time::Instant;
 
@@ -111,5 +113,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     line(&format!("counts, {cores} cores"), s, accesses, "accesses");
     assert_eq!(a.by_pc, b.by_pc, "parallel counts differ");
     assert_eq!(a.by_thread, b.by_thread, "parallel thread counts differ");
+    // what `memlens report` runs: the address-free scan
+    let (s, c) = time(reps, || drive_counts(&r, 1, |_| {}).unwrap());
+    line("counts scan, 1 core", s, accesses, "accesses");
+    let (s, d) = time(reps, || drive_counts(&r, cores, |_| {}).unwrap());
+    line(&format!("counts scan, {cores} cores"), s, accesses, "accesses");
+    assert_eq!((&a.by_pc, &a.by_thread), (&c.by_pc, &c.by_thread), "scan counts differ");
+    assert_eq!((&c.by_pc, &c.by_thread), (&d.by_pc, &d.by_thread), "parallel scan differs");
     Ok(())
 }

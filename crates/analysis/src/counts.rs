@@ -155,6 +155,11 @@ impl Counts {
         self.flush_thread();
         let acc = std::mem::take(&mut self.acc);
         for s in acc.slots {
+            let t = self.by_thread.entry(ThreadId(s.thread)).or_default();
+            t.loads += s.loads;
+            t.stores += s.stores;
+            t.bytes_read += s.bytes_read;
+            t.bytes_written += s.bytes_written;
             let c = self.by_pc.entry(Pc(s.pc)).or_default();
             c.loads += s.loads;
             c.stores += s.stores;
@@ -224,14 +229,11 @@ impl Counts {
         self.add(thread, pc, l, st, br, bw);
     }
 
-    /// Adds an access's loads, stores and bytes to its thread and its (pc, thread) slot.
+    /// Adds an access's loads, stores and bytes to its (pc, thread) slot; the
+    /// thread's totals are the sums of its slots, taken at the flush (not per event:
+    /// this is the hot path of `report`).
     #[inline(always)]
     fn add(&mut self, thread: ThreadId, pc: Pc, l: u64, st: u64, br: u64, bw: u64) {
-        let tc = self.thread_counts(thread);
-        tc.loads += l;
-        tc.stores += st;
-        tc.bytes_read += br;
-        tc.bytes_written += bw;
         let s = self.acc.slot(pc.0, thread.0);
         s.loads += l;
         s.stores += st;

@@ -78,6 +78,7 @@ pub mod filter;
 mod fxhash;
 pub mod heap;
 pub mod layout;
+pub mod live;
 pub mod merged;
 pub mod names;
 pub mod reuse;
@@ -88,6 +89,7 @@ mod testutil;
 pub mod working_set;
 
 pub use filter::{Filter, Filtered, WindowBasis};
+pub use live::{ChunkSource, Live, TailState, TraceTail};
 pub use merged::{drive_merged, Merged, MergedEvent};
 pub use names::{CodeName, DataName, Namer, NoNames};
 pub use table::{Render, RenderOpts, Table};
@@ -459,6 +461,44 @@ mod tests {
         assert_eq!(par.by_thread[&ThreadId(2)].calls, 1);
         assert_eq!(par.allocs[&Pc(0x901)].count, 300);
         assert!(par.by_pc.values().all(|c| c.threads.len() == 3));
+    }
+
+    #[test]
+    fn sharing_on_chunks_renders_like_the_merged_pass() {
+        // threads touch overlapping words from several pcs, in several chunks each
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let streams: Vec<(u32, Vec<Event>)> = (0..3u32)
+            .map(|t| {
+                let evs = (0..250_000u64)
+                    .map(|i| {
+                        let (pc, addr) = (0x400 + rnd() % 23, 0x1000 + (rnd() % 512) * 8);
+                        match i % 4 {
+                            0 => wr(pc, addr, 8),
+                            1 => rmw(pc, addr, 8),
+                            2 => range_wr(pc, addr, 24),
+                            _ => rd(pc, rnd() >> 20, 8),
+                        }
+                    })
+                    .collect();
+                (t, evs)
+            })
+            .collect();
+        let r = trace(&streams);
+        assert!(r.chunks().len() >= 6, "{} chunks", r.chunks().len());
+        let opts = RenderOpts { top: usize::MAX, ..RenderOpts::default() };
+        let serial = drive_merged(&r, sharing::Sharing::default(), |_| {}).unwrap();
+        let par = drive_chunks(&r, sharing::Sharing::default(), 2, |_| {}).unwrap();
+        assert_eq!(par.by_addr.len(), serial.by_addr.len());
+        let (a, b) = (serial.render(&NoNames, &opts), par.render(&NoNames, &opts));
+        assert!(a.to_json()["by_address"].as_array().unwrap().len() > 100);
+        assert_eq!(a.to_json(), b.to_json());
+        assert_eq!(a.to_text(), b.to_text());
     }
 
     #[test]

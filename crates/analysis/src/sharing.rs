@@ -137,6 +137,10 @@ impl ShardKernel for Sharing {
     }
 }
 
+/// Per-address, per-thread sums: any chunk order gives the same report (the order
+/// of `pcs` differs, but rendering folds them into lines sorted by count and name).
+impl crate::ChunkKernel for Sharing {}
+
 impl SharingReport {
     /// Addresses touched by at least two threads, most accessed first.
     pub fn shared(&self) -> Vec<(Addr, &SharedData)> {

@@ -56,6 +56,14 @@ pub fn free(pc: u64, addr: u64) -> Event {
 /// Writes the streams (thread id, events) into a trace file and opens it. The file is
 /// unlinked at once; the reader keeps it open.
 pub fn trace(streams: &[(u32, Vec<Event>)]) -> TraceReader {
+    let path = trace_file(streams);
+    let r = TraceReader::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    r
+}
+
+/// Writes the streams (thread id, events) into a trace file (the caller removes it).
+pub fn trace_file(streams: &[(u32, Vec<Event>)]) -> std::path::PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let path = std::env::temp_dir().join(format!(
         "memlens-an-{}-{}.trace",
@@ -74,7 +82,5 @@ pub fn trace(streams: &[(u32, Vec<Event>)]) -> TraceReader {
         w.write_events(*t, &mut buf, true).unwrap();
     }
     w.finish(|_| {}).unwrap();
-    let r = TraceReader::open(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    r
+    path
 }

@@ -50,6 +50,44 @@ pub struct AnalyzeOpts {
     pub line: u64,
     /// Working-set interval in accesses.
     pub interval: u64,
+    /// Follow a trace still being written, printing a snapshot this often.
+    pub follow: Option<Every>,
+}
+
+/// How often `--follow` prints a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Every {
+    /// Wall-clock time.
+    Time(std::time::Duration),
+    /// Events processed.
+    Events(u64),
+}
+
+/// Parses `--every`: `2s`, `500ms`, `1m` (time) or `500000`, `10k`, `5M` (events).
+pub fn parse_every(s: &str) -> Result<Every> {
+    let bad = || {
+        anyhow::anyhow!(
+            "--every {s}: give a time (2s, 500ms, 1m) or an event count (500000, 10k, 5M)"
+        )
+    };
+    let num = |d: &str| d.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
+    let time = |secs: f64| Every::Time(std::time::Duration::from_secs_f64(secs));
+    let e = if let Some(d) = s.strip_suffix("ms") {
+        time(num(d).ok_or_else(bad)? / 1000.0)
+    } else if let Some(d) = s.strip_suffix('s') {
+        time(num(d).ok_or_else(bad)?)
+    } else if let Some(d) = s.strip_suffix('m') {
+        time(num(d).ok_or_else(bad)? * 60.0)
+    } else {
+        let (d, mul) = match s.as_bytes().last() {
+            Some(b'k' | b'K') => (&s[..s.len() - 1], 1e3),
+            Some(b'M') => (&s[..s.len() - 1], 1e6),
+            Some(b'G') => (&s[..s.len() - 1], 1e9),
+            _ => (s, 1.0),
+        };
+        Every::Events(((num(d).ok_or_else(bad)? * mul) as u64).max(1))
+    };
+    Ok(e)
 }
 
 /// The kernel names.
@@ -58,15 +96,21 @@ pub const KERNELS: &[&str] =
 
 /// Keeps only accesses between `memlens_roi_begin` and `memlens_roi_end` of
 /// their thread; other events pass.
-struct Roi<K> {
-    inner: K,
-    inside: std::collections::HashMap<ThreadId, bool>,
+#[derive(Clone)]
+pub(crate) struct Roi<K> {
+    pub(crate) inner: K,
+    pub(crate) inside: std::collections::HashMap<ThreadId, bool>,
+    /// Off: every event passes (one kernel type with and without `--roi`).
+    pub(crate) on: bool,
 }
 
 impl<K: Kernel> Kernel for Roi<K> {
     type Output = K::Output;
 
     fn process(&mut self, t: ThreadId, ev: &Event) {
+        if !self.on {
+            return self.inner.process(t, ev);
+        }
         if let Event::Roi(b) = ev {
             self.inside.insert(t, *b);
         }
@@ -149,7 +193,7 @@ fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K:
     let out = if roi {
         memlens_analysis::drive_merged(
             r,
-            filter.apply(Roi { inner: k, inside: Default::default() }),
+            filter.apply(Roi { inner: k, inside: Default::default(), on: true }),
             tick,
         )?
     } else {
@@ -190,7 +234,7 @@ fn run_chunks<K: memlens_analysis::ChunkKernel>(
     Ok(out)
 }
 
-fn print(t: memlens_analysis::Table, json: bool) -> Result<()> {
+pub(crate) fn print(t: memlens_analysis::Table, json: bool) -> Result<()> {
     let out = std::io::stdout();
     let mut out = out.lock();
     if json {
@@ -202,30 +246,77 @@ fn print(t: memlens_analysis::Table, json: bool) -> Result<()> {
     Ok(out.flush()?)
 }
 
-/// `memlens analyze`.
-pub fn analyze(o: AnalyzeOpts) -> Result<()> {
-    if !KERNELS.contains(&o.kernel.as_str()) {
-        bail!("unknown kernel `{}`; choose one of: {}", o.kernel, KERNELS.join(", "));
-    }
-    let r = crate::inspect::open(&o.trace)?;
-    let names = Names::new(&r.meta().modules);
-    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+/// The filters `o` asks for (code and data globs resolved against `r`'s modules).
+pub(crate) fn build_filter(names: &Names, r: &TraceReader, o: &AnalyzeOpts) -> Result<Filter> {
     let mut filter = Filter::new();
     if !o.threads.is_empty() {
         filter = filter.threads(o.threads.iter().map(|&t| ThreadId(t)));
     }
-    for rg in code_ranges(&names, &r, &o)? {
+    for rg in code_ranges(names, r, o)? {
         filter = filter.pc_range(rg);
     }
-    for rg in data_ranges(&names, &r, &o)? {
+    for rg in data_ranges(names, r, o)? {
         filter = filter.addr_range(rg);
     }
     if let Some((a, b)) = o.window {
         filter = filter.window(a..b, WindowBasis::PerThread);
     }
+    Ok(filter)
+}
+
+pub(crate) fn render_opts(o: &AnalyzeOpts) -> RenderOpts {
     let mut opts = RenderOpts::default();
     opts.top = if o.top == 0 { usize::MAX } else { o.top };
     opts.verbose = o.verbose;
+    opts
+}
+
+/// The cache hierarchy `o` describes (flags, config file, cores, annotation).
+pub(crate) fn cache_config(o: &AnalyzeOpts) -> Result<CacheConfig> {
+    let mut cfg = match &o.cache_config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read cache config {}", p.display()))?;
+            CacheConfig::parse(&text)?
+        }
+        None if !o.cache_args.is_empty() => CacheConfig::from_cachegrind_args(&o.cache_args)?,
+        None => CacheConfig::default(),
+    };
+    if let Some(n) = o.cores {
+        cfg = cfg.cores(n);
+    }
+    if o.annotate.is_some() {
+        cfg = cfg.annotate(true);
+    }
+    Ok(cfg)
+}
+
+/// Writes the cachesim annotation where `--annotate` asked.
+pub(crate) fn write_annotation(
+    o: &AnalyzeOpts,
+    rep: &memlens_analysis::cachesim::CacheReport,
+) -> Result<()> {
+    if let (Some(path), Some(a)) = (&o.annotate, &rep.annotation) {
+        let f = std::fs::File::create(path)
+            .with_context(|| format!("cannot write the annotation to {}", path.display()))?;
+        a.write_to(std::io::BufWriter::new(f))?;
+    }
+    Ok(())
+}
+
+/// `memlens analyze`.
+pub fn analyze(o: AnalyzeOpts) -> Result<()> {
+    if !KERNELS.contains(&o.kernel.as_str()) {
+        bail!("unknown kernel `{}`; choose one of: {}", o.kernel, KERNELS.join(", "));
+    }
+    if let Some(every) = o.follow {
+        return crate::follow::follow(&o, every);
+    }
+    let r = crate::inspect::open(&o.trace)?;
+    let names = Names::new(&r.meta().modules);
+    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+    let filter = build_filter(&names, &r, &o)?;
+    let opts = render_opts(&o);
     let table = match o.kernel.as_str() {
         // counts are sums: without a window or ROI (which follow event order) every
         // core decodes and counts chunks
@@ -238,36 +329,18 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
             run_chunks(&r, Counts::default(), filter)?.render(&namer, &opts)
         }
         "counts" => run(&r, Counts::default(), filter, o.roi)?.render(&namer, &opts),
+        // per-address per-thread sums: chunks on every core, as counts
+        "sharing" if !o.roi && o.window.is_none() => {
+            run_chunks(&r, Sharing::default(), filter)?.render(&namer, &opts)
+        }
         "sharing" => run(&r, Sharing::default(), filter, o.roi)?.render(&namer, &opts),
         "false-sharing" => {
             let k = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
             run(&r, k, filter, o.roi)?.render(&namer, &opts)
         }
         "cachesim" => {
-            let mut cfg = match &o.cache_config {
-                Some(p) => {
-                    let text = std::fs::read_to_string(p)
-                        .with_context(|| format!("cannot read cache config {}", p.display()))?;
-                    CacheConfig::parse(&text)?
-                }
-                None if !o.cache_args.is_empty() => {
-                    CacheConfig::from_cachegrind_args(&o.cache_args)?
-                }
-                None => CacheConfig::default(),
-            };
-            if let Some(n) = o.cores {
-                cfg = cfg.cores(n);
-            }
-            if o.annotate.is_some() {
-                cfg = cfg.annotate(true);
-            }
-            let rep = run(&r, CacheSim::new(cfg)?, filter, o.roi)?;
-            if let (Some(path), Some(a)) = (&o.annotate, &rep.annotation) {
-                let f = std::fs::File::create(path).with_context(|| {
-                    format!("cannot write the annotation to {}", path.display())
-                })?;
-                a.write_to(std::io::BufWriter::new(f))?;
-            }
+            let rep = run(&r, CacheSim::new(cache_config(&o)?)?, filter, o.roi)?;
+            write_annotation(&o, &rep)?;
             rep.render(&namer, &opts)
         }
         "reuse" => {

@@ -26,8 +26,9 @@ pub struct DbiOpts {
     pub roi: bool,
     /// Allocation call-stack depth.
     pub stack_depth: u32,
-    /// `--order=atomic`: a stamp per access.
-    pub order_atomic: bool,
+    /// `--order`: `sync` (clocks at synchronisation), `atomic` (a stamp per access)
+    /// or `none`.
+    pub order: &'static str,
     /// Print nothing but the program's own output.
     pub quiet: bool,
     /// The program and its arguments.
@@ -203,9 +204,7 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
     if opts.roi {
         cmd.env("MEMLENS_ROI", "1");
     }
-    if opts.order_atomic {
-        cmd.env("MEMLENS_ORDER", "atomic");
-    }
+    cmd.env("MEMLENS_ORDER", opts.order);
     let status = crate::record::wait_child(&mut cmd, &qemu)?;
     if std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0) < 128 {
         bail!(

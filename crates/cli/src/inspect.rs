@@ -99,6 +99,14 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         r.streams().iter().map(|s| u64::from(f(s))).sum()
     };
     let coverage = if with_coverage { Some(crate::vars::coverage(&r)?) } else { None };
+    // `--order atomic` line locks taken over from blocked holders (possible misorders).
+    let order_steals: u64 = m
+        .options
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "order_steals")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
     let v = json!({
         "coverage": coverage,
         "trace": path.display().to_string(),
@@ -115,6 +123,7 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         "frees": sum(|s| s.counts.frees),
         "dropped": r.dropped_events(),
         "dropped_bytes": dropped_bytes,
+        "order_steals": order_steals,
         "bytes_on_disk": r.bytes_on_disk(),
         "bytes_per_access": (bpa * 1000.0).round() / 1000.0,
         "chunks": r.chunks().len(),
@@ -147,6 +156,12 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
     writeln!(out, "allocs      {}", v["allocs"])?;
     writeln!(out, "frees       {}", v["frees"])?;
     writeln!(out, "dropped     {} events, {} bytes", r.dropped_events(), dropped_bytes)?;
+    if order_steals > 0 {
+        writeln!(
+            out,
+            "order       {order_steals} line lock(s) taken over from blocked threads (--order atomic): accesses around them may be out of order"
+        )?;
+    }
     writeln!(
         out,
         "on disk     {} bytes ({bpa:.3} B/access, {} chunks)",

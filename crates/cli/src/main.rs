@@ -6,6 +6,7 @@ mod cc;
 mod dbi;
 mod export;
 mod filter;
+mod follow;
 mod inspect;
 mod merge;
 mod names;
@@ -125,6 +126,13 @@ enum Cmd {
         /// Drop the timestamp column, as atomic-memory-trace's merge does.
         #[arg(long)]
         strip_ts: bool,
+        /// Merge this memlens trace instead, reading its chunks in file order as a
+        /// streaming consumer would (output as `dump --merged`).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// With --trace: print the events held back at most, and the chunk sizes, on stderr.
+        #[arg(long, requires = "trace")]
+        stats: bool,
     },
     /// Write a trace in another tool's format: perfetto, speedscope, spall,
     /// cachegrind, dhat (see docs/export.md)
@@ -258,6 +266,14 @@ struct AnalyzeArgs {
     /// working-set: accesses per interval.
     #[arg(long, default_value_t = 100_000)]
     interval: u64,
+    /// Follow a trace that `memlens record` is still writing: snapshots on stderr
+    /// every --every, the final result on stdout (the same as a run on the finished
+    /// trace) when the recording ends, or what was read on Ctrl-C.
+    #[arg(long)]
+    follow: bool,
+    /// With --follow: snapshot period, a time (2s, 500ms, 1m) or events (10M, 500000).
+    #[arg(long, default_value = "2s", value_name = "TIME|EVENTS", requires = "follow")]
+    every: String,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -371,7 +387,11 @@ fn real_main() -> Result<i32> {
                     values: a.values,
                     roi: a.roi,
                     stack_depth: a.stack_depth,
-                    order_atomic: a.order.order == merge::OrderMode::Atomic,
+                    order: match a.order.order {
+                        merge::OrderMode::Sync => "sync",
+                        merge::OrderMode::Atomic => "atomic",
+                        merge::OrderMode::None => "none",
+                    },
                     quiet: a.quiet,
                     cmd: a.cmd,
                 });
@@ -442,6 +462,7 @@ fn real_main() -> Result<i32> {
                 annotate: a.annotate,
                 line: a.line,
                 interval: a.interval,
+                follow: a.follow.then(|| analyze::parse_every(&a.every)).transpose()?,
             })
             .map(|_| 0)
         }
@@ -459,7 +480,17 @@ fn real_main() -> Result<i32> {
         Cmd::View { port, open, reindex, no_serve, trace } => {
             view::run(view::ViewOpts { trace, port, open, reindex, no_serve })
         }
-        Cmd::Merge { strip_ts } => {
+        Cmd::Merge { trace: Some(trace), stats, .. } => {
+            let s = merge::merge_file_order(&trace, std::io::stdout().lock())?;
+            if stats {
+                eprintln!(
+                    "events {}\nchunks {}\nmax buffered events {}\nmax events per chunk {}",
+                    s.events, s.chunks, s.max_buffered, s.max_chunk_events
+                );
+            }
+            Ok(0)
+        }
+        Cmd::Merge { strip_ts, trace: None, .. } => {
             merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
         }
         Cmd::Export(a) => {

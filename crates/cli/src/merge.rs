@@ -106,6 +106,139 @@ pub fn dump_merged(path: &Path, format: MergedFormat) -> Result<()> {
     Ok(())
 }
 
+/// Figures of a file-order merge (`merge_file_order`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FileOrderStats {
+    /// Events written.
+    pub events: u64,
+    /// Event chunks read.
+    pub chunks: u64,
+    /// The most events held back at once (decoded, not yet written).
+    pub max_buffered: u64,
+    /// The most events in one chunk.
+    pub max_chunk_events: u64,
+}
+
+/// `memlens merge --trace`: the merge a consumer reading the trace as it is written
+/// would do. Chunks are taken in file order (each stream's in sequence order) and
+/// decoded once; an event is written as soon as no stream can still produce an
+/// earlier one in `(clock, thread, index)` order: every stream not ended has
+/// produced an event at `(clock, thread)` at or past it (its clocks never decrease).
+/// The output is `dump --merged`'s text; memory is the events held back, which the
+/// recorder's skew bound keeps to about `SKEW_CHUNKS` chunks (docs/trace-format.md).
+pub fn merge_file_order(path: &Path, out: impl Write) -> Result<FileOrderStats> {
+    use memlens_format::ChunkDecoder;
+    let r = crate::inspect::open(path)?;
+    let mut out = BufWriter::with_capacity(1 << 16, out);
+    let streams = r.streams();
+    // Each stream's chunks in sequence order; the file order of all chunks.
+    let mut order: Vec<(u64, usize, usize)> = Vec::new();
+    for (si, s) in streams.iter().enumerate() {
+        for (k, &c) in s.chunks.iter().enumerate() {
+            order.push((r.chunks()[c].offset, si, k));
+        }
+    }
+    order.sort_unstable();
+    struct St {
+        queue: VecDeque<(u64, u64, Event)>,
+        clock: u64,
+        /// `(clock, thread)` of the last event decoded (streams only move forward).
+        latest: (u64, u32),
+        next_index: u64,
+        /// Chunks decoded (in sequence order) and chunks that arrived early.
+        done: usize,
+        early: Vec<usize>,
+        ended: bool,
+    }
+    let mut st: Vec<St> = streams
+        .iter()
+        .map(|s| St {
+            queue: VecDeque::new(),
+            clock: 0,
+            latest: (0, s.thread.0),
+            next_index: 0,
+            done: 0,
+            early: Vec::new(),
+            ended: s.chunks.is_empty(),
+        })
+        .collect();
+    let sc = r.stream_chunks();
+    let by_chunk: HashMap<usize, memlens_format::StreamChunk> =
+        sc.iter().map(|c| (c.chunk, *c)).collect();
+    let mut dec = ChunkDecoder::new();
+    let mut stats = FileOrderStats::default();
+    let mut buffered = 0u64;
+    let mut heap: BinaryHeap<Reverse<(u64, u32, u64, usize)>> = BinaryHeap::new();
+    for (_, si, k) in order {
+        st[si].early.push(k);
+        // Decode this stream's chunks that are now in sequence.
+        while let Some(at) = st[si].early.iter().position(|&e| e == st[si].done) {
+            st[si].early.swap_remove(at);
+            let ci = streams[si].chunks[st[si].done];
+            st[si].done += 1;
+            let thread = streams[si].thread;
+            let s = &mut st[si];
+            let was_empty = s.queue.is_empty();
+            let mut n = 0u64;
+            dec.decode(&r, &by_chunk[&ci], |evs| {
+                for ev in evs {
+                    if let Event::Clock(t) = ev {
+                        s.clock = s.clock.max(*t);
+                    }
+                    s.queue.push_back((s.clock, s.next_index, ev.clone()));
+                    s.next_index += 1;
+                    n += 1;
+                }
+            })?;
+            s.latest = (s.clock, thread.0);
+            if s.done == streams[si].chunks.len() {
+                s.ended = true;
+            }
+            if was_empty {
+                if let Some(&(c, i, _)) = s.queue.front() {
+                    heap.push(Reverse((c, thread.0, i, si)));
+                }
+            }
+            buffered += n;
+            stats.chunks += 1;
+            stats.max_chunk_events = stats.max_chunk_events.max(n);
+            stats.max_buffered = stats.max_buffered.max(buffered);
+        }
+        // Write every event no stream can still precede.
+        while let Some(&Reverse((c, t, _, hs))) = heap.peek() {
+            let blocked = st
+                .iter()
+                .enumerate()
+                .any(|(j, o)| j != hs && !o.ended && o.queue.is_empty() && o.latest < (c, t));
+            if blocked {
+                break;
+            }
+            heap.pop();
+            let s = &mut st[hs];
+            let (clock, index, ev) = s.queue.pop_front().expect("queued event");
+            writeln!(out, "{clock}\t{t}\t{index}\t{ev}")?;
+            buffered -= 1;
+            stats.events += 1;
+            if let Some(&(c, i, _)) = s.queue.front() {
+                heap.push(Reverse((c, t, i, hs)));
+            }
+        }
+    }
+    if buffered != 0 {
+        let left: Vec<u32> = st
+            .iter()
+            .zip(streams)
+            .filter(|(s, _)| !s.queue.is_empty())
+            .map(|(_, i)| i.thread.0)
+            .collect();
+        anyhow::bail!(
+            "{buffered} events of threads {left:?} could not be merged (incomplete streams)"
+        );
+    }
+    out.flush()?;
+    Ok(stats)
+}
+
 /// The functions traced with `record --trace-calls`, by runtime entry address, from
 /// the `trace_calls` option (`<vaddr> <pad vaddr> <name>` lines in the executable's
 /// file addresses) and the executable's load bias.

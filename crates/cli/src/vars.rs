@@ -3,33 +3,14 @@
 use crate::names::Names;
 use anyhow::Result;
 use memlens_analysis::{CodeName, DataName, Namer};
-use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, FastMap, HeapIndex, Kind, LabelId, Maps};
+use memlens_format::{Addr, Pc, ThreadId, TraceReader};
+use memlens_names::{Attributor, FastMap, HeapIndex, Kind, Label, LabelCounts, Maps};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Builds the heap index: a pass over the chunks that hold allocations or frees.
 pub fn heap_index(r: &TraceReader) -> Result<HeapIndex> {
-    let mut h = HeapIndex::default();
-    for s in r.streams() {
-        let mut it = r.events_where(s.thread, |c| c.counts.allocs > 0 || c.counts.frees > 0);
-        while let Some(ev) = it.next() {
-            let i = it.index();
-            match ev? {
-                Event::Alloc { pc, addr, size, stack, .. } => {
-                    h.add_block(s.thread, i, addr, size, pc, stack)
-                }
-                Event::Realloc { pc, old, new, size, stack } => {
-                    h.free(s.thread, i, old);
-                    h.add_block(s.thread, i, new, size, pc, stack);
-                }
-                Event::Free { addr, .. } => h.free(s.thread, i, addr),
-                _ => {}
-            }
-        }
-    }
-    h.finish();
-    Ok(h)
+    Ok(HeapIndex::from_trace(r)?)
 }
 
 /// Names for kernels' results (`analyze`, `view`): code via DWARF, data via the
@@ -69,38 +50,18 @@ pub fn attributor<'a>(r: &TraceReader, names: &'a Names) -> Result<Attributor<'a
     let heap = heap_index(r)?;
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let mut a = Attributor::new(names.symbolizer(), heap, maps);
-    a.set_site_namer(move |pc: Pc| {
-        let c = names.code(pc);
-        if c.line == 0 {
-            c.function.to_string()
-        } else {
-            let file = c.file.rsplit('/').next().unwrap_or(&c.file).to_string();
-            format!("{file}:{} {}", c.line, c.function)
-        }
-    });
+    a.set_site_namer(move |pc: Pc| site_name(names, pc));
     Ok(a)
 }
 
 /// Counters of one label.
-#[derive(Default, Clone)]
-pub struct VarCounts {
-    /// Loads.
-    pub loads: u64,
-    /// Stores.
-    pub stores: u64,
-    /// Bytes loaded.
-    pub bytes_read: u64,
-    /// Bytes stored.
-    pub bytes_written: u64,
-    /// Threads (sorted, distinct).
-    pub threads: Vec<ThreadId>,
-    /// Accesses per code address.
-    pub pcs: FastMap<Pc, u64>,
-}
+pub type VarCounts = LabelCounts;
 
 /// The result of naming every access.
 pub struct VarReport {
-    /// Per label, indexed by [`LabelId`] (labels never accessed have zero counts).
+    /// The labels accessed.
+    pub labels: Vec<Label>,
+    /// Per label, parallel to `labels`.
     pub by_label: Vec<VarCounts>,
     /// Accesses seen.
     pub accesses: u64,
@@ -114,62 +75,44 @@ pub struct VarReport {
     pub no_line: HashMap<String, u64>,
 }
 
-/// Names every access of the trace.
-pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributor<'a>, VarReport)> {
-    let mut a = attributor(r, names)?;
+/// How heap blocks are named: `heap(file:line function)`.
+fn site_name(names: &Names, pc: Pc) -> String {
+    let c = names.code(pc);
+    if c.line == 0 {
+        c.function.to_string()
+    } else {
+        let file = c.file.rsplit('/').next().unwrap_or(&c.file).to_string();
+        format!("{file}:{} {}", c.line, c.function)
+    }
+}
+
+/// Names every access of the trace: chunk-parallel on every core, or one serial
+/// pass when `MEMLENS_NAMES_SERIAL=1` (the reference the parallel pass is tested
+/// against; both give the same result).
+pub fn attribute_all(r: &TraceReader, names: &Names) -> Result<VarReport> {
+    let maps = r.meta().maps.as_deref().map(Maps::parse);
+    let namer = |pc: Pc| site_name(names, pc);
+    let att = if std::env::var_os("MEMLENS_NAMES_SERIAL").is_some_and(|v| v == "1") {
+        memlens_names::attribute_trace_serial(r, names.symbolizer(), maps, &namer)?
+    } else {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        memlens_names::attribute_trace(r, names.symbolizer(), maps, &namer, n)?
+    };
     let mut rep = VarReport {
-        by_label: Vec::new(),
+        labels: att.labels,
+        by_label: att.counts,
         accesses: 0,
         with_line: 0,
         with_name: 0,
         unnamed: HashMap::new(),
         no_line: HashMap::new(),
     };
-    // The hot loop only counts per label and per (label, pc); everything that
-    // depends on the label alone or the pc alone (names, lines, fallback kinds)
-    // is derived once per distinct key afterwards instead of once per event.
-    for s in r.streams() {
-        let t = s.thread;
-        let mut it = r.events(t);
-        while let Some(ev) = it.next() {
-            let ev = ev?;
-            let i = it.index();
-            a.observe(t, &ev);
-            let (pc, addr) = match &ev {
-                Event::Access { pc, addr, .. }
-                | Event::Range { pc, addr, .. }
-                | Event::Rmw { pc, addr, .. } => (*pc, *addr),
-                _ => continue,
-            };
-            let id = a.attribute(t, i, pc, addr);
-            let (l, st) = ev.loads_stores();
-            let (br, bw) = ev.bytes_read_written();
-            let n = l + st;
-            if rep.by_label.len() <= id as usize {
-                rep.by_label.resize(id as usize + 1, VarCounts::default());
-            }
-            let c = &mut rep.by_label[id as usize];
-            c.loads += l;
-            c.stores += st;
-            c.bytes_read += br;
-            c.bytes_written += bw;
-            if c.threads.last() != Some(&t) {
-                if let Err(p) = c.threads.binary_search(&t) {
-                    c.threads.insert(p, t);
-                }
-            }
-            *c.pcs.entry(pc).or_default() += n;
-        }
-    }
+    // Everything that depends on the label alone or the pc alone (names, lines,
+    // fallback kinds) is derived once per distinct key, not once per event.
     let mut per_pc: FastMap<Pc, u64> = FastMap::default();
-    for (id, c) in rep.by_label.iter().enumerate() {
-        // A label with no pc was never the target of an access (only resized past).
-        if c.pcs.is_empty() {
-            continue;
-        }
+    for (label, c) in rep.labels.iter().zip(&rep.by_label) {
         let n = c.loads + c.stores;
         rep.accesses += n;
-        let label = a.label(id as LabelId);
         if label.kind.is_named() {
             rep.with_name += n;
         } else {
@@ -186,7 +129,7 @@ pub fn attribute_all<'a>(r: &TraceReader, names: &'a Names) -> Result<(Attributo
             *rep.no_line.entry(no_line_where(names, pc)).or_default() += n;
         }
     }
-    Ok((a, rep))
+    Ok(rep)
 }
 
 /// Where an access without a source line comes from: its function and module.
@@ -211,13 +154,12 @@ pub enum Group {
 /// Rows of `report --by variable`.
 pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<serde_json::Value>> {
     let names = Names::new(&r.meta().modules);
-    let (a, rep) = attribute_all(r, &names)?;
+    let rep = attribute_all(r, &names)?;
     let mut agg: HashMap<(String, Kind), VarCounts> = HashMap::new();
-    for (id, c) in rep.by_label.iter().enumerate() {
+    for (l, c) in rep.labels.iter().zip(&rep.by_label) {
         if c.loads + c.stores == 0 {
             continue;
         }
-        let l = a.label(id as LabelId);
         let key = match group {
             Group::Field => l.display(),
             Group::Variable => l.base.to_string(),
@@ -263,7 +205,7 @@ pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<se
 /// Attribution coverage figures for `info`.
 pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
     let names = Names::new(&r.meta().modules);
-    let (_, rep) = attribute_all(r, &names)?;
+    let rep = attribute_all(r, &names)?;
     let pct = |n: u64| {
         if rep.accesses == 0 {
             100.0

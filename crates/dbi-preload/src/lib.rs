@@ -20,6 +20,11 @@
 //! (`dl_iterate_phdr`): load bias plus a pointer to the path, which the plugin reads
 //! from guest memory.
 //!
+//! It reports each thread's stack bounds and thread pointer (`pthread_getattr_np`,
+//! as the compiled path does) and, once a second thread exists, tells the plugin
+//! about pthread synchronisation (mutexes, condition variables, barriers, rwlocks,
+//! spinlocks, semaphores, join) so it can stamp its clock.
+//!
 //! Protocol: `syscall(MAGIC, op, a, b, pc, c, sp)`, see the `OP_*` constants.
 
 use core::arch::naked_asm;
@@ -47,6 +52,10 @@ pub const OP_ROI_END: u64 = 67;
 pub const OP_TRACE_ON: u64 = 68;
 /// See [`OP_TRACE_ON`].
 pub const OP_TRACE_OFF: u64 = 69;
+/// `op` 70: a pthread synchronisation point (the plugin stamps its clock).
+pub const OP_SYNC: u64 = 70;
+/// `op` 71: this thread's stack `[a, b)` and thread pointer `c`.
+pub const OP_STACK: u64 = 71;
 
 const MALLOC: u64 = 0;
 const CALLOC: u64 = 1;
@@ -228,8 +237,137 @@ fn report_modules() {
     unsafe { libc::dl_iterate_phdr(Some(visit), core::ptr::null_mut()) };
 }
 
+/// Tells the plugin the calling thread's stack bounds and thread pointer.
+fn report_stack() {
+    // SAFETY: pthread_getattr_np fills `attr`, which is destroyed after use; the
+    // thread pointer is the first word of the TCB (x86-64 TLS ABI).
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return;
+        }
+        let (mut addr, mut size) = (core::ptr::null_mut(), 0usize);
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        let tp: u64;
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+        if ok {
+            tell(OP_STACK, addr as u64, addr as u64 + size as u64, 0, tp, 0);
+        }
+    }
+}
+
 extern "C" fn init() {
     report_modules();
+    report_stack();
+}
+
+// pthread synchronisation: the plugin stamps a clock before each release and after
+// each acquire, so that `dump --merged` orders the threads' events consistently with
+// them. Until a second thread exists nothing can be ordered: no system call then.
+
+/// A second thread was created (stays set).
+static THREADED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+#[inline(always)]
+fn sync_point() {
+    if THREADED.load(core::sync::atomic::Ordering::Relaxed) {
+        tell(OP_SYNC, 0, 0, 0, 0, 0);
+    }
+}
+
+/// The next definition of `name` (glibc's), looked up once.
+macro_rules! real {
+    ($name:literal, $ty:ty) => {{
+        static P: core::sync::atomic::AtomicPtr<c_void> =
+            core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+        let mut p = P.load(core::sync::atomic::Ordering::Relaxed);
+        if p.is_null() {
+            p = libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr() as *const c_char);
+            P.store(p, core::sync::atomic::Ordering::Relaxed);
+        }
+        core::mem::transmute::<*mut c_void, $ty>(p)
+    }};
+}
+
+/// Defines an interposer that stamps before (`release`) or after (`acquire`) the real call.
+macro_rules! sync_fn {
+    ($name:ident = $sym:literal; ($($a:ident: $t:ty),*) -> $r:ty; $when:ident) => {
+        /// The pthread function of the same name, with a synchronisation stamp.
+        ///
+        /// # Safety
+        /// The same contract as the function it stands for.
+        #[unsafe(export_name = $sym)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            let f = real!($sym, unsafe extern "C" fn($($t),*) -> $r);
+            sync_fn!(@$when f($($a),*))
+        }
+    };
+    (@release $call:expr) => {{ sync_point(); $call }};
+    (@acquire $call:expr) => {{ let r = $call; sync_point(); r }};
+    (@both $call:expr) => {{ sync_point(); let r = $call; sync_point(); r }};
+}
+
+type P = *mut c_void;
+sync_fn!(mutex_lock = "pthread_mutex_lock"; (m: P) -> c_int; acquire);
+sync_fn!(mutex_trylock = "pthread_mutex_trylock"; (m: P) -> c_int; acquire);
+sync_fn!(mutex_unlock = "pthread_mutex_unlock"; (m: P) -> c_int; release);
+sync_fn!(cond_wait = "pthread_cond_wait"; (c: P, m: P) -> c_int; both);
+sync_fn!(cond_timedwait = "pthread_cond_timedwait"; (c: P, m: P, t: P) -> c_int; both);
+sync_fn!(cond_signal = "pthread_cond_signal"; (c: P) -> c_int; release);
+sync_fn!(cond_broadcast = "pthread_cond_broadcast"; (c: P) -> c_int; release);
+sync_fn!(barrier_wait = "pthread_barrier_wait"; (b: P) -> c_int; both);
+sync_fn!(rwlock_rdlock = "pthread_rwlock_rdlock"; (l: P) -> c_int; acquire);
+sync_fn!(rwlock_wrlock = "pthread_rwlock_wrlock"; (l: P) -> c_int; acquire);
+sync_fn!(rwlock_unlock = "pthread_rwlock_unlock"; (l: P) -> c_int; release);
+sync_fn!(spin_lock = "pthread_spin_lock"; (l: P) -> c_int; acquire);
+sync_fn!(spin_unlock = "pthread_spin_unlock"; (l: P) -> c_int; release);
+sync_fn!(sem_wait = "sem_wait"; (s: P) -> c_int; acquire);
+sync_fn!(sem_post = "sem_post"; (s: P) -> c_int; release);
+sync_fn!(join = "pthread_join"; (t: libc::pthread_t, r: *mut P) -> c_int; acquire);
+
+/// A new thread's start: report its stack, then run the program's start routine.
+unsafe extern "C" fn thread_start(arg: P) -> P {
+    let (f, a) = *(arg as *mut (extern "C" fn(P) -> P, P));
+    __libc_free(arg);
+    report_stack();
+    f(a)
+}
+
+/// `pthread_create`: marks the process multi-threaded and has the new thread report
+/// its stack (the plugin stamps the creation itself).
+///
+/// # Safety
+/// The same contract as `pthread_create(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    f: extern "C" fn(P) -> P,
+    arg: P,
+) -> c_int {
+    type Create = unsafe extern "C" fn(
+        *mut libc::pthread_t,
+        *const libc::pthread_attr_t,
+        extern "C" fn(P) -> P,
+        P,
+    ) -> c_int;
+    let real = real!("pthread_create", Create);
+    THREADED.store(true, core::sync::atomic::Ordering::Relaxed);
+    // Not malloc: that would record an allocation the program did not make.
+    let b = __libc_malloc(core::mem::size_of::<(extern "C" fn(P) -> P, P)>());
+    if b.is_null() {
+        return libc::EAGAIN;
+    }
+    (b as *mut (extern "C" fn(P) -> P, P)).write((f, arg));
+    // SAFETY: thread_start has the start routine's ABI.
+    let start: extern "C" fn(P) -> P =
+        core::mem::transmute(thread_start as unsafe extern "C" fn(P) -> P);
+    let r = real(t, attr, start, b);
+    if r != 0 {
+        __libc_free(b);
+    }
+    r
 }
 
 #[used]

@@ -9,6 +9,8 @@ pub const MERGE: u8 = 0x80;
 pub const CALL: u8 = 0x40;
 /// Flag: a near return (its load pops the return address).
 pub const RET: u8 = 0x20;
+/// Flag: an atomic instruction (LOCK prefix, or `xchg` with a memory operand).
+pub const ATOMIC: u8 = 0x10;
 /// The bits holding the [`RmwOp`].
 pub const OP_MASK: u8 = 0x0f;
 
@@ -20,6 +22,10 @@ pub struct Decoded {
     pub flags: u8,
     /// The instruction may access memory (false only when it certainly does not).
     pub mem: bool,
+    /// QEMU 7.2 may do its accesses in a helper (atomics, x87 and xsave state,
+    /// cmpxchg8b/16b, AVX gathers and masked moves), which reports them through
+    /// the callbacks last armed for the vCPU.
+    pub helper: bool,
 }
 
 /// Whether an instruction may access memory: false only for register-only ModRM
@@ -77,7 +83,11 @@ fn may_access(b: &[u8], i: usize) -> bool {
 /// Decodes the prefixes and opcode of `b`.
 pub fn decode(b: &[u8]) -> Decoded {
     let mut i = 0;
+    let mut lock = false;
     while i < b.len() {
+        if b[i] == 0xf0 {
+            lock = true;
+        }
         match b[i] {
             0x66 | 0x67 | 0xf2 | 0xf3 | 0xf0 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 => i += 1,
             0x40..=0x4f => i += 1,
@@ -134,7 +144,16 @@ pub fn decode(b: &[u8]) -> Decoded {
     if ret {
         flags |= RET;
     }
-    Decoded { ret, flags, mem: may_access(b, i) }
+    let mem = may_access(b, i);
+    if mem && (lock || matches!(op, 0x86 | 0x87)) {
+        flags |= ATOMIC;
+    }
+    let helper = mem
+        && (flags & ATOMIC != 0
+            || (op == 0x0f && matches!(op2, 0xae | 0xc7))
+            || (0xd8..=0xdf).contains(&op)
+            || vex);
+    Decoded { ret, flags, mem, helper }
 }
 
 #[cfg(test)]
@@ -155,6 +174,13 @@ mod tests {
         assert_ne!(decode(&[0xff, 0x15, 0, 0, 0, 0]).flags & CALL, 0); // call [rip+x]
         assert_eq!(decode(&[0xff, 0xe0]).flags & CALL, 0); // jmp rax
         assert_ne!(decode(&[0xc3]).flags & RET, 0);
+        assert_ne!(decode(&[0xf0, 0x48, 0x0f, 0xc1, 0x07]).flags & ATOMIC, 0); // lock xadd
+        assert_ne!(decode(&[0x48, 0x87, 0x07]).flags & ATOMIC, 0); // xchg [rdi], rax
+        assert_eq!(decode(&[0x48, 0x87, 0xc7]).flags & ATOMIC, 0); // xchg rdi, rax
+        assert_eq!(decode(&[0x48, 0x01, 0x18]).flags & ATOMIC, 0); // add [rax], rbx
+        assert!(decode(&[0xf0, 0x0f, 0xb1, 0x0f]).helper); // lock cmpxchg
+        assert!(decode(&[0x0f, 0xae, 0x27]).helper); // xsave [rdi]
+        assert!(!decode(&[0x48, 0x8b, 0x07]).helper); // mov rax, [rdi]
         assert!(!decode(&[0x48, 0x01, 0xd8]).mem); // add rax, rbx
         assert!(decode(&[0x48, 0x01, 0x18]).mem); // add [rax], rbx
         assert!(!decode(&[0x48, 0x8d, 0x04, 0x24]).mem); // lea rax, [rsp]

@@ -26,6 +26,8 @@ pub struct Insn {
 pub const CB_NO_REGS: c_int = 0;
 /// Memory callbacks for loads only.
 pub const MEM_R: c_int = 1;
+/// Memory callbacks for stores only.
+pub const MEM_W: c_int = 2;
 /// Memory callbacks for loads and stores.
 pub const MEM_RW: c_int = 3;
 

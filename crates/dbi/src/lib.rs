@@ -107,12 +107,14 @@ pub unsafe extern "C" fn qemu_plugin_install(
     }
     match std::env::var("MEMLENS_ORDER").as_deref() {
         Ok("atomic") => order::enable(),
-        Ok("" | "sync" | "none") | Err(_) => {}
+        Ok("none") => order::disable_sync(),
+        Ok("" | "sync") | Err(_) => {}
         Ok(o) => {
             say(&format!("unknown MEMLENS_ORDER {o:?}"));
             return -1;
         }
     }
+    thread::init_flags();
     *CONFIG.lock().unwrap() = Some(Config { out: out.into(), level, spec, filter: f });
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     qemu_plugin_register_vcpu_init_cb(id, thread::vcpu_init);
@@ -180,11 +182,11 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
     // Translation can wait for the other vCPUs (tb_flush): never with the lock held.
     thread::unhold_current();
     let atomic = order::on();
+    let values = thread::VALUES.load(Relaxed);
     let n = qemu_plugin_tb_n_insns(tb);
     let view = modules::view();
     let is_static = thread::STATIC.load(Relaxed);
     let mut first_pc = None;
-    let mut any = false;
     for i in 0..n {
         let insn = qemu_plugin_tb_get_insn(tb, i);
         let pc = qemu_plugin_insn_vaddr(insn);
@@ -197,15 +199,24 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         let data = qemu_plugin_insn_data(insn) as *const u8;
         let bytes = if data.is_null() { &[][..] } else { std::slice::from_raw_parts(data, len) };
         let d = decode::decode(bytes);
+        let null = std::ptr::null_mut();
         if !view.traced(pc) {
+            // Keeps the shadow call stack right across untraced returns, and tells
+            // function entries from untraced callers.
             if d.ret {
-                // Keeps the shadow call stack right across untraced returns.
-                let cb = thread::ret_cb;
-                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_R, std::ptr::null_mut());
+                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_R, null);
+            } else if d.flags & decode::CALL != 0 {
+                let cb = thread::untraced_call_cb;
+                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_W, null);
+            } else if d.helper {
+                // QEMU 7.2 does not disarm an instruction's memory callbacks when
+                // its block is left (a `jmp` through the PLT, say): a helper doing
+                // the accesses of this one would report them to the last traced
+                // instruction. Arming an empty callback here catches them.
+                qemu_plugin_register_vcpu_mem_cb(insn, thread::sink_cb, CB_NO_REGS, MEM_RW, null);
             }
             continue;
         }
-        any = true;
         // The format's pcs are "return addresses" (symbolisers look up pc - 1): the
         // instruction address + 1 names the instruction itself.
         let rpc = pc + 1;
@@ -215,18 +226,30 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         if d.ret {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::exit_cb, CB_NO_REGS, rpc as _);
         }
-        if atomic && d.mem {
+        // No memory callback where there can be no access: it costs a call per
+        // execution.
+        if !d.mem {
+            continue;
+        }
+        let stamped = atomic || (d.flags & decode::ATOMIC != 0 && order::sync());
+        if stamped {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::order_cb, CB_NO_REGS, rpc as _);
         }
-        let udata = rpc | ((len as u64 & 0xff) << 48) | (u64::from(d.flags) << 56);
-        qemu_plugin_register_vcpu_mem_cb(insn, thread::mem_cb, CB_NO_REGS, MEM_RW, udata as _);
+        let udata = rpc | (u64::from(d.flags) << 56);
+        if stamped || values || d.flags & (decode::CALL | decode::RET) != 0 {
+            let udata = udata | ((len as u64 & 0xff) << 48);
+            let cb = thread::slow_cb;
+            qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_RW, udata as _);
+        } else {
+            qemu_plugin_register_vcpu_mem_cb(insn, thread::mem_cb, CB_NO_REGS, MEM_RW, udata as _);
+        }
     }
-    // QEMU 7.2 can run the memory callbacks of the last instrumented instruction
-    // again from helpers of later, uninstrumented blocks (xsave in the lazy-binding
-    // resolver, for one): every block says whether it is traced.
     let Some(start) = first_pc else { return };
+    if atomic {
+        // An instruction that made no access left the order lock held.
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_cb, CB_NO_REGS, std::ptr::null_mut());
+    }
     if !is_static {
-        qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_cb, CB_NO_REGS, usize::from(any) as _);
         return;
     }
     // Static executables: allocators are hooked at their entry, and every block
@@ -235,8 +258,7 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         let cb = thread::alloc_entry_cb;
         qemu_plugin_register_vcpu_tb_exec_cb(tb, cb, CB_NO_REGS, usize::from(kind) as _);
     }
-    let udata = (start << 1) | u64::from(any);
-    qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_static_cb, CB_NO_REGS, udata as _);
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, thread::tb_static_cb, CB_NO_REGS, start as _);
 }
 
 /// Reads the `1 << shift` byte value (shift 0..=3) at guest address `addr`.
@@ -283,9 +305,19 @@ unsafe extern "C" fn syscall_cb(
     if num != MAGIC {
         if num == SYS_CLONE {
             CLONE_FLAGS.with(|f| f.set(op));
+        } else if num == SYS_CLONE3 && op != 0 {
+            // struct clone_args: flags, pidfd, child_tid, parent_tid, exit_signal,
+            // stack, stack_size, tls
+            let flags = read_guest(op, 3);
+            CLONE_FLAGS.with(|f| f.set(flags));
+            if flags & libc::CLONE_VM as u64 != 0 {
+                let at = |i: u64| read_guest(op + 8 * i, 3);
+                thread::clone_args(at(5), at(6), at(7));
+            }
         } else if num == SYS_CLONE3 {
-            // struct clone_args starts with the flags
-            CLONE_FLAGS.with(|f| f.set(if op == 0 { 0 } else { read_guest(op, 3) }));
+            CLONE_FLAGS.with(|f| f.set(0));
+        } else if num == SYS_EXIT_GROUP {
+            EXIT_CODE.store(op as u8 as i64, Relaxed);
         }
         return;
     }
@@ -309,6 +341,10 @@ const SYS_CLONE: i64 = 56;
 const SYS_FORK: i64 = 57;
 const SYS_VFORK: i64 = 58;
 const SYS_CLONE3: i64 = 435;
+const SYS_EXIT_GROUP: i64 = 231;
+
+/// The status the guest passed to `exit_group` (-1: none yet).
+static EXIT_CODE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
 
 std::thread_local! {
     /// Flags of this thread's last clone/clone3.
@@ -362,5 +398,9 @@ unsafe extern "C" fn at_exit(_id: Id, _: *mut c_void) {
     if gave_up > 0 {
         say(&format!("--order=atomic: {gave_up} accesses waited too long for the order lock and are stamped without it"));
     }
-    writer::finish(modules::all());
+    // The process's end: the parent's is also patched in by `memlens record` (which
+    // sees signals too); a forked child's only comes from here.
+    let code = EXIT_CODE.load(Relaxed);
+    let end = (code >= 0).then_some(memlens_format::EndStatus::Exited(code as i32));
+    writer::finish(modules::all(), end);
 }

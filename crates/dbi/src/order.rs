@@ -1,5 +1,15 @@
-//! `--order=atomic` under QEMU: one global order lock and a Lamport clock.
+//! Clocks under QEMU: one global order lock and a Lamport clock.
 //!
+//! By default (`--order sync`) only synchronisation points are stamped: every
+//! atomic instruction of traced code (LOCK-prefixed or `xchg` with memory, the
+//! lock held from before the instruction to its memory callback, so the stamps of
+//! the atomics follow their real order), a thread's creation (the new thread
+//! starts with its creator's stamp) and exit, and the guest preload library's
+//! pthread interposers (mutexes, condition variables, barriers, semaphores,
+//! create/join: stamped before a release, after an acquire). `dump --merged` then
+//! gives an order consistent with synchronisation, as in the compiled path.
+//!
+//! `--order=atomic` stamps every access:
 //! QEMU 7.2 tells a plugin the address of an access only after the access, so the
 //! lock cannot be striped by address as in the compiled path
 //! (`memlens-rt`'s `order.rs`): it is one lock, taken by an execution callback
@@ -15,13 +25,17 @@
 //! it rather than deadlock against QEMU's own stop-the-world operations
 //! (`start_exclusive`); those accesses are counted and reported at exit.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// Synchronisation points are stamped (the default; off with `--order none`).
+static SYNC: AtomicBool = AtomicBool::new(true);
 static LOCK: AtomicBool = AtomicBool::new(false);
 /// The global clock: the last stamp handed out.
 static CLOCK: AtomicU64 = AtomicU64::new(0);
+/// The stream that handed out the last stamp.
+static OWNER: AtomicU32 = AtomicU32::new(u32::MAX);
 /// Lock waits that gave up.
 pub static GAVE_UP: AtomicU64 = AtomicU64::new(0);
 
@@ -31,6 +45,19 @@ const PATIENCE: Duration = Duration::from_secs(2);
 /// Turns `--order=atomic` on (at start-up).
 pub fn enable() {
     ON.store(true, SeqCst);
+}
+
+/// `--order none`: no clocks at all.
+pub fn disable_sync() {
+    SYNC.store(false, SeqCst);
+}
+
+/// Whether synchronisation points (atomic instructions, thread start and exit, the
+/// preload library's pthread interposers) are stamped: the default `sync` order
+/// and `atomic`.
+#[inline(always)]
+pub fn sync() -> bool {
+    SYNC.load(Relaxed)
 }
 
 /// Whether `--order=atomic` is on.
@@ -77,15 +104,17 @@ pub fn unlock() {
     LOCK.store(false, Release);
 }
 
-/// The stamp of a thread whose last stamp was `mine` (lock held): the same stamp
-/// while nobody else stamped since, else one past the global clock.
+/// The stamp of thread `me` whose last stamp was `mine` (lock held): the same
+/// stamp while nobody else stamped since, else one past the global clock. A new
+/// thread starts with its creator's stamp but does not own it.
 #[inline(always)]
-pub fn tick(mine: u64) -> u64 {
+pub fn tick(mine: u64, me: u32) -> u64 {
     let g = CLOCK.load(Relaxed);
-    if g == mine && mine != 0 {
+    if g == mine && mine != 0 && OWNER.load(Relaxed) == me {
         return mine;
     }
     let t = g.max(mine) + 1;
     CLOCK.store(t, Relaxed);
+    OWNER.store(me, Relaxed);
     t
 }

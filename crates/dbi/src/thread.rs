@@ -1,24 +1,42 @@
-//! Per-guest-thread state: the encoder and buffer of the thread's stream, filled by
+//! Per-guest-thread state: the raw record buffer of the thread's stream, filled by
 //! the callbacks that run in that (host = guest) thread.
+//!
+//! A callback appends one fixed-size raw record of two words and nothing else:
+//! an access is `(address, instruction address + 1 | size shift << 48 | r/w << 51 |
+//! decode flags << 56)`, everything else a marker (bit [`MARK`]) whose kind sits in
+//! bits 48..55: function entry and exit, a clock, a recorded value, or "the next
+//! of this buffer's [`Event`]s" for the rare events (allocations, thread events).
+//! Full buffers go to the worker thread ([`crate::writer`]), which encodes and
+//! compresses them.
 
-use crate::decode::{CALL, MERGE, OP_MASK, RET};
+use crate::decode::{ATOMIC, CALL, RET};
 use crate::order;
-use crate::writer::{send, Msg};
+use crate::writer::{self, Raw};
 use libc::{c_uint, c_void};
-use memlens_format::codec::{access_tag, Encoder, MAX_ACCESS_LEN};
-use memlens_format::{
-    count, AccessKind, Addr, AllocKind, ChunkCounts, Event, FreeKind, Pc, RmwOp, ThreadId,
-};
+use memlens_format::{Addr, AllocKind, Event, FreeKind, Pc, ThreadId};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
-/// Raw bytes per chunk.
-const CHUNK: usize = 1 << 20;
-/// udata of a memory callback: instruction address + 1 (bits 0..48), instruction
-/// length (48..56), decode flags (56..64).
+/// Words per raw buffer (4 Ki records, 64 KiB: small enough to stay in a cache the worker shares).
+pub const RAW_WORDS: usize = 1 << 13;
+/// Words kept free at the end of a buffer: one callback appends at most 6.
+const SLACK: usize = 16;
+/// Instruction address + 1 in a record's second word.
 pub const PC_MASK: u64 = (1 << 48) - 1;
+/// A record's second word: a marker, not an access.
+pub const MARK: u64 = 1 << 55;
+/// Marker kinds (bits 48..55 of the second word).
+pub const M_EVENT: u64 = 1;
+/// Function entry: first word = call site, pc = the function's first instruction + 1.
+pub const M_ENTER: u64 = 2;
+/// Function exit: pc = the `ret` + 1.
+pub const M_EXIT: u64 = 3;
+/// A clock: first word = the stamp.
+pub const M_CLOCK: u64 = 4;
+/// The value of the access just before (`--values`): first word = the value.
+pub const M_VALUE: u64 = 5;
 /// Shadow call stack entries kept per thread (the oldest half goes when full).
 const MAX_SHADOW: usize = 4096;
 
@@ -30,35 +48,69 @@ pub static ROI_MODE: AtomicBool = AtomicBool::new(false);
 pub static ROI_ON: AtomicBool = AtomicBool::new(false);
 /// `memlens_trace_off` turned recording of accesses and function events off.
 pub static TRACE_OFF: AtomicBool = AtomicBool::new(false);
+/// Accesses are recorded now: not traced off, and inside the ROI under `--roi`.
+static RECORDING: AtomicBool = AtomicBool::new(true);
 /// The executable is static: allocators are hooked by symbol, not preloaded.
 pub static STATIC: AtomicBool = AtomicBool::new(false);
 /// Register reads for the static hooks: 0 untested, 1 checked, 2 off.
 static REGS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// The meminfo layout is QEMU 7.2's (size shift in bits 4..7): checked at start-up.
+static SHIFT_FFI: AtomicBool = AtomicBool::new(false);
 
 /// Callers recorded with each allocation (`--stack-depth`).
 pub static STACK_DEPTH: AtomicUsize = AtomicUsize::new(8);
 
+fn update_recording() {
+    let on = !TRACE_OFF.load(SeqCst) && (!ROI_MODE.load(SeqCst) || ROI_ON.load(SeqCst));
+    RECORDING.store(on, SeqCst);
+}
+
+/// Sets the recording state at start-up (after `ROI_MODE`) and checks the meminfo layout.
+pub fn init_flags() {
+    update_recording();
+    // SAFETY: a pure function of its argument.
+    let ok = unsafe { crate::ffi::qemu_plugin_mem_size_shift(3 << 4) } == 3
+        && unsafe { crate::ffi::qemu_plugin_mem_size_shift(2 << 4) } == 2;
+    SHIFT_FFI.store(!ok, SeqCst);
+}
+
+/// A record's size-shift and r/w bits from QEMU's meminfo.
+#[inline(always)]
+fn info_bits(info: u32) -> u64 {
+    let shift = if SHIFT_FFI.load(Relaxed) {
+        // SAFETY: plain accessor of QEMU's.
+        u64::from(unsafe { crate::ffi::qemu_plugin_mem_size_shift(info) })
+    } else {
+        // QEMU 7.2: meminfo = MemOpIdx (memop << 4 | mmu index) | rw << 16.
+        u64::from(info >> 4)
+    };
+    ((shift & 7) << 48) | ((u64::from(info >> 16) & 3) << 51)
+}
+
 pub struct Ts {
     stream: u32,
     vcpu: c_uint,
-    raw: Vec<u8>,
-    counts: ChunkCounts,
-    enc: Encoder,
-    /// A pending 8-byte half of a possibly 16-byte access: pc (0: none), address, store.
-    pend_pc: u64,
-    pend_addr: u64,
-    pend_write: bool,
+    /// The raw buffer: records are written through `cur` up to `end`.
+    words: Vec<u64>,
+    cur: *mut u64,
+    end: *mut u64,
+    /// The events the buffer's `M_EVENT` markers stand for.
+    events: Vec<Event>,
+    /// No buffer handed over yet (the `ThreadStart` is still in `events`).
+    first: bool,
+    /// The stream's clock at its start.
+    clock0: u64,
     done: bool,
-    /// The block running now is traced.
-    in_traced: bool,
     /// Shadow call stack of the calls seen in traced code: (return address, the
     /// stack slot it was pushed to), slots strictly decreasing towards the top.
     shadow: Vec<(u64, u64)>,
-    /// Lamport clock of the last stamp (`--order=atomic`).
+    /// The return address of the last traced call, and `cur` right after it: a
+    /// function entry with nothing recorded in between was entered by that call.
+    call_ret: u64,
+    call_at: *mut u64,
+    /// Lamport clock of the last stamp.
     lclock: u64,
-    /// The clock in force where the current chunk started.
-    chunk_clock: u64,
-    /// Holds the order lock (`--order=atomic`).
+    /// Holds the order lock.
     held: bool,
     /// Static executables: an allocator entered and not yet returned:
     /// (hook kind, first argument, second argument, return address, stack pointer).
@@ -70,13 +122,24 @@ struct Ptr(*mut Ts);
 // the vCPUs' callbacks.
 unsafe impl Send for Ptr {}
 
+/// What the creating thread knows about a new thread: parent stream, clock, and
+/// (from `clone3`) stack low, stack high, thread pointer.
+#[derive(Clone, Copy, Default)]
+struct Birth {
+    parent: Option<u32>,
+    clock: u64,
+    stack: (u64, u64, u64),
+}
+
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
 static REGISTRY: Mutex<Vec<Ptr>> = Mutex::new(Vec::new());
-static PARENTS: Mutex<Option<HashMap<c_uint, u32>>> = Mutex::new(None);
+static BIRTHS: Mutex<Option<HashMap<c_uint, Birth>>> = Mutex::new(None);
 
 thread_local! {
     static TS: Cell<*mut Ts> = const { Cell::new(std::ptr::null_mut()) };
     static DTOR: Dtor = const { Dtor };
+    /// Stack and thread pointer of the thread this thread's last `clone3` creates.
+    static CLONE_STACK: Cell<(u64, u64, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
 struct Dtor;
@@ -99,7 +162,7 @@ fn comm() -> String {
 #[inline(always)]
 fn ts(vcpu: c_uint) -> &'static mut Ts {
     // By vCPU index first: a thread-local of a shared object costs a
-    // `__tls_get_addr` call, and this runs for every access and every block.
+    // `__tls_get_addr` call, and this runs for every access.
     let p = match SLOTS.get(vcpu as usize) {
         Some(s) => s.load(Relaxed),
         None => TS.with(|c| c.get()),
@@ -120,24 +183,27 @@ static SLOTS: [std::sync::atomic::AtomicPtr<Ts>; 1024] =
 #[cold]
 fn init(vcpu: c_uint) -> &'static mut Ts {
     let stream = NEXT_STREAM.fetch_add(1, Relaxed);
-    let parent = PARENTS.lock().unwrap().as_mut().and_then(|m| m.remove(&vcpu));
+    let birth = BIRTHS.lock().unwrap().as_mut().and_then(|m| m.remove(&vcpu)).unwrap_or_default();
+    let mut words = writer::fresh_words();
+    words.reserve(RAW_WORDS);
     let t = Box::leak(Box::new(Ts {
         stream,
         vcpu,
-        raw: Vec::with_capacity(CHUNK + 4096),
-        counts: ChunkCounts::default(),
-        enc: Encoder::new(),
-        pend_pc: 0,
-        pend_addr: 0,
-        pend_write: false,
+        words,
+        cur: std::ptr::null_mut(),
+        end: std::ptr::null_mut(),
+        events: Vec::new(),
+        first: true,
+        clock0: birth.clock,
         done: false,
-        in_traced: false,
         shadow: Vec::new(),
-        lclock: 0,
-        chunk_clock: 0,
+        call_ret: 0,
+        call_at: std::ptr::null_mut(),
+        lclock: birth.clock,
         held: false,
         pending: None,
     }));
+    t.reset_ptrs();
     TS.with(|c| c.set(t));
     if let Some(s) = SLOTS.get(vcpu as usize) {
         s.store(t, Relaxed);
@@ -146,91 +212,80 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
     REGISTRY.lock().unwrap().push(Ptr(t));
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    t.event(&Event::ThreadStart {
+    let (lo, hi, tls) = birth.stack;
+    t.event(Event::ThreadStart {
         os_tid: tid,
-        parent: parent.map(ThreadId),
+        parent: birth.parent.map(ThreadId),
         name: comm(),
-        stack_lo: Addr(0),
-        stack_hi: Addr(0),
-        tls: Addr(0),
+        stack_lo: Addr(lo),
+        stack_hi: Addr(hi),
+        tls: Addr(tls),
     });
     t
 }
 
 impl Ts {
-    fn flush(&mut self, last: bool) {
-        if self.raw.is_empty() && !last {
-            return;
-        }
-        let raw = std::mem::replace(
-            &mut self.raw,
-            if last { Vec::new() } else { Vec::with_capacity(CHUNK + 4096) },
-        );
-        let counts = std::mem::take(&mut self.counts);
-        self.enc.reset();
-        let clock = std::mem::replace(&mut self.chunk_clock, self.lclock);
-        if crate::PID.load(Relaxed) == std::process::id() as u64 {
-            send(Msg::Chunk { stream: self.stream, raw, counts, last, clock });
+    fn reset_ptrs(&mut self) {
+        let cap = self.words.capacity();
+        let base = self.words.as_mut_ptr();
+        self.cur = base;
+        // SAFETY: within the allocation (cap >= RAW_WORDS > SLACK).
+        self.end = unsafe { base.add(cap - SLACK) };
+        self.call_at = std::ptr::null_mut();
+    }
+
+    /// Appends a record (room is checked by [`Ts::room`]).
+    #[inline(always)]
+    fn put(&mut self, a: u64, b: u64) {
+        // SAFETY: `room` keeps at least SLACK words free past `cur`.
+        unsafe {
+            self.cur.write(a);
+            self.cur.add(1).write(b);
+            self.cur = self.cur.add(2);
         }
     }
 
     #[inline(always)]
     fn room(&mut self) {
-        if self.raw.len() >= CHUNK {
-            self.flush(false);
+        if self.cur >= self.end {
+            self.hand_over(false);
         }
     }
 
-    fn event(&mut self, ev: &Event) {
+    /// Hands the buffer to the worker (`last`: the stream ends with it).
+    #[cold]
+    fn hand_over(&mut self, last: bool) {
+        // SAFETY: cur lies within words' allocation, at or after its start.
+        let len = unsafe { self.cur.offset_from(self.words.as_ptr()) } as usize;
+        // SAFETY: the words up to cur were written.
+        unsafe { self.words.set_len(len) };
+        // After the last buffer callbacks may still come (QEMU tears down late):
+        // they fill a fresh buffer that the worker ignores for an ended stream.
+        let words = std::mem::replace(&mut self.words, writer::fresh_words());
+        let events = std::mem::take(&mut self.events);
+        self.words.reserve(RAW_WORDS);
+        self.reset_ptrs();
+        if crate::PID.load(Relaxed) == std::process::id() as u64 {
+            // Waiting for the worker with the order lock held would stall everyone.
+            self.unhold();
+            writer::hand_over(Raw {
+                stream: self.stream,
+                words,
+                events,
+                last,
+                clock0: self.clock0,
+            });
+        }
+        self.first = false;
+    }
+
+    fn event(&mut self, ev: Event) {
         if self.done {
             return;
         }
-        self.flush_pending();
-        self.enc.push(&mut self.raw, ev);
-        count(&mut self.counts, ev);
+        self.events.push(ev);
+        self.put(0, MARK | (M_EVENT << 48));
         self.room();
-    }
-
-    #[inline(always)]
-    fn access(&mut self, pc: u64, addr: u64, shift: u8, write: bool) {
-        if self.done {
-            return;
-        }
-        let kind = if write { AccessKind::Write } else { AccessKind::Read };
-        self.raw.reserve(MAX_ACCESS_LEN);
-        let value = if shift <= 3 && VALUES.load(Relaxed) {
-            // SAFETY: the access just succeeded, so the bytes are mapped.
-            Some(unsafe { crate::read_guest(addr, shift) })
-        } else {
-            None
-        };
-        // SAFETY: MAX_ACCESS_LEN bytes reserved past len.
-        unsafe {
-            let base = self.raw.as_mut_ptr();
-            let p = base.add(self.raw.len());
-            let tag = access_tag(kind, false, shift);
-            let e = match value {
-                Some(v) => self.enc.access_value(p, tag, pc, addr, v),
-                None => self.enc.access(p, tag, pc, addr),
-            };
-            self.raw.set_len(e.offset_from(base) as usize);
-        }
-        self.counts.events += 1;
-        if write {
-            self.counts.stores += 1;
-        } else {
-            self.counts.loads += 1;
-        }
-        self.room();
-    }
-
-    #[inline(always)]
-    fn flush_pending(&mut self) {
-        if self.pend_pc != 0 {
-            let (pc, a, w) = (self.pend_pc, self.pend_addr, self.pend_write);
-            self.pend_pc = 0;
-            self.access(pc, a, 3, w);
-        }
     }
 
     /// Ends the stream (`exit`: the thread ended normally).
@@ -238,26 +293,37 @@ impl Ts {
         if self.done {
             return;
         }
-        self.flush_pending();
         if exit {
-            self.event(&Event::ThreadExit);
+            self.event(Event::ThreadExit);
         }
         self.done = true;
-        self.flush(true);
+        self.hand_over(true);
     }
 
-    /// `--order=atomic`: the stamp of the access about to be recorded. Taken under
+    /// The stamp of an access or synchronisation about to be recorded. Taken under
     /// the order lock (held since the instruction's execution callback, or taken
-    /// here for the second access of an instruction); writes `Clock` when another
-    /// thread stamped since this thread's last stamp.
+    /// here); writes a clock when another thread stamped since this thread's last
+    /// stamp.
     fn stamp(&mut self) {
         if !self.held {
             self.held = order::lock();
         }
-        let t = order::tick(self.lclock);
+        let t = order::tick(self.lclock, self.stream);
         if t != self.lclock {
             self.lclock = t;
-            self.event(&Event::Clock(t));
+            if !self.done {
+                self.put(t, MARK | (M_CLOCK << 48));
+            }
+        }
+    }
+
+    /// A synchronisation point (thread start, exit, the preload's pthread
+    /// interposers): stamped unless `--order none`.
+    fn sync_point(&mut self) {
+        if order::sync() {
+            self.stamp();
+            self.unhold();
+            self.room();
         }
     }
 
@@ -309,60 +375,74 @@ impl Ts {
         }
         v
     }
-}
 
-/// Memory callback: `udata` is the instruction address + 1, its length and decode
-/// flags (see [`PC_MASK`]).
-pub unsafe extern "C" fn mem_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
-    let t = ts(vcpu);
-    if !t.in_traced {
-        return;
-    }
-    let u = udata as u64;
-    let pc = u & PC_MASK;
-    let flags = (u >> 56) as u8;
-    let rw = (info >> 16) & 3;
-    if flags & (CALL | RET) != 0 {
-        if flags & CALL != 0 && rw == 2 {
-            let len = (u >> 48) & 0xff;
-            t.push_call(pc - 1 + len, vaddr);
-        } else if flags & RET != 0 && rw == 1 {
-            t.pop_to(vaddr);
-        }
-    }
-    if TRACE_OFF.load(Relaxed) || (ROI_MODE.load(Relaxed) && !ROI_ON.load(Relaxed)) {
-        t.unhold();
-        return;
-    }
-    if order::on() {
-        t.stamp();
-    }
-    let shift = (crate::ffi::qemu_plugin_mem_size_shift(info) & 7) as u8;
-    if rw == 3 {
-        // The old value is gone by now: an RMW carries none.
-        let op = RmwOp::from_u8(flags & OP_MASK).unwrap_or(RmwOp::FetchAdd);
-        t.event(&Event::Rmw { pc: Pc(pc), addr: Addr(vaddr), size: 1 << shift, op, value: None });
-        t.unhold();
-        return;
-    }
-    let write = rw & 2 != 0;
-    if flags & MERGE != 0 && shift == 3 {
-        if t.pend_pc == pc && t.pend_write == write && vaddr == t.pend_addr.wrapping_add(8) {
-            t.pend_pc = 0;
-            t.access(pc, t.pend_addr, 4, write);
-            t.unhold();
+    /// Stack bounds and thread pointer reported after the thread started: patched
+    /// into its `ThreadStart` while that is still here.
+    fn set_stack(&mut self, lo: u64, hi: u64, tls: u64) {
+        if !self.first {
             return;
         }
-        t.flush_pending();
-        t.pend_pc = pc;
-        t.pend_addr = vaddr;
-        t.pend_write = write;
-        t.unhold();
+        if let Some(Event::ThreadStart { stack_lo, stack_hi, tls: t, .. }) = self.events.first_mut()
+        {
+            // pthread_getattr_np's bounds, as the compiled path records them.
+            *stack_lo = Addr(lo);
+            *stack_hi = Addr(hi);
+            *t = Addr(tls);
+        }
+    }
+}
+
+/// Memory callback of an ordinary instruction of traced code: one raw record.
+/// `udata` is the instruction address + 1 and its decode flags (bits 56..64).
+pub unsafe extern "C" fn mem_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
+    if !RECORDING.load(Relaxed) {
         return;
     }
-    t.flush_pending();
-    t.access(pc, vaddr, shift, write);
+    let t = ts(vcpu);
+    t.put(vaddr, udata as u64 | info_bits(info));
+    t.room();
+}
+
+/// Memory callback of the other traced instructions: calls and returns (the
+/// shadow call stack), atomic instructions (stamped), and every instruction under
+/// `--values` or `--order atomic`. `udata` as for [`mem_cb`] plus the instruction
+/// length in bits 48..56.
+pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
+    let t = ts(vcpu);
+    let u = udata as u64;
+    let flags = (u >> 56) as u8;
+    let rw = (info >> 16) & 3;
+    let call = flags & CALL != 0 && rw == 2;
+    if call {
+        let ret = (u & PC_MASK) - 1 + ((u >> 48) & 0xff);
+        t.push_call(ret, vaddr);
+        t.call_ret = ret;
+    } else if flags & RET != 0 && rw == 1 {
+        t.pop_to(vaddr);
+    }
+    if !RECORDING.load(Relaxed) {
+        t.unhold();
+        if call {
+            t.call_at = t.cur;
+        }
+        return;
+    }
+    if order::on() || (flags & ATOMIC != 0 && order::sync()) {
+        t.stamp();
+    }
+    let bits = info_bits(info);
+    t.put(vaddr, (u & !(0xff << 48)) | bits);
+    let shift = ((bits >> 48) & 7) as u8;
+    if rw != 3 && shift <= 3 && VALUES.load(Relaxed) {
+        // SAFETY: the access just succeeded, so the bytes are mapped.
+        let v = crate::read_guest(vaddr, shift);
+        t.put(v, MARK | (M_VALUE << 48));
+    }
+    if call {
+        t.call_at = t.cur;
+    }
     t.unhold();
+    t.room();
 }
 
 /// Memory callback of a `ret` in untraced code: only keeps the shadow stack right.
@@ -370,7 +450,18 @@ pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, _udata: *m
     ts(vcpu).pop_to(vaddr);
 }
 
-/// `--order=atomic`: before an instruction of traced code that may access memory.
+/// Memory callback of a helper-using instruction of untraced code: nothing to record.
+pub unsafe extern "C" fn sink_cb(_vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_void) {}
+
+/// Memory callback of a `call` in untraced code: the next function entry was not
+/// entered by the last traced call.
+pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_void) {
+    ts(vcpu).call_at = std::ptr::null_mut();
+}
+
+/// Before an instruction that is stamped (`--order atomic`: any memory access; by
+/// default: atomic instructions): takes the order lock so that the access and its
+/// stamp are one step.
 pub unsafe extern "C" fn order_cb(vcpu: c_uint, _udata: *mut c_void) {
     let t = ts(vcpu);
     if !t.held {
@@ -378,11 +469,9 @@ pub unsafe extern "C" fn order_cb(vcpu: c_uint, _udata: *mut c_void) {
     }
 }
 
-/// A block starts: whether it is traced.
-pub unsafe extern "C" fn tb_cb(vcpu: c_uint, udata: *mut c_void) {
-    let t = ts(vcpu);
-    t.unhold();
-    t.in_traced = !udata.is_null();
+/// A block starts (`--order atomic`): an instruction that made no access left the lock held.
+pub unsafe extern "C" fn tb_cb(vcpu: c_uint, _udata: *mut c_void) {
+    ts(vcpu).unhold();
 }
 
 /// Guest registers at a block start of a static executable.
@@ -417,7 +506,7 @@ impl Regs {
     }
 }
 
-/// Block start of a static executable: `udata` = block address << 1 | traced.
+/// Block start of a static executable: `udata` = block address.
 #[unsafe(naked)]
 pub unsafe extern "C" fn tb_static_cb(vcpu: c_uint, udata: *mut c_void) {
     core::arch::naked_asm!("mov rdx, rbp", "jmp {f}", f = sym tb_static)
@@ -426,11 +515,9 @@ pub unsafe extern "C" fn tb_static_cb(vcpu: c_uint, udata: *mut c_void) {
 unsafe extern "C" fn tb_static(vcpu: c_uint, udata: *mut c_void, env: *const u64) {
     let t = ts(vcpu);
     t.unhold();
-    let u = udata as u64;
-    t.in_traced = u & 1 != 0;
     let Some((kind, a, b, ret, sp)) = t.pending else { return };
     let regs = Regs(env);
-    if u >> 1 != ret || regs.rsp() != sp + 8 {
+    if udata as u64 != ret || regs.rsp() != sp + 8 {
         return;
     }
     t.pending = None;
@@ -455,7 +542,7 @@ unsafe extern "C" fn tb_static(vcpu: c_uint, udata: *mut c_void, env: *const u64
             Event::Realloc { pc: Pc(ret), old: Addr(a), new: Addr(result), size: b, stack }
         }
     };
-    t.event(&ev);
+    t.event(ev);
 }
 
 /// First block of an allocator of a static executable: `udata` = hook kind.
@@ -485,7 +572,7 @@ unsafe extern "C" fn alloc_entry(vcpu: c_uint, udata: *mut c_void, env: *const u
     let kind = udata as u64 as u8;
     if kind == crate::modules::HOOK_FREE {
         if regs.rdi() != 0 {
-            t.event(&Event::Free { pc: Pc(ret), addr: Addr(regs.rdi()), kind: FreeKind::Free });
+            t.event(Event::Free { pc: Pc(ret), addr: Addr(regs.rdi()), kind: FreeKind::Free });
         }
         return;
     }
@@ -502,21 +589,33 @@ pub fn unhold_current() {
     }
 }
 
-/// First instruction of a function.
+/// First instruction of a function: `udata` = its address + 1.
 pub unsafe extern "C" fn enter_cb(vcpu: c_uint, udata: *mut c_void) {
     if TRACE_OFF.load(Relaxed) {
         return;
     }
-    let pc = Pc(udata as u64);
-    ts(vcpu).event(&Event::FuncEnter { pc, call_site: Pc(0), frame: Addr(0) });
+    let t = ts(vcpu);
+    // Entered by the last traced call only if nothing was recorded since.
+    let call_site = if t.call_at == t.cur { t.call_ret } else { 0 };
+    t.put(call_site, udata as u64 | MARK | (M_ENTER << 48));
+    t.room();
 }
 
-/// A `ret`.
+/// A `ret` of traced code: `udata` = its address + 1.
 pub unsafe extern "C" fn exit_cb(vcpu: c_uint, udata: *mut c_void) {
     if TRACE_OFF.load(Relaxed) {
         return;
     }
-    ts(vcpu).event(&Event::FuncExit { pc: Pc(udata as u64) });
+    let t = ts(vcpu);
+    t.put(0, udata as u64 | MARK | (M_EXIT << 48));
+    t.room();
+}
+
+/// A `clone3` of this thread (read from its `struct clone_args`): the new thread's
+/// stack and thread pointer.
+pub fn clone_args(stack_lo: u64, stack_size: u64, tls: u64) {
+    let hi = if stack_lo == 0 { 0 } else { stack_lo.wrapping_add(stack_size) };
+    CLONE_STACK.with(|c| c.set((stack_lo, hi, tls)));
 }
 
 /// A vCPU (guest thread) is created; in linux-user this runs in the creating thread.
@@ -526,8 +625,14 @@ pub unsafe extern "C" fn vcpu_init(_id: u64, vcpu: c_uint) {
     }
     let p = TS.with(|c| c.get());
     if !p.is_null() {
-        let parent = (*p).stream;
-        PARENTS.lock().unwrap().get_or_insert_with(HashMap::new).insert(vcpu, parent);
+        // Creating a thread is a release: the new thread starts after this stamp.
+        (*p).sync_point();
+        let birth = Birth {
+            parent: Some((*p).stream),
+            clock: (*p).lclock,
+            stack: CLONE_STACK.with(|c| c.replace((0, 0, 0))),
+        };
+        BIRTHS.lock().unwrap().get_or_insert_with(HashMap::new).insert(vcpu, birth);
     }
 }
 
@@ -535,6 +640,8 @@ pub unsafe extern "C" fn vcpu_init(_id: u64, vcpu: c_uint) {
 pub unsafe extern "C" fn vcpu_exit(_id: u64, vcpu: c_uint) {
     let p = TS.with(|c| c.get());
     if !p.is_null() && (*p).vcpu == vcpu {
+        // Ending is a release for whoever joins this thread.
+        (*p).sync_point();
         (*p).unhold();
         (*p).end(true);
     }
@@ -568,37 +675,46 @@ pub fn preload_event(vcpu: c_uint, op: u64, a: u64, b: u64, pc: u64, c: u64, sp:
         64 => Event::RegisterThread(a as i64),
         66 | 67 => {
             let on = op == 66;
-            if order::on() {
-                // Process-wide: ordered against every stamped access.
-                t.stamp();
-                t.unhold();
-            }
+            // Process-wide: ordered against every stamped event.
+            t.sync_point();
             if on {
                 ROI_ON.store(true, SeqCst);
             }
-            t.event(&Event::Roi(on));
+            t.event(Event::Roi(on));
             if !on {
                 ROI_ON.store(false, SeqCst);
             }
+            update_recording();
             return;
         }
         68 | 69 => {
             TRACE_OFF.store(op == 69, SeqCst);
+            update_recording();
             Event::Tracing(op == 68)
+        }
+        // A pthread synchronisation (create, join, mutex, barrier, ...).
+        70 => {
+            t.sync_point();
+            return;
+        }
+        // The thread's stack and thread pointer (the preload library at start-up).
+        71 => {
+            t.set_stack(a, b, c);
+            return;
         }
         _ => return,
     };
-    t.event(&ev);
+    t.event(ev);
 }
 
 /// A thread name from the preload library.
 pub fn thread_name(vcpu: c_uint, name: String) {
-    ts(vcpu).event(&Event::ThreadName(name));
+    ts(vcpu).event(Event::ThreadName(name));
 }
 
 /// The parent of a `fork`: record it.
 pub fn forked(vcpu: c_uint, child_pid: u32) {
-    ts(vcpu).event(&Event::Fork { child_pid });
+    ts(vcpu).event(Event::Fork { child_pid });
 }
 
 /// In the child of a `fork`: the calling thread is the only one left; it becomes
@@ -606,13 +722,12 @@ pub fn forked(vcpu: c_uint, child_pid: u32) {
 pub fn reset_after_fork(vcpu: c_uint) {
     let t = ts(vcpu);
     t.held = false;
-    t.raw.clear();
-    t.counts = ChunkCounts::default();
-    t.enc.reset();
-    t.pend_pc = 0;
+    t.events.clear();
+    t.reset_ptrs();
     t.done = false;
+    t.first = true;
     t.stream = 0;
-    t.chunk_clock = t.lclock;
+    t.clock0 = t.lclock;
     NEXT_STREAM.store(1, SeqCst);
     let me = t as *mut Ts;
     // The other threads do not exist in the child (their state is left leaked).
@@ -622,7 +737,7 @@ pub fn reset_after_fork(vcpu: c_uint) {
     drop(reg);
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    t.event(&Event::ThreadStart {
+    t.event(Event::ThreadStart {
         os_tid: tid,
         parent: None,
         name: comm(),

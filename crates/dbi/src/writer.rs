@@ -1,36 +1,272 @@
-//! The writer thread: compresses full per-thread buffers into chunks and appends
-//! them to the trace; writes the header and metadata.
+//! The worker thread: turns the raw per-thread buffers filled by the callbacks into
+//! encoded, compressed chunks and appends them to the trace; writes the header and
+//! metadata.
+//!
+//! The callbacks only append fixed-size raw records (see [`crate::thread`]): the
+//! delta/prediction encoding, the merging of split 16-byte accesses and zstd all
+//! run here, on the core a single-threaded guest leaves idle. Full buffers come
+//! over a channel (no lock on the sending side) and go back through a lock-free
+//! queue to be refilled.
 
+use crate::decode::{MERGE, OP_MASK};
+use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
+use crossbeam_queue::ArrayQueue;
+use memlens_format::codec::{access_tag, Encoder, MAX_ACCESS_LEN};
 use memlens_format::{
-    ChunkCounts, ChunkEncoder, ChunkKind, FileHeader, MetaRecord, Module, FLAG_LAST, META_STREAM,
-    VERSION,
+    count, AccessKind, ChunkCounts, ChunkEncoder, ChunkKind, EndStatus, Event, FileHeader,
+    MetaRecord, Module, RmwOp, FLAG_LAST, META_STREAM, VERSION,
 };
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 
-/// Work for the writer thread.
+/// Encoded bytes per chunk.
+const CHUNK: usize = 1 << 20;
+/// Raw buffers queued for the worker before a producer waits (each
+/// [`RAW_WORDS`] × 8 bytes): bounds memory when the guest outruns the worker.
+const MAX_INFLIGHT: usize = 512;
+
+/// A full raw buffer of one thread: records, the events its `M_EVENT` markers
+/// stand for, and whether the thread's stream ends with it.
+pub struct Raw {
+    pub stream: u32,
+    pub words: Vec<u64>,
+    pub events: Vec<Event>,
+    pub last: bool,
+    /// The stream's clock before its first record (used by a stream's first buffer).
+    pub clock0: u64,
+}
+
+/// Work for the worker thread.
 pub enum Msg {
-    /// A raw chunk payload of a thread stream.
-    Chunk { stream: u32, raw: Vec<u8>, counts: ChunkCounts, last: bool, clock: u64 },
+    /// Raw records of a thread stream.
+    Raw(Raw),
     /// Metadata records.
     Meta(Vec<MetaRecord>),
-    /// Finish the file and acknowledge.
-    Finish(Sender<()>),
+    /// Finish the file (with the process's end, if known) and acknowledge.
+    Finish(Option<EndStatus>, Sender<()>),
 }
 
 static TX: Mutex<Option<Sender<Msg>>> = Mutex::new(None);
+static INFLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Emptied raw buffers, for reuse (their pages are already faulted in).
+static FREE: LazyLock<ArrayQueue<Vec<u64>>> = LazyLock::new(|| ArrayQueue::new(MAX_INFLIGHT + 8));
 
-/// Sends work to the writer thread (dropped if it is gone).
+/// Sends work to the worker thread (dropped if it is gone).
 pub fn send(m: Msg) {
-    if let Some(tx) = TX.lock().unwrap().as_ref() {
+    if let Some(tx) = TX.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         let _ = tx.send(m);
     }
 }
 
-/// Creates the trace and starts the writer thread.
+thread_local! {
+    /// This thread's handle on the channel: no lock per buffer.
+    static MY_TX: std::cell::RefCell<Option<(u64, Sender<Msg>)>> = const { std::cell::RefCell::new(None) };
+}
+/// Bumped whenever the channel is replaced (a forked child's new worker).
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Hands a full raw buffer to the worker; waits while too many are queued.
+pub fn hand_over(r: Raw) {
+    let mut spins = 0u32;
+    while INFLIGHT.load(Acquire) >= MAX_INFLIGHT && spins < 200_000 {
+        spins += 1;
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    INFLIGHT.fetch_add(1, AcqRel);
+    let gen = GENERATION.load(Acquire);
+    let sent = MY_TX.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.as_ref().is_none_or(|(g, _)| *g != gen) {
+            *c = TX.lock().unwrap_or_else(|e| e.into_inner()).clone().map(|tx| (gen, tx));
+        }
+        c.as_ref().map(|(_, tx)| tx.send(Msg::Raw(r)).is_ok())
+    });
+    if sent != Ok(Some(true)) {
+        INFLIGHT.fetch_sub(1, AcqRel);
+    }
+}
+
+/// An empty raw buffer with room for [`RAW_WORDS`] words.
+pub fn fresh_words() -> Vec<u64> {
+    FREE.pop().unwrap_or_else(|| Vec::with_capacity(RAW_WORDS))
+}
+
+/// One thread stream as the worker encodes it.
+struct Stream {
+    enc: Encoder,
+    raw: Vec<u8>,
+    counts: ChunkCounts,
+    /// The clock in force now, and where the current chunk started.
+    clock: u64,
+    chunk_clock: u64,
+    seq: u32,
+    /// A pending 8-byte half of a possibly 16-byte access: pc (0: none), address,
+    /// store, value.
+    pend: (u64, u64, bool, Option<u64>),
+    ended: bool,
+}
+
+impl Stream {
+    fn new(clock: u64) -> Stream {
+        Stream {
+            enc: Encoder::new(),
+            raw: Vec::with_capacity(CHUNK + 4096),
+            counts: ChunkCounts::default(),
+            clock,
+            chunk_clock: clock,
+            seq: 0,
+            pend: (0, 0, false, None),
+            ended: false,
+        }
+    }
+
+    #[inline(always)]
+    fn access(&mut self, pc: u64, addr: u64, shift: u8, write: bool, value: Option<u64>) {
+        let kind = if write { AccessKind::Write } else { AccessKind::Read };
+        self.raw.reserve(MAX_ACCESS_LEN);
+        // SAFETY: MAX_ACCESS_LEN bytes reserved past len.
+        unsafe {
+            let base = self.raw.as_mut_ptr();
+            let p = base.add(self.raw.len());
+            let tag = access_tag(kind, false, shift);
+            let e = match value {
+                Some(v) => self.enc.access_value(p, tag, pc, addr, v),
+                None => self.enc.access(p, tag, pc, addr),
+            };
+            self.raw.set_len(e.offset_from(base) as usize);
+        }
+        self.counts.events += 1;
+        if write {
+            self.counts.stores += 1;
+        } else {
+            self.counts.loads += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn flush_pending(&mut self) {
+        if self.pend.0 != 0 {
+            let (pc, a, w, v) = self.pend;
+            self.pend.0 = 0;
+            self.access(pc, a, 3, w, v);
+        }
+    }
+
+    fn event(&mut self, ev: &Event) {
+        self.flush_pending();
+        if let Event::Clock(t) = *ev {
+            self.clock = t;
+        }
+        self.enc.push(&mut self.raw, ev);
+        count(&mut self.counts, ev);
+    }
+
+    /// One raw access record (see `thread::Ts::put`).
+    #[inline(always)]
+    fn record(&mut self, addr: u64, w: u64, value: Option<u64>) {
+        let pc = w & PC_MASK;
+        let shift = ((w >> 48) & 7) as u8;
+        let rw = (w >> 51) & 3;
+        let flags = (w >> 56) as u8;
+        if rw == 3 {
+            // An atomic read-modify-write: QEMU reports it once, after the fact.
+            let op = RmwOp::from_u8(flags & OP_MASK).unwrap_or(RmwOp::FetchAdd);
+            self.event(&Event::Rmw {
+                pc: memlens_format::Pc(pc),
+                addr: memlens_format::Addr(addr),
+                size: 1 << shift,
+                op,
+                value: None,
+            });
+            return;
+        }
+        let write = rw & 2 != 0;
+        if flags & MERGE != 0 && shift == 3 {
+            // QEMU 7.2 splits a 16-byte SSE/AVX access into two adjacent 8-byte ones.
+            let (ppc, pa, pw, _) = self.pend;
+            if ppc == pc && pw == write && addr == pa.wrapping_add(8) {
+                self.pend.0 = 0;
+                self.access(pc, pa, 4, write, None);
+                return;
+            }
+            self.flush_pending();
+            self.pend = (pc, addr, write, value);
+            return;
+        }
+        self.flush_pending();
+        self.access(pc, addr, shift, write, value);
+    }
+
+    /// Encodes a raw buffer; full chunks go to `out`.
+    fn take(&mut self, r: &Raw, out: &mut impl FnMut(&mut Stream, bool)) {
+        let w = &r.words;
+        let mut ev = r.events.iter();
+        let mut i = 0;
+        while i + 1 < w.len() {
+            let (a, b) = (w[i], w[i + 1]);
+            i += 2;
+            if b & MARK == 0 {
+                let value = if i + 1 < w.len()
+                    && w[i + 1] & MARK != 0
+                    && (w[i + 1] >> 48) & 0x7f == M_VALUE
+                {
+                    i += 2;
+                    Some(w[i - 2])
+                } else {
+                    None
+                };
+                self.record(a, b, value);
+            } else {
+                match (b >> 48) & 0x7f {
+                    M_EVENT => {
+                        if let Some(e) = ev.next() {
+                            self.event(e);
+                        }
+                    }
+                    M_ENTER => {
+                        self.flush_pending();
+                        self.raw.reserve(MAX_ACCESS_LEN);
+                        // SAFETY: MAX_ACCESS_LEN bytes reserved past len.
+                        unsafe {
+                            let base = self.raw.as_mut_ptr();
+                            let e =
+                                self.enc.func_enter(base.add(self.raw.len()), b & PC_MASK, a, 0);
+                            self.raw.set_len(e.offset_from(base) as usize);
+                        }
+                        self.counts.events += 1;
+                    }
+                    M_EXIT => {
+                        self.flush_pending();
+                        self.raw.reserve(MAX_ACCESS_LEN);
+                        // SAFETY: as above.
+                        unsafe {
+                            let base = self.raw.as_mut_ptr();
+                            let e = self.enc.func_exit(base.add(self.raw.len()), b & PC_MASK);
+                            self.raw.set_len(e.offset_from(base) as usize);
+                        }
+                        self.counts.events += 1;
+                    }
+                    M_CLOCK => self.event(&Event::Clock(a)),
+                    _ => {} // a stray value marker
+                }
+            }
+            if self.raw.len() >= CHUNK {
+                out(self, false);
+            }
+        }
+        if r.last {
+            self.flush_pending();
+            self.ended = true;
+            out(self, true);
+        }
+    }
+}
+
+/// Creates the trace and starts the worker thread.
 pub fn start(
     path: &std::path::Path,
     level: i32,
@@ -56,24 +292,107 @@ pub fn start(
     tx.send(Msg::Meta(meta)).ok();
     std::thread::Builder::new().name("memlens-writer".into()).spawn(move || {
         let mut enc = ChunkEncoder::new(level);
-        let mut seqs: HashMap<u32, u32> = HashMap::new();
+        let mut meta_seq = 0u32;
         let mut frame = Vec::new();
         let mut failed = false;
+        let mut streams: HashMap<u32, Stream> = HashMap::new();
+        let mut put = |header: &mut FileHeader,
+                       frame: &mut Vec<u8>,
+                       enc: &mut ChunkEncoder,
+                       kind: ChunkKind,
+                       stream: u32,
+                       seq: u32,
+                       flags: u16,
+                       counts: ChunkCounts,
+                       clock: u64,
+                       raw: &[u8]| {
+            enc.encode(kind, stream, seq, flags, counts, clock, raw, frame);
+            if failed || f.write_all(frame).is_err() {
+                failed = true;
+                header.dropped_events += u64::from(counts.events);
+                header.dropped_bytes += frame.len() as u64;
+            } else {
+                header.chunks += 1;
+            }
+        };
         for m in rx {
-            let (kind, stream, raw, counts, flags, clock) = match m {
-                Msg::Chunk { stream, raw, counts, last, clock } => {
-                    header.threads = header.threads.max(stream + 1);
-                    let flags = if last { FLAG_LAST } else { 0 };
-                    (ChunkKind::Events, stream, raw, counts, flags, clock)
+            match m {
+                Msg::Raw(r) => {
+                    INFLIGHT.fetch_sub(1, AcqRel);
+                    header.threads = header.threads.max(r.stream + 1);
+                    let s = streams.entry(r.stream).or_insert_with(|| Stream::new(r.clock0));
+                    if !s.ended {
+                        let id = r.stream;
+                        s.take(&r, &mut |s: &mut Stream, last: bool| {
+                            let flags = if last { FLAG_LAST } else { 0 };
+                            put(
+                                &mut header,
+                                &mut frame,
+                                &mut enc,
+                                ChunkKind::Events,
+                                id,
+                                s.seq,
+                                flags,
+                                std::mem::take(&mut s.counts),
+                                s.chunk_clock,
+                                &s.raw,
+                            );
+                            s.seq += 1;
+                            s.raw.clear();
+                            s.enc.reset();
+                            s.chunk_clock = s.clock;
+                        });
+                    }
+                    let mut words = r.words;
+                    words.clear();
+                    let _ = FREE.push(words);
                 }
                 Msg::Meta(recs) => {
                     let mut raw = Vec::new();
                     for r in &recs {
                         r.encode(&mut raw);
                     }
-                    (ChunkKind::Meta, META_STREAM, raw, ChunkCounts::default(), 0, 0)
+                    let c = ChunkCounts::default();
+                    let (seq, k) = (meta_seq, ChunkKind::Meta);
+                    put(&mut header, &mut frame, &mut enc, k, META_STREAM, seq, 0, c, 0, &raw);
+                    meta_seq += 1;
                 }
-                Msg::Finish(ack) => {
+                Msg::Finish(end, ack) => {
+                    // Streams still open (threads cut at exit) end here.
+                    let mut ids: Vec<u32> = streams.keys().copied().collect();
+                    ids.sort_unstable();
+                    for id in ids {
+                        let s = streams.get_mut(&id).unwrap();
+                        if s.ended {
+                            continue;
+                        }
+                        s.flush_pending();
+                        let counts = std::mem::take(&mut s.counts);
+                        let k = ChunkKind::Events;
+                        put(
+                            &mut header,
+                            &mut frame,
+                            &mut enc,
+                            k,
+                            id,
+                            s.seq,
+                            FLAG_LAST,
+                            counts,
+                            s.chunk_clock,
+                            &s.raw,
+                        );
+                        s.ended = true;
+                    }
+                    if let Some(end) = end {
+                        let mut raw = Vec::new();
+                        MetaRecord::End(end).encode(&mut raw);
+                        let c = ChunkCounts::default();
+                        let (seq, k) = (meta_seq, ChunkKind::Meta);
+                        put(&mut header, &mut frame, &mut enc, k, META_STREAM, seq, 0, c, 0, &raw);
+                        let (kind, value) = end.to_parts();
+                        header.end_kind = kind;
+                        header.end_value = value;
+                    }
                     header.finished = true;
                     let _ = f
                         .seek(SeekFrom::Start(0))
@@ -82,42 +401,38 @@ pub fn start(
                     let _ = ack.send(());
                     break;
                 }
-            };
-            let seq = seqs.entry(stream).or_insert(0);
-            enc.encode(kind, stream, *seq, flags, counts, clock, &raw, &mut frame);
-            *seq += 1;
-            if failed {
-                header.dropped_events += u64::from(counts.events);
-                header.dropped_bytes += frame.len() as u64;
-            } else if f.write_all(&frame).is_err() {
-                failed = true;
-                header.dropped_events += u64::from(counts.events);
-                header.dropped_bytes += frame.len() as u64;
-            } else {
-                header.chunks += 1;
             }
         }
     })?;
-    *TX.lock().unwrap() = Some(tx);
+    *TX.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    GENERATION.fetch_add(1, AcqRel);
     Ok(())
 }
 
-/// In a forked child: the parent's writer thread does not exist here; forget it.
+/// In a forked child: the parent's worker thread does not exist here; forget it.
 pub fn reset_after_fork() {
     let mut tx = TX.lock().unwrap_or_else(|e| e.into_inner());
-    // The parent's channel may be mid-use by its (now absent) writer: leak it.
+    // The parent's channel may be mid-use by its (now absent) worker: leak it.
     if let Some(old) = tx.take() {
         std::mem::forget(old);
     }
+    // This thread's cached sender is the parent's too.
+    let _ = MY_TX.try_with(|c| {
+        if let Some(old) = c.borrow_mut().take() {
+            std::mem::forget(old);
+        }
+    });
+    INFLIGHT.store(0, SeqCst);
+    GENERATION.fetch_add(1, AcqRel);
 }
 
-/// Writes the final module table and header; waits for the writer.
-pub fn finish(modules: Vec<Module>) {
+/// Writes the final module table and header; waits for the worker.
+pub fn finish(modules: Vec<Module>, end: Option<EndStatus>) {
     let mut recs: Vec<MetaRecord> = modules.into_iter().map(MetaRecord::Module).collect();
     recs.push(MetaRecord::Stats { dropped_events: 0, dropped_bytes: 0 });
     send(Msg::Meta(recs));
     let (ack_tx, ack_rx) = channel();
-    send(Msg::Finish(ack_tx));
-    let _ = ack_rx.recv_timeout(std::time::Duration::from_secs(60));
-    TX.lock().unwrap().take();
+    send(Msg::Finish(end, ack_tx));
+    let _ = ack_rx.recv_timeout(std::time::Duration::from_secs(120));
+    TX.lock().unwrap_or_else(|e| e.into_inner()).take();
 }

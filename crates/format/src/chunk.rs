@@ -262,10 +262,40 @@ pub struct ChunkEncoder {
 }
 
 impl ChunkEncoder {
-    /// `level` 0 stores chunks uncompressed; 1..=19 are zstd levels.
+    /// `level` 0 stores chunks uncompressed; 1..=19 are zstd levels, negative ones
+    /// zstd's fast levels (faster, larger; the same codec to a reader).
     pub fn new(level: i32) -> ChunkEncoder {
-        let zstd = if level > 0 { zstd::bulk::Compressor::new(level).ok() } else { None };
+        let zstd = if level != 0 { zstd::bulk::Compressor::new(level).ok() } else { None };
         ChunkEncoder { level, zstd }
+    }
+
+    /// The zstd level in force.
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    /// Changes the zstd level for the following chunks (a writer that falls behind
+    /// switches to a fast level). 0 stores chunks uncompressed.
+    pub fn set_level(&mut self, level: i32) {
+        if level == self.level {
+            return;
+        }
+        if level != 0 {
+            let ok = match self.zstd.as_mut() {
+                Some(z) => z.set_compression_level(level).is_ok(),
+                None => match zstd::bulk::Compressor::new(level) {
+                    Ok(z) => {
+                        self.zstd = Some(z);
+                        true
+                    }
+                    Err(_) => false,
+                },
+            };
+            if !ok {
+                return;
+            }
+        }
+        self.level = level;
     }
 
     /// Frames `raw` as one chunk into `out` (cleared first): header then payload.
@@ -284,7 +314,7 @@ impl ChunkEncoder {
         out.clear();
         out.resize(CHUNK_HEADER_SIZE, 0);
         let mut codec = Codec::None;
-        if let (Some(z), true) = (self.zstd.as_mut(), self.level > 0) {
+        if let (Some(z), true) = (self.zstd.as_mut(), self.level != 0) {
             let bound = zstd::zstd_safe::compress_bound(raw.len());
             out.reserve(bound);
             let start = out.len();
@@ -416,6 +446,28 @@ mod tests {
         assert_eq!(ChunkHeader::decode(&b, 0).unwrap(), h);
         b[10] ^= 1;
         assert!(ChunkHeader::decode(&b, 0).is_err());
+    }
+
+    #[test]
+    fn fast_levels_are_zstd_chunks_that_decode() {
+        let raw: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i.wrapping_mul(2_654_435_761) >> 20).to_le_bytes())
+            .collect();
+        let mut enc = ChunkEncoder::new(1);
+        let mut sizes = Vec::new();
+        for level in [1, -5, 0, 3] {
+            enc.set_level(level);
+            assert_eq!(enc.level(), level);
+            let mut out = Vec::new();
+            enc.encode(ChunkKind::Events, 0, 0, 0, ChunkCounts::default(), 0, &raw, &mut out);
+            let h = ChunkHeader::decode(out[..CHUNK_HEADER_SIZE].try_into().unwrap(), 0).unwrap();
+            let want = if level == 0 { Codec::None } else { Codec::Zstd };
+            assert_eq!(h.codec, want, "level {level}");
+            assert_eq!(decode_payload(&h, &out[CHUNK_HEADER_SIZE..], 0).unwrap(), raw);
+            sizes.push(out.len());
+        }
+        // both levels compress; level 0 stores
+        assert!(sizes[0] < sizes[2] && sizes[1] < sizes[2] && sizes[3] < sizes[2], "{sizes:?}");
     }
 
     #[test]

@@ -90,6 +90,23 @@ mod tests {
     }
 
     #[test]
+    fn put_matches_push_at_every_length() {
+        let mut vals = vec![0u64, 1, 0x7f, 0x80, 0x3fff, 0x4000, u64::MAX];
+        for b in 1..64 {
+            let x = 1u64 << b;
+            vals.extend([x - 1, x, x + 1, x | 0x5555_5555_5555_5555 >> (63 - b)]);
+        }
+        for v in vals {
+            let mut out = Vec::new();
+            push(&mut out, v);
+            let mut raw = [0xeeu8; MAX_VARINT + 8];
+            let end = unsafe { put(raw.as_mut_ptr(), v) };
+            let n = end as usize - raw.as_ptr() as usize;
+            assert_eq!(&raw[..n], &out[..], "{v:#x}");
+        }
+    }
+
+    #[test]
     fn rejects_overlong() {
         let bad = [0xffu8; 11];
         assert_eq!(get(&bad, &mut 0), None);

@@ -1,7 +1,7 @@
 //! Every heap block of a trace, for naming heap addresses.
 
+use crate::FastMap;
 use memlens_format::{Addr, Pc, ThreadId};
-use std::collections::BTreeMap;
 
 /// One allocated block.
 #[derive(Clone, Debug)]
@@ -29,10 +29,24 @@ pub struct Block {
 #[derive(Default)]
 pub struct HeapIndex {
     blocks: Vec<Block>,
-    by_start: BTreeMap<u64, Vec<usize>>,
-    live: BTreeMap<(ThreadId, u64), usize>,
+    /// While building: the newest block starting at an address, and for each block
+    /// the previous one at its start (`u32::MAX`: none).
+    newest: FastMap<u64, u32>,
+    prev: Vec<u32>,
+    live: FastMap<(ThreadId, u64), usize>,
     widest: u64,
+    /// After [`HeapIndex::finish`]: distinct starts, ascending; the blocks of start
+    /// `starts[j]` are `members[groups[j]..groups[j + 1]]` in allocation order;
+    /// `max_end[j]` is the largest end of the blocks of starts `0..=j`, so a search
+    /// going down stops as soon as nothing lower can cover the address.
+    starts: Vec<u64>,
+    groups: Vec<u32>,
+    members: Vec<u32>,
+    max_end: Vec<u64>,
 }
+
+/// How many distinct block starts below an address are looked at.
+const WINDOW: usize = 64;
 
 impl HeapIndex {
     /// Records an allocation (first pass).
@@ -58,7 +72,8 @@ impl HeapIndex {
             born: index,
             died: None,
         });
-        self.by_start.entry(addr.0).or_default().push(i);
+        let prev = self.newest.insert(addr.0, i as u32).unwrap_or(u32::MAX);
+        self.prev.push(prev);
         self.live.insert((thread, addr.0), i);
         self.widest = self.widest.max(size.max(1));
     }
@@ -67,18 +82,53 @@ impl HeapIndex {
     pub fn free(&mut self, thread: ThreadId, index: u64, addr: Addr) {
         if let Some(i) = self.live.remove(&(thread, addr.0)) {
             self.blocks[i].died = Some(index);
-        } else if let Some(v) = self.by_start.get(&addr.0) {
+        } else if let Some(&newest) = self.newest.get(&addr.0) {
             // freed by another thread: close the newest open block there
-            if let Some(&i) = v.iter().rev().find(|&&i| self.blocks[i].died.is_none()) {
-                self.blocks[i].died = Some(u64::MAX - 1);
-                self.live.retain(|_, &mut j| j != i);
+            let mut j = newest;
+            while j != u32::MAX {
+                let b = &mut self.blocks[j as usize];
+                if b.died.is_none() {
+                    b.died = Some(u64::MAX - 1);
+                    // its own entry in `live`, unless a newer block took the key
+                    let key = (b.thread, b.start);
+                    if self.live.get(&key) == Some(&(j as usize)) {
+                        self.live.remove(&key);
+                    }
+                    break;
+                }
+                j = self.prev[j as usize];
             }
         }
     }
 
     /// Ends the first pass.
     pub fn finish(&mut self) {
-        self.live.clear();
+        self.live = FastMap::default();
+        let mut starts: Vec<u64> = self.newest.keys().copied().collect();
+        starts.sort_unstable();
+        let mut groups = Vec::with_capacity(starts.len() + 1);
+        let mut members = Vec::with_capacity(self.blocks.len());
+        let mut max_end = Vec::with_capacity(starts.len());
+        let mut top = 0u64;
+        for &s in &starts {
+            groups.push(members.len() as u32);
+            let from = members.len();
+            let mut j = self.newest[&s];
+            while j != u32::MAX {
+                members.push(j);
+                top = top.max(self.blocks[j as usize].end);
+                j = self.prev[j as usize];
+            }
+            members[from..].reverse();
+            max_end.push(top);
+        }
+        groups.push(members.len() as u32);
+        self.starts = starts;
+        self.groups = groups;
+        self.members = members;
+        self.max_end = max_end;
+        self.newest = FastMap::default();
+        self.prev = Vec::new();
     }
 
     /// Every block.
@@ -89,16 +139,63 @@ impl HeapIndex {
     /// The block holding `addr` for an access by `thread` at its event `index`, and
     /// the offset in it.
     pub fn find(&self, addr: Addr, thread: ThreadId, index: u64) -> Option<(usize, u64)> {
-        let lo = addr.0.saturating_sub(self.widest.saturating_sub(1));
+        self.search(addr, thread, index, false).0
+    }
+
+    /// Like [`HeapIndex::find`], with the range of `thread`'s event indices around
+    /// `index` over which the answer for `addr` stays the same (it changes only where
+    /// a block of `thread` covering `addr` is allocated or freed).
+    pub fn find_with_span(
+        &self,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+        self.search(addr, thread, index, true)
+    }
+
+    /// Candidates are the blocks covering `addr` among the [`WINDOW`] nearest distinct
+    /// starts at or below it; the first (newest start, then newest block) live block of
+    /// the accessing thread wins, else the first block of another thread, else the
+    /// first of the accessing thread.
+    fn search(
+        &self,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+        span: bool,
+    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+        let a = addr.0;
+        let lo = a.saturating_sub(self.widest.saturating_sub(1));
+        let k = self.starts.partition_point(|&s| s <= a);
         let mut best: Option<(usize, u8)> = None;
-        for (_, v) in self.by_start.range(lo..=addr.0).rev().take(64) {
-            for &i in v.iter().rev() {
+        let mut found: Option<usize> = None;
+        let (mut from, mut to) = (0u64, u64::MAX);
+        for j in (k.saturating_sub(WINDOW)..k).rev() {
+            if self.starts[j] < lo || self.max_end[j] <= a {
+                break;
+            }
+            let g = &self.members[self.groups[j] as usize..self.groups[j + 1] as usize];
+            for &i in g.iter().rev() {
+                let i = i as usize;
                 let b = &self.blocks[i];
-                if addr.0 >= b.end {
+                if a >= b.end {
                     continue;
                 }
                 let rank = if b.thread == thread {
-                    if index >= b.born && b.died.is_none_or(|d| index < d) {
+                    let died = b.died.unwrap_or(u64::MAX);
+                    if span {
+                        // the rank of this block is constant between these indices
+                        if index < b.born {
+                            to = to.min(b.born);
+                        } else if index >= died {
+                            from = from.max(died);
+                        } else {
+                            from = from.max(b.born);
+                            to = to.min(died);
+                        }
+                    }
+                    if index >= b.born && index < died {
                         3
                     } else {
                         1
@@ -106,15 +203,24 @@ impl HeapIndex {
                 } else {
                     2
                 };
-                if best.is_none_or(|(_, r)| rank > r) {
-                    best = Some((i, rank));
-                }
-                if rank == 3 {
-                    return Some((i, addr.0 - b.start));
+                if found.is_none() {
+                    if best.is_none_or(|(_, r)| rank > r) {
+                        best = Some((i, rank));
+                    }
+                    if rank == 3 {
+                        found = Some(i);
+                        if !span {
+                            break;
+                        }
+                    }
                 }
             }
+            if found.is_some() && !span {
+                break;
+            }
         }
-        best.map(|(i, _)| (i, addr.0 - self.blocks[i].start))
+        let i = found.or(best.map(|(i, _)| i));
+        (i.map(|i| (i, a - self.blocks[i].start)), from..to)
     }
 }
 
@@ -134,5 +240,8 @@ mod tests {
         assert_eq!(h.find(Addr(0x1008), t, 7), Some((1, 8)));
         assert_eq!(h.find(Addr(0x1018), t, 3), Some((0, 0x18)));
         assert_eq!(h.find(Addr(0x2000), t, 3), None);
+        assert_eq!(h.find_with_span(Addr(0x1008), t, 3), (Some((0, 8)), 1..5));
+        assert_eq!(h.find_with_span(Addr(0x1008), t, 9), (Some((1, 8)), 6..u64::MAX));
+        assert_eq!(h.find_with_span(Addr(0x1018), t, 9).1, 5..u64::MAX);
     }
 }

@@ -39,14 +39,25 @@
 
 mod heap;
 mod maps;
+mod par;
 
 pub use heap::{Block, HeapIndex};
 pub use maps::{Mapping, Maps};
+pub use par::{attribute_trace, attribute_trace_serial, Attribution, LabelCounts, SiteNamer};
 
 use memlens_format::{Addr, Event, Pc, ThreadId};
-use memlens_symbols::{DataKind, FrameBase, HeapType, Symbolizer};
+use memlens_symbols::{DataKind, FrameBase, HeapType, Symbolizer, TypeSource};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// Why a trace could not be attributed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] memlens_format::Error),
+}
 
 /// A hash map with a fast, non-cryptographic hasher: attribution looks up every
 /// access in a few of these.
@@ -133,24 +144,270 @@ impl Label {
     }
 }
 
-#[derive(Clone, Copy)]
-struct OpenFrame {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpenFrame {
     /// Entry pc.
-    pc: Pc,
+    pub(crate) pc: Pc,
     /// Frame pointer after the prologue, 0 if unknown.
-    rbp: u64,
+    pub(crate) rbp: u64,
     /// Start of the function symbol, 0 if unknown.
-    func: u64,
+    pub(crate) func: u64,
     /// Return address into the caller.
-    call_site: Pc,
+    pub(crate) call_site: Pc,
 }
 
-#[derive(Default)]
-struct ThreadState {
-    stack: Option<(u64, u64)>,
-    tls: u64,
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ThreadState {
+    pub(crate) stack: Option<(u64, u64)>,
+    pub(crate) tls: u64,
     /// Open frames, outermost first.
-    frames: Vec<OpenFrame>,
+    pub(crate) frames: Vec<OpenFrame>,
+}
+
+impl ThreadState {
+    /// A `ThreadStart` event.
+    pub(crate) fn start(&mut self, stack_lo: u64, stack_hi: u64, tls: u64) {
+        if stack_hi > stack_lo {
+            self.stack = Some((stack_lo, stack_hi));
+        }
+        self.tls = tls;
+    }
+
+    /// A function entry.
+    pub(crate) fn enter(&mut self, f: OpenFrame) {
+        // Frames left by longjmp or unwinding without an exit: drop those
+        // whose frame lies below (inside) the new one's.
+        while self.frames.last().is_some_and(|o| o.rbp != 0 && f.rbp != 0 && o.rbp < f.rbp) {
+            self.frames.pop();
+        }
+        self.frames.push(f);
+    }
+
+    /// A function exit of the function starting at `func` (0: unknown).
+    pub(crate) fn exit(&mut self, func: u64) {
+        // An exit closes the innermost frame of its function; an exit that
+        // matches no open frame (instrumentation that reports exits of
+        // functions whose entries it did not) is ignored, so that the
+        // frames of the callers stay known.
+        if func == 0 {
+            self.frames.pop();
+        } else if let Some(i) = self.frames.iter().rposition(|o| o.func == func) {
+            self.frames.truncate(i);
+        }
+    }
+
+    /// Whether `addr` is in this thread's stack.
+    #[inline]
+    pub(crate) fn in_stack(&self, addr: u64) -> bool {
+        self.stack.is_some_and(|(lo, hi)| addr >= lo && addr < hi)
+    }
+
+    /// The frame owning stack address `addr`: the innermost one whose CFA lies above it.
+    #[inline]
+    pub(crate) fn owner(&self, addr: u64) -> Option<usize> {
+        self.frames.iter().rposition(|o| o.rbp != 0 && o.rbp + 16 > addr)
+    }
+}
+
+/// Start of the function symbol holding `pc` (0 when unknown).
+pub(crate) fn function_start(sym: &Symbolizer, pc: Pc) -> u64 {
+    sym.function_symbol(Pc(pc.0 + 1)).map_or(0, |f| f.start.0)
+}
+
+/// The global variable (and member path) at `addr`, if `addr` is in one.
+pub(crate) fn global_label(sym: &Symbolizer, addr: Addr) -> Option<Label> {
+    sym.data_name(addr).filter(|d| d.kind == DataKind::Global).map(|d| Label {
+        kind: Kind::Global,
+        base: d.base.clone(),
+        path: d.path,
+        site: None,
+    })
+}
+
+/// Names stack address `addr` in the frame of the function entered at `fpc` whose
+/// frame pointer is `rbp`, accessed by code at `pc`; `callee_site` is the return
+/// address of the next inner frame, if any. The name depends on `fpc`, `addr - cfa`,
+/// `pc` and `callee_site` only, which is what callers cache it by.
+pub(crate) fn stack_label(
+    sym: &Symbolizer,
+    fpc: Pc,
+    rbp: u64,
+    pc: Pc,
+    callee_site: Option<Pc>,
+    addr: Addr,
+) -> Label {
+    let cfa = rbp + 16;
+    // The accessing pc decides lexical scopes when it is in the owning function.
+    match &sym.function_frame(fpc) {
+        Some(f) => {
+            let base = match f.frame_base {
+                FrameBase::Cfa => Some(cfa),
+                FrameBase::Register(6) => Some(rbp),
+                FrameBase::RegisterOffset(6, o) => Some(rbp.wrapping_add(o as u64)),
+                _ => None,
+            };
+            // Where the owning function is when the access happens: the access itself,
+            // or the call it is in (the next frame's return address), for locations
+            // that depend on the pc (location lists).
+            let at = if f.ranges.iter().any(|r| r.contains_return_address(pc)) {
+                pc
+            } else {
+                callee_site.unwrap_or(fpc)
+            };
+            let named = base.and_then(|b| f.name_at(at, addr.0.wrapping_sub(b) as i64));
+            match named {
+                Some(d) => Label {
+                    kind: Kind::Stack,
+                    base: format!("{}::{}", f.name, d.base).into(),
+                    path: d.path,
+                    site: None,
+                },
+                None => Label {
+                    kind: Kind::Stack,
+                    base: format!("{}::<frame>", f.name).into(),
+                    path: format!("[cfa{}]", addr.0 as i64 - cfa as i64),
+                    site: None,
+                },
+            }
+        }
+        None => {
+            let name = sym
+                .function_symbol(fpc)
+                .map(|f| f.name.to_string())
+                .unwrap_or_else(|| format!("{fpc}"));
+            Label {
+                kind: Kind::Stack,
+                base: format!("{name}::<frame>").into(),
+                path: format!("[cfa{}]", addr.0 as i64 - cfa as i64),
+                site: None,
+            }
+        }
+    }
+}
+
+/// The thread-local at `addr` for a thread whose thread pointer is `tp`.
+pub(crate) fn tls_label(
+    sym: &Symbolizer,
+    static_tls: &[(u32, u64, u64)],
+    tp: u64,
+    addr: Addr,
+) -> Option<Label> {
+    if tp == 0 || addr.0 >= tp {
+        return None;
+    }
+    let below = tp - addr.0;
+    let &(module, off, _) =
+        static_tls.iter().find(|&&(_, off, size)| below <= off && below > off - size)?;
+    let d = sym.tls_data_name(module, off - below)?;
+    Some(Label { kind: Kind::ThreadLocal, base: d.base.clone(), path: d.path, site: None })
+}
+
+/// The mapping `addr` falls in: the first of `stacks` (thread, stack range) holding
+/// it, else a module, else the recorded memory map.
+pub(crate) fn mapping_label(
+    stacks: impl IntoIterator<Item = (ThreadId, Option<(u64, u64)>)>,
+    sym: &Symbolizer,
+    maps: Option<&Maps>,
+    addr: Addr,
+) -> Label {
+    for (t, st) in stacks {
+        if st.is_some_and(|(lo, hi)| addr.0 >= lo && addr.0 < hi) {
+            let base = format!("[stack of T{}]", t.0).into();
+            return Label { kind: Kind::Mapping, base, path: String::new(), site: None };
+        }
+    }
+    if let Some(m) = sym.module_of(addr) {
+        let file = m.path.rsplit('/').next().unwrap_or(&m.path);
+        return Label {
+            kind: Kind::Mapping,
+            base: format!("[{file}]").into(),
+            path: String::new(),
+            site: None,
+        };
+    }
+    if let Some(m) = maps.and_then(|maps| maps.find(addr)) {
+        return Label {
+            kind: Kind::Mapping,
+            base: m.label().into(),
+            path: String::new(),
+            site: None,
+        };
+    }
+    Label { kind: Kind::Unknown, base: "[unknown]".into(), path: String::new(), site: None }
+}
+
+/// `heap(SITE)` for an allocation call site.
+pub(crate) fn heap_base(site_namer: Option<&(dyn Fn(Pc) -> String + '_)>, site: Pc) -> Arc<str> {
+    let s = match site_namer {
+        Some(f) => f(site),
+        None => format!("{site}"),
+    };
+    format!("heap({s})").into()
+}
+
+/// How a block's element type applies to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum HeapShape {
+    /// One object: `Type.member`.
+    Single,
+    /// An array: `Type[i].member`.
+    Array,
+    /// No type, or a type read from the source line that the block's size does not
+    /// fit (`malloc(sizeof(struct T) + n)`): `heap(site)+off`.
+    Untyped,
+    /// A `dlopen`ed module's thread-local block (the dynamic loader's allocation of
+    /// its TLS size): named as that thread-local variable. The index of the module's
+    /// block among the candidates ([`TypeSource::DynamicTls`]).
+    DynamicTls(u32),
+}
+
+/// How a block of element type `ty` is named (see [`HeapShape`]).
+pub(crate) fn heap_single(ty: &Option<HeapType>, b: &Block) -> HeapShape {
+    let size = b.end - b.start;
+    match ty {
+        Some(t) if t.tls_block(size).is_some() => {
+            HeapShape::DynamicTls(t.tls_block(size).unwrap_or(0) as u32)
+        }
+        Some(t) if t.fits(size) => {
+            if size <= t.layout.size().unwrap_or(1).max(1) {
+                HeapShape::Single
+            } else {
+                HeapShape::Array
+            }
+        }
+        _ => HeapShape::Untyped,
+    }
+}
+
+/// Names offset `off` of a block allocated at a site named `base`: after its element
+/// type when known, else after the site and the offset.
+pub(crate) fn heap_label(
+    base: &Arc<str>,
+    ty: &Option<HeapType>,
+    shape: HeapShape,
+    off: u64,
+) -> Label {
+    if let (HeapShape::DynamicTls(i), Some(t)) = (shape, ty) {
+        let named = match &t.source {
+            TypeSource::DynamicTls(blocks) => blocks.get(i as usize).and_then(|b| b.name(off)),
+            _ => None,
+        };
+        if let Some((base, path)) = named {
+            return Label { kind: Kind::ThreadLocal, base, path, site: None };
+        }
+    }
+    match ty.as_ref().filter(|_| matches!(shape, HeapShape::Single | HeapShape::Array)) {
+        Some(t) => {
+            let esz = t.layout.size().unwrap_or(1).max(1);
+            let path = if shape == HeapShape::Single {
+                t.layout.describe(off).path
+            } else {
+                format!("[{}]{}", off / esz, t.layout.describe(off % esz).path)
+            };
+            Label { kind: Kind::Heap, base: t.name.clone(), path, site: Some(base.clone()) }
+        }
+        None => Label { kind: Kind::Heap, base: base.clone(), path: format!("+{off}"), site: None },
+    }
 }
 
 /// Attributes accesses to labels. Feed it every event of a stream in order with
@@ -164,7 +421,7 @@ pub struct Attributor<'s> {
     labels: Vec<Label>,
     ids: FastMap<Label, LabelId>,
     global_cache: FastMap<u64, Option<LabelId>>,
-    stack_cache: FastMap<(Pc, u64, i64, Pc), LabelId>,
+    stack_cache: FastMap<(Pc, i64, Pc, Pc), LabelId>,
     heap_ids: FastMap<(usize, u64), LabelId>,
     fn_starts: FastMap<Pc, u64>,
     heap_sites: FastMap<usize, (Arc<str>, Option<HeapType>)>,
@@ -227,35 +484,17 @@ impl<'s> Attributor<'s> {
     pub fn observe(&mut self, thread: ThreadId, ev: &Event) {
         match ev {
             Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
-                let t = self.threads.entry(thread).or_default();
-                if stack_hi.0 > stack_lo.0 {
-                    t.stack = Some((stack_lo.0, stack_hi.0));
-                }
-                t.tls = tls.0;
+                self.threads.entry(thread).or_default().start(stack_lo.0, stack_hi.0, tls.0);
             }
             Event::FuncEnter { pc, frame, call_site } => {
-                let f = self.function_start(*pc);
-                let t = self.threads.entry(thread).or_default();
-                // Frames left by longjmp or unwinding without an exit: drop those
-                // whose frame lies below (inside) the new one's.
-                while t.frames.last().is_some_and(|o| o.rbp != 0 && frame.0 != 0 && o.rbp < frame.0)
-                {
-                    t.frames.pop();
-                }
-                t.frames.push(OpenFrame { pc: *pc, rbp: frame.0, func: f, call_site: *call_site });
+                let func = self.function_start(*pc);
+                let f = OpenFrame { pc: *pc, rbp: frame.0, func, call_site: *call_site };
+                self.threads.entry(thread).or_default().enter(f);
             }
             Event::FuncExit { pc } => {
                 let f = if pc.0 == 0 { 0 } else { self.function_start(*pc) };
                 if let Some(t) = self.threads.get_mut(&thread) {
-                    // An exit closes the innermost frame of its function; an exit that
-                    // matches no open frame (instrumentation that reports exits of
-                    // functions whose entries it did not) is ignored, so that the
-                    // frames of the callers stay known.
-                    if f == 0 {
-                        t.frames.pop();
-                    } else if let Some(i) = t.frames.iter().rposition(|o| o.func == f) {
-                        t.frames.truncate(i);
-                    }
+                    t.exit(f);
                 }
             }
             _ => {}
@@ -284,17 +523,19 @@ impl<'s> Attributor<'s> {
             self.heap_ids.insert((bi, off), id);
             return id;
         }
-        let l = self.mapping(addr);
+        let l = mapping_label(
+            self.threads.iter().map(|(t, s)| (*t, s.stack)),
+            self.sym,
+            self.maps.as_ref(),
+            addr,
+        );
         self.intern(l)
     }
 
     /// Start of the function symbol holding `pc` (0 when unknown), cached per pc.
     fn function_start(&mut self, pc: Pc) -> u64 {
         let sym = self.sym;
-        *self
-            .fn_starts
-            .entry(pc)
-            .or_insert_with(|| sym.function_symbol(Pc(pc.0 + 1)).map_or(0, |f| f.start.0))
+        *self.fn_starts.entry(pc).or_insert_with(|| function_start(sym, pc))
     }
 
     /// Names offset `off` of heap block `bi`: after its element type when the
@@ -303,11 +544,7 @@ impl<'s> Attributor<'s> {
         if !self.heap_sites.contains_key(&bi) {
             let b = &self.heap.blocks()[bi];
             let (site, stack) = (b.site, b.stack.clone());
-            let s = match &self.site_namer {
-                Some(f) => f(site),
-                None => format!("{site}"),
-            };
-            let base: Arc<str> = format!("heap({s})").into();
+            let base = heap_base(self.site_namer.as_deref(), site);
             let sym = self.sym;
             let ty = self
                 .heap_types
@@ -317,21 +554,8 @@ impl<'s> Attributor<'s> {
             self.heap_sites.insert(bi, (base, ty));
         }
         let (base, ty) = &self.heap_sites[&bi];
-        let b = &self.heap.blocks()[bi];
-        match ty {
-            Some(t) => {
-                let esz = t.layout.size().unwrap_or(1).max(1);
-                let path = if b.end - b.start <= esz {
-                    t.layout.describe(off).path
-                } else {
-                    format!("[{}]{}", off / esz, t.layout.describe(off % esz).path)
-                };
-                Label { kind: Kind::Heap, base: t.name.clone(), path, site: Some(base.clone()) }
-            }
-            None => {
-                Label { kind: Kind::Heap, base: base.clone(), path: format!("+{off}"), site: None }
-            }
-        }
+        let single = heap_single(ty, &self.heap.blocks()[bi]);
+        heap_label(base, ty, single, off)
     }
 
     fn global(&mut self, addr: Addr) -> Option<LabelId> {
@@ -340,130 +564,33 @@ impl<'s> Attributor<'s> {
         if let Some(&c) = self.global_cache.get(&addr.0) {
             return c;
         }
-        let id = self.sym.data_name(addr).filter(|d| d.kind == DataKind::Global).map(|d| {
-            self.intern(Label {
-                kind: Kind::Global,
-                base: d.base.clone(),
-                path: d.path,
-                site: None,
-            })
-        });
+        let id = global_label(self.sym, addr).map(|l| self.intern(l));
         self.global_cache.insert(addr.0, id);
         id
     }
 
     fn tls(&mut self, thread: ThreadId, addr: Addr) -> Option<LabelId> {
         let tp = self.threads.get(&thread)?.tls;
-        if tp == 0 || addr.0 >= tp {
-            return None;
-        }
-        let below = tp - addr.0;
-        let &(module, off, _) =
-            self.static_tls.iter().find(|&&(_, off, size)| below <= off && below > off - size)?;
-        let d = self.sym.tls_data_name(module, off - below)?;
-        Some(self.intern(Label {
-            kind: Kind::ThreadLocal,
-            base: d.base.clone(),
-            path: d.path,
-            site: None,
-        }))
+        let l = tls_label(self.sym, &self.static_tls, tp, addr)?;
+        Some(self.intern(l))
     }
 
     fn stack(&mut self, thread: ThreadId, pc: Pc, addr: Addr) -> Option<LabelId> {
         let t = self.threads.get(&thread)?;
-        let (lo, hi) = t.stack?;
-        if addr.0 < lo || addr.0 >= hi {
+        if !t.in_stack(addr.0) {
             return None;
         }
-        // The owner is the innermost frame whose CFA lies above the address.
-        let i = t.frames.iter().rposition(|o| o.rbp != 0 && o.rbp + 16 > addr.0)?;
+        let i = t.owner(addr.0)?;
         let (fpc, rbp) = (t.frames[i].pc, t.frames[i].rbp);
-        // Where the owning function is when the access happens: the access itself, or
-        // the call it is in (the next frame's return address), for locations that
-        // depend on the pc (location lists).
         let callee_site = t.frames.get(i + 1).map(|o| o.call_site);
-        let cfa = rbp + 16;
-        let key = (fpc, cfa, addr.0 as i64 - cfa as i64, pc);
+        let key = (fpc, addr.0 as i64 - (rbp + 16) as i64, pc, callee_site.unwrap_or(Pc(0)));
         if let Some(&id) = self.stack_cache.get(&key) {
             return Some(id);
         }
-        // The accessing pc decides lexical scopes when it is in the owning function.
-        let frame = self.sym.function_frame(fpc);
-        let label = match &frame {
-            Some(f) => {
-                let base = match f.frame_base {
-                    FrameBase::Cfa => Some(cfa),
-                    FrameBase::Register(6) => Some(rbp),
-                    FrameBase::RegisterOffset(6, o) => Some(rbp.wrapping_add(o as u64)),
-                    _ => None,
-                };
-                let at = if f.ranges.iter().any(|r| r.contains_return_address(pc)) {
-                    pc
-                } else {
-                    callee_site.unwrap_or(fpc)
-                };
-                let named = base.and_then(|b| f.name_at(at, addr.0.wrapping_sub(b) as i64));
-                match named {
-                    Some(d) => Label {
-                        kind: Kind::Stack,
-                        base: format!("{}::{}", f.name, d.base).into(),
-                        path: d.path,
-                        site: None,
-                    },
-                    None => Label {
-                        kind: Kind::Stack,
-                        base: format!("{}::<frame>", f.name).into(),
-                        path: format!("[cfa{}]", addr.0 as i64 - cfa as i64),
-                        site: None,
-                    },
-                }
-            }
-            None => {
-                let name = self
-                    .sym
-                    .function_symbol(fpc)
-                    .map(|f| f.name.to_string())
-                    .unwrap_or_else(|| format!("{fpc}"));
-                Label {
-                    kind: Kind::Stack,
-                    base: format!("{name}::<frame>").into(),
-                    path: format!("[cfa{}]", addr.0 as i64 - cfa as i64),
-                    site: None,
-                }
-            }
-        };
-        let id = self.intern(label);
+        let l = stack_label(self.sym, fpc, rbp, pc, callee_site, addr);
+        let id = self.intern(l);
         self.stack_cache.insert(key, id);
         Some(id)
-    }
-
-    fn mapping(&self, addr: Addr) -> Label {
-        for (t, st) in &self.threads {
-            if st.stack.is_some_and(|(lo, hi)| addr.0 >= lo && addr.0 < hi) {
-                let base = format!("[stack of T{}]", t.0).into();
-                return Label { kind: Kind::Mapping, base, path: String::new(), site: None };
-            }
-        }
-        if let Some(m) = self.sym.module_of(addr) {
-            let file = m.path.rsplit('/').next().unwrap_or(&m.path);
-            return Label {
-                kind: Kind::Mapping,
-                base: format!("[{file}]").into(),
-                path: String::new(),
-                site: None,
-            };
-        }
-        if let Some(maps) = &self.maps {
-            if let Some(m) = maps.find(addr) {
-                return Label {
-                    kind: Kind::Mapping,
-                    base: m.label().into(),
-                    path: String::new(),
-                    site: None,
-                };
-            }
-        }
-        Label { kind: Kind::Unknown, base: "[unknown]".into(), path: String::new(), site: None }
     }
 }
 

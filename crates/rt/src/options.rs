@@ -14,6 +14,9 @@ pub(crate) struct Options {
     pub stack_depth: usize,
     /// `MEMLENS_ZSTD_LEVEL` (default 1; 0 stores chunks uncompressed).
     pub zstd_level: i32,
+    /// `MEMLENS_ZSTD_ADAPT` (default on; `0` off): writers that fall behind switch to
+    /// zstd's fast (negative) levels until they catch up.
+    pub zstd_adapt: bool,
     /// `MEMLENS_BUFFER_KB` (default 1024): per-thread buffer, i.e. raw chunk size.
     pub buffer_bytes: usize,
     /// `MEMLENS_FILTER`: file of code ranges whose accesses and calls are recorded.
@@ -59,6 +62,8 @@ impl Options {
             values: flag("MEMLENS_VALUES"),
             stack_depth: num("MEMLENS_STACK_DEPTH", 8, 0, MAX_STACK_DEPTH as i64) as usize,
             zstd_level: num("MEMLENS_ZSTD_LEVEL", 1, 0, 19) as i32,
+            zstd_adapt: !var("MEMLENS_ZSTD_ADAPT")
+                .is_some_and(|v| matches!(v.trim(), "0" | "no" | "false" | "off")),
             buffer_bytes: num("MEMLENS_BUFFER_KB", 1024, 64, 32 * 1024) as usize * 1024,
             filter: var("MEMLENS_FILTER").filter(|s| !s.is_empty()),
             roi: flag("MEMLENS_ROI"),
@@ -83,6 +88,7 @@ impl Options {
             o("values", b(self.values)),
             o("stack_depth", self.stack_depth.to_string()),
             o("zstd_level", self.zstd_level.to_string()),
+            o("zstd_adapt", b(self.zstd_adapt)),
             o("buffer_kb", (self.buffer_bytes / 1024).to_string()),
             o("filter", self.filter.clone().unwrap_or_default()),
             o("roi", b(self.roi)),
@@ -125,6 +131,8 @@ mod tests {
         assert_eq!(o.output.as_deref(), Some("/tmp/x"));
         assert_eq!((o.stack_depth, o.buffer_bytes, o.zstd_level), (64, 64 * 1024, 1));
         assert!(o.values && !o.roi);
-        assert_eq!(o.records().len(), 14);
+        assert_eq!(o.records().len(), 15);
+        assert!(o.zstd_adapt);
+        assert!(!Options::parse(|k| (k == "MEMLENS_ZSTD_ADAPT").then(|| "0".into())).zstd_adapt);
     }
 }

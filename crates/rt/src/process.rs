@@ -234,6 +234,7 @@ pub(crate) fn finish(end: EndStatus, mode: Mode) {
     if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
         recs.push(MetaRecord::Maps(maps));
     }
+    recs.extend(crate::order::end_record());
     recs.extend(sess.end_records(end));
     sess.write_meta(&recs, crash, true, timeout);
     drop(recs);

@@ -322,6 +322,8 @@ pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
         return false;
     }
     state::guard_on(st);
+    // Releases stripes held across the previous access; hands a lagging buffer over.
+    order::on_enter(st);
     if st.name_kick.load(Relaxed) {
         if let Some(n) = state::take_name(st) {
             emit_control(st, &Event::ThreadName(n));
@@ -364,14 +366,29 @@ unsafe fn value_at(addr: u64, lg: u8) -> u64 {
 }
 
 /// `MEMLENS_ORDER=atomic`: stamps a plain access and writes its `Clock`. Guard held.
-unsafe fn stamp(st: &ThreadState, addr: u64, len: u64) {
+unsafe fn stamp(st: &ThreadState, ranges: &[(u64, u64)]) {
     if order::mode() == order::ATOMIC {
-        let t = order::stamp(st, addr, len);
+        // Hand a full buffer over first: that may wait for the writers, which must
+        // not happen while the stripes are held.
+        if st.buf.get() == 0
+            || st.stolen.load(Relaxed)
+            || st.pos.load(Relaxed).wrapping_add(3 * MAX_ACCESS_LEN) > st.buf_end.get()
+        {
+            state::swap_buffer(st, false);
+        }
+        let t = order::stamp(st, ranges);
         write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.clock(p, t));
     }
 }
 
 unsafe fn general(st: &ThreadState, ev: Ev) {
+    // Skew bound: catch the clock up, hand a lagging buffer over, at a plain event
+    // (never between an atomic's stripe update and its event, see `order::take_floor`).
+    if !matches!(ev, Ev::Rmw { .. } | Ev::Access { value: Some(_), .. }) {
+        order::plain_event(st, |t| {
+            write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.clock(p, t));
+        });
+    }
     match ev {
         Ev::Access { tag: t, pc, addr, value } => {
             if !accesses_on(st) || !filter::allowed(pc) {
@@ -379,7 +396,7 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
             }
             let write = t & tag::ACCESS_WRITE != 0;
             if value.is_none() {
-                stamp(st, addr, 1u64 << (t & 7));
+                stamp(st, &[(addr, 1u64 << (t & 7))]);
             }
             let v = if !VALUES.load(Relaxed) {
                 None
@@ -399,7 +416,7 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
         }
         Ev::Range { write, pc, addr, len } => {
             if accesses_on(st) && filter::allowed(pc) {
-                stamp(st, addr, len);
+                stamp(st, &[(addr, len)]);
                 let (k, c) = if write {
                     (AccessKind::Write, class::WRITES)
                 } else {
@@ -410,11 +427,11 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
         }
         Ev::Copy { pc, dst, src, len } => {
             if accesses_on(st) && filter::allowed(pc) {
-                stamp(st, src, len);
+                // One stamp for both sides: their stripes are held together across the copy.
+                stamp(st, &[(src, len), (dst, len)]);
                 write_ev(st, MAX_ACCESS_LEN, class::READS, |e, p| {
                     e.range(p, AccessKind::Read, pc, src, len)
                 });
-                stamp(st, dst, len);
                 write_ev(st, MAX_ACCESS_LEN, class::WRITES, |e, p| {
                     e.range(p, AccessKind::Write, pc, dst, len)
                 });

@@ -22,6 +22,9 @@ use memlens_format::{
 };
 use std::sync::Mutex;
 
+/// zstd levels a writer falls back to when a quarter / half of the queue waits.
+const FAST_LEVELS: [i32; 2] = [-1, -4];
+
 /// Buffer size handed to threads once many are alive.
 pub(crate) const SMALL_BUF: usize = 64 << 10;
 
@@ -57,6 +60,8 @@ pub(crate) struct Session {
     pub pid: u32,
     start_ns: u64,
     level: i32,
+    /// Faster zstd levels when the writers fall behind (`MEMLENS_ZSTD_ADAPT`).
+    adapt: bool,
     /// Default buffer size.
     pub big: usize,
     pool_big: ArrayQueue<usize>,
@@ -114,6 +119,7 @@ impl Session {
             pid,
             start_ns: sys::realtime_ns(),
             level: opts.zstd_level,
+            adapt: opts.zstd_adapt,
             big,
             pool_big: ArrayQueue::new(cap + 8),
             pool_small: ArrayQueue::new(256),
@@ -398,6 +404,24 @@ impl Session {
         }
     }
 
+    /// The zstd level for the next chunk when `backlog` more wait: the configured
+    /// level while the writers keep up, zstd's fast levels as the queue fills (the
+    /// traced threads block once [`Session::cap`] jobs are in flight, so a writer
+    /// that compresses slower than they produce sets the pace of the program).
+    fn level_for_backlog(&self, backlog: usize) -> i32 {
+        if !self.adapt || self.level <= 0 {
+            return self.level;
+        }
+        let fast = if backlog >= self.cap / 2 {
+            FAST_LEVELS[1]
+        } else if backlog >= self.cap / 4 {
+            FAST_LEVELS[0]
+        } else {
+            return self.level;
+        };
+        fast.min(self.level)
+    }
+
     fn wake_writers(&self) {
         self.wake.fetch_add(1, SeqCst);
         if self.sleepers.load(SeqCst) > 0 {
@@ -481,6 +505,7 @@ extern "C" fn writer_main(arg: *mut c_void) -> *mut c_void {
     let mut out = Vec::new();
     loop {
         if let Some(job) = s.jobs.pop() {
+            enc.set_level(s.level_for_backlog(s.jobs.len()));
             s.run_job(job, Some(&mut enc), &mut out, None);
             s.job_done();
             continue;

@@ -143,6 +143,8 @@ pub(crate) struct ThreadState {
     pub ncalls: Cell<usize>,
     pub own: AtomicU8,
     pub stolen: AtomicBool,
+    /// Stripes held across the last access (`order.rs`, `--order=atomic`).
+    pub held: Cell<crate::order::Held>,
     pub pend: Cell<Pending>,
     pub stack_lo: Cell<usize>,
     pub stack_hi: Cell<usize>,
@@ -185,6 +187,7 @@ impl ThreadState {
             ncalls: Cell::new(0),
             own: AtomicU8::new(0),
             stolen: AtomicBool::new(false),
+            held: Cell::new([0; 8]),
             pend: Cell::new(Pending::NONE),
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
@@ -558,6 +561,8 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
         }
     }
     st.pos.store(st.buf.get(), Relaxed);
+    // Skew bound: publish this thread's clock (order.rs).
+    crate::order::handover(st, last);
     // The chunk header's `first_clock`: the Lamport clock in force at its start.
     st.clock.set(st.lclock.get());
     st.own.store(0, Release);

@@ -6,6 +6,10 @@
 //! condition wait, `pthread_join`) take it after. A thread's final clock is published
 //! under its `pthread_t` at exit and taken by `pthread_join`.
 //!
+//! Under `--order=atomic` every interposer here first releases the stripes held
+//! across the thread's last access (`order::before_blocking`, or inside
+//! `order::release`), since the real call may block.
+//!
 //! Rust's `std::sync` does not go through pthread (futexes), and `std` is not
 //! instrumented, so its locks order nothing; atomics in instrumented crates do.
 
@@ -34,6 +38,7 @@ macro_rules! acquire1 {
         #[cfg_attr(not(test), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name(o: *mut c_void) -> c_int {
             let Some(f) = f1(R::$name) else { return libc::EINVAL };
+            order::before_blocking();
             let rc = f(o);
             if rc == 0 {
                 order::acquire(o as u64);
@@ -49,6 +54,7 @@ macro_rules! acquire2 {
         #[cfg_attr(not(test), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name(o: *mut c_void, t: *mut c_void) -> c_int {
             let Some(f) = f2(R::$name) else { return libc::EINVAL };
+            order::before_blocking();
             let rc = f(o, t);
             if rc == 0 {
                 order::acquire(o as u64);
@@ -95,6 +101,7 @@ release1!(
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn sem_wait(s: *mut c_void) -> c_int {
     let Some(f) = f1(R::sem_wait) else { return -1 };
+    order::before_blocking();
     let rc = f(s);
     if rc == 0 {
         order::acquire(s as u64);
@@ -106,6 +113,7 @@ pub unsafe extern "C" fn sem_wait(s: *mut c_void) -> c_int {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn sem_timedwait(s: *mut c_void, t: *mut c_void) -> c_int {
     let Some(f) = f2(R::sem_timedwait) else { return -1 };
+    order::before_blocking();
     let rc = f(s, t);
     if rc == 0 {
         order::acquire(s as u64);
@@ -163,6 +171,7 @@ pub unsafe extern "C" fn pthread_join(t: libc::pthread_t, ret: *mut *mut c_void)
         return libc::EINVAL;
     }
     type Join = unsafe extern "C" fn(libc::pthread_t, *mut *mut c_void) -> c_int;
+    order::before_blocking();
     let rc = core::mem::transmute::<usize, Join>(p)(t, ret);
     if rc == 0 {
         order::acquire(t);

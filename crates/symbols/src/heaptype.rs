@@ -13,6 +13,7 @@ use std::sync::Arc;
 use gimli::UnitOffset;
 
 use crate::dwarf::{self, Die, Units};
+use crate::dyntls::TlsBlock;
 use crate::frame::SubprogramRange;
 use crate::layout::{LayoutCache, TypeLayout};
 
@@ -26,6 +27,50 @@ pub struct HeapType {
     pub name: Arc<str>,
     /// Its layout; the block holds one object or an array of them.
     pub layout: Arc<TypeLayout>,
+    /// Where the type was learned.
+    pub source: TypeSource,
+}
+
+/// Where a [`HeapType`] comes from, most reliable first.
+#[derive(Clone, Debug)]
+pub enum TypeSource {
+    /// clang's `DW_AT_LLVM_alloc_type` on the allocating call site.
+    AllocSite,
+    /// The template parameter of an allocator frame (`std::allocator<T>`, `Box<T>`).
+    Allocator,
+    /// The allocating source line (`new T`, `sizeof(struct T)`, `T *p = malloc`). Only
+    /// valid for blocks whose size is a multiple of the type's: check with
+    /// [`HeapType::fits`].
+    SourceLine,
+    /// Not objects but a `dlopen`ed module's thread-local block, allocated by the
+    /// dynamic loader: the candidate modules' blocks; the block's size picks one
+    /// ([`HeapType::tls_block`]).
+    DynamicTls(Arc<[TlsBlock]>),
+}
+
+impl HeapType {
+    /// For a dynamic TLS allocation, the index (in [`TypeSource::DynamicTls`]) of the
+    /// one module whose TLS block has this size; `None` when none or several have.
+    pub fn tls_block(&self, size: u64) -> Option<usize> {
+        let TypeSource::DynamicTls(blocks) = &self.source else { return None };
+        let mut hits = blocks.iter().enumerate().filter(|(_, b)| b.size == size);
+        let (first, _) = hits.next()?;
+        hits.next().is_none().then_some(first)
+    }
+
+    /// Whether a block of `size` bytes can hold this type: always for types from the
+    /// DWARF, and for a type read from the source line when `size` is a non-zero
+    /// multiple of the type's size (one object or an array); never for a dynamic
+    /// TLS block (see [`HeapType::tls_block`]).
+    pub fn fits(&self, size: u64) -> bool {
+        match &self.source {
+            TypeSource::SourceLine => {
+                self.layout.size().is_some_and(|s| s > 0 && size > 0 && size.is_multiple_of(s))
+            }
+            TypeSource::DynamicTls(_) => false,
+            _ => true,
+        }
+    }
 }
 
 /// What one frame of an allocation's call chain says about the block's type.
@@ -81,11 +126,12 @@ pub(crate) fn heap_type(
     units: &Units,
     layouts: &LayoutCache,
     (uid, off): (usize, UnitOffset),
+    source: TypeSource,
 ) -> Option<HeapType> {
     let layout = layouts.get(units, uid, off);
     layout.size().filter(|&s| s > 0)?;
     let name: Arc<str> = layout.name().unwrap_or("?").into();
-    Some(HeapType { name, layout })
+    Some(HeapType { name, layout, source })
 }
 
 /// Parents of the DIEs that matter for naming a frame's scope (subprograms,
@@ -349,7 +395,11 @@ fn primitive(name: &str) -> Option<HeapType> {
         "u128" | "i128" => 16,
         _ => return None,
     };
-    Some(HeapType { name: name.into(), layout: Arc::new(TypeLayout::scalar_named(name, size)) })
+    Some(HeapType {
+        name: name.into(),
+        layout: Arc::new(TypeLayout::scalar_named(name, size)),
+        source: TypeSource::Allocator,
+    })
 }
 
 /// The first template type parameter of a class that is not its allocator.
@@ -372,7 +422,7 @@ fn element_param(
         if ALLOCATOR_PARAMS.contains(&name.as_str()) {
             continue;
         }
-        return heap_type(units, layouts, units.type_of(uid, c)?);
+        return heap_type(units, layouts, units.type_of(uid, c)?, TypeSource::Allocator);
     }
     None
 }

@@ -29,7 +29,9 @@
 //!   [`ModuleSymbols::load`] reads the files, searching [`DebugSearch`] directories.
 //! - [`module_from_file`] describes an ELF file as a [`Module`] (segments, build-id).
 //! - [`Symbolizer::heap_type`] gives the element type of a heap block from its
-//!   allocation site ([`HeapType`]).
+//!   allocation site ([`HeapType`]): clang's allocation type, an allocator's template
+//!   parameter, or the allocating C/C++ source line (`new T`, `sizeof(struct T)`);
+//!   [`HeapType::source`] says which.
 //! - [`TypeLayout`] maps an offset inside a typed object to a member path;
 //!   [`FunctionFrame`] lists a function's frame-base-relative locals.
 //! - [`glob_match`] and [`path_glob_match`] implement the filter globs (`*`, `?`).
@@ -62,6 +64,7 @@ mod code;
 mod data;
 mod demangle;
 mod dwarf;
+mod dyntls;
 mod elf;
 mod error;
 mod frame;
@@ -69,16 +72,18 @@ mod glob;
 mod heaptype;
 mod layout;
 mod module;
+mod srcline;
 mod symbolizer;
 
 pub use code::{CodeLocation, CodeRange, Frame, FunctionSymbol};
 pub use data::{DataKind, DataName, ThreadLocal};
 pub use demangle::demangle_symbol;
+pub use dyntls::TlsBlock;
 pub use elf::{module_from_elf_bytes, module_from_file, TlsSegment};
 pub use error::Error;
 pub use frame::{FrameBase, FunctionFrame, LocalPiece, LocalVariable};
 pub use glob::{glob_match, path_glob_match};
-pub use heaptype::HeapType;
+pub use heaptype::{HeapType, TypeSource};
 pub use layout::{MemberPath, TypeLayout};
 pub use memlens_format::{Addr, Module, Pc, Segment};
 pub use module::{DebugSearch, ModuleFiles, ModuleSymbols, StaticVariable};

@@ -15,9 +15,13 @@ use crate::dwarf::{self, Units, R};
 use crate::elf::{self, RawSymbol, SymKind, TlsSegment};
 use crate::frame::{self, FunctionFrame, SubprogramRange};
 use crate::glob::{glob_match, path_glob_match};
-use crate::heaptype::{self, FrameVerdict, HeapType, Parents};
+use crate::heaptype::{self, FrameVerdict, HeapType, Parents, TypeSource};
 use crate::layout::LayoutCache;
+use crate::srcline::{self, TypeIndex};
 use crate::Error;
+
+/// Source files by path: their lines, `None` when unreadable.
+type SourceCache = HashMap<Arc<str>, Option<Arc<[String]>>>;
 
 /// Frame descriptions by subprogram DIE (unit index, unit offset).
 type FrameCache = HashMap<(usize, usize), Option<Arc<FunctionFrame>>>;
@@ -83,6 +87,12 @@ pub struct ModuleSymbols {
     alloc_sites: OnceLock<HashMap<u64, (usize, gimli::UnitOffset)>>,
     rust_types: OnceLock<HashMap<String, (usize, gimli::UnitOffset)>>,
     parents: Mutex<HashMap<usize, Arc<Parents>>>,
+    /// C/C++ types by qualified name, for types read from source lines.
+    type_index: OnceLock<TypeIndex>,
+    /// Source files read for allocation lines (`None`: unreadable).
+    sources: Mutex<SourceCache>,
+    /// Types read from allocation lines, by call site (file address).
+    source_types: Mutex<HashMap<u64, Option<HeapType>>>,
     layouts: LayoutCache,
     names: Mutex<HashMap<String, Arc<str>>>,
     files: Mutex<HashMap<String, Arc<str>>>,
@@ -205,6 +215,9 @@ impl ModuleSymbols {
             alloc_sites: OnceLock::new(),
             rust_types: OnceLock::new(),
             parents: Mutex::new(HashMap::new()),
+            type_index: OnceLock::new(),
+            sources: Mutex::new(HashMap::new()),
+            source_types: Mutex::new(HashMap::new()),
             layouts: LayoutCache::default(),
             names: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
@@ -466,6 +479,21 @@ impl ModuleSymbols {
             .collect()
     }
 
+    /// The thread-local variables with their layouts, for naming a dynamic TLS block.
+    pub(crate) fn tls_vars(&self) -> Vec<crate::dyntls::TlsVar> {
+        let units = self.units().ok().flatten();
+        self.data_index()
+            .tls
+            .iter()
+            .map(|v| crate::dyntls::TlsVar {
+                name: v.name.clone(),
+                offset: v.start,
+                size: v.size,
+                layout: v.ty.zip(units).map(|((u, o), units)| self.layouts.get(units, u, o)),
+            })
+            .collect()
+    }
+
     /// All thread-local variables, sorted by TLS-block offset.
     pub fn thread_locals(&self) -> Vec<ThreadLocal> {
         self.data_index()
@@ -509,7 +537,7 @@ impl ModuleSymbols {
         let units = self.units().ok().flatten()?;
         let index = self.alloc_sites.get_or_init(|| heaptype::alloc_site_index(units));
         let t = *index.get(&self.module.file_addr(pc.0))?;
-        heaptype::heap_type(units, &self.layouts, t)
+        heaptype::heap_type(units, &self.layouts, t, TypeSource::AllocSite)
     }
 
     /// What the frames (innermost first) of the call returning to `pc` say about the
@@ -522,13 +550,10 @@ impl ModuleSymbols {
         if chain.is_empty() {
             return FrameVerdict::Stop;
         }
-        let parents = |uid: usize| {
-            let mut map = self.parents.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(uid).or_insert_with(|| Arc::new(heaptype::parents(units, uid))).clone()
-        };
+        let parents = |uid: usize| self.parents_of(units, uid);
         let by_name = |name: &str| {
             let index = self.rust_types.get_or_init(|| heaptype::rust_type_index(units));
-            heaptype::heap_type(units, &self.layouts, *index.get(name)?)
+            heaptype::heap_type(units, &self.layouts, *index.get(name)?, TypeSource::Allocator)
         };
         for site in chain {
             match heaptype::verdict(units, &self.layouts, &parents, &by_name, site) {
@@ -537,6 +562,67 @@ impl ModuleSymbols {
             }
         }
         FrameVerdict::Continue
+    }
+
+    fn parents_of(&self, units: &Units, uid: usize) -> Arc<Parents> {
+        let mut map = self.parents.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(uid).or_insert_with(|| Arc::new(heaptype::parents(units, uid))).clone()
+    }
+
+    /// The type the source line of the C or C++ call returning to `pc` allocates
+    /// (`new T`, `malloc(n * sizeof(struct T))`, `T *p = malloc(...)`), resolved in
+    /// the allocating function's scope; `None` when the source cannot be read or the
+    /// line names no single type. See the `srcline` module.
+    pub(crate) fn source_line_type(&self, pc: Pc) -> Option<HeapType> {
+        let key = self.module.file_addr(pc.0);
+        if let Some(t) = self.source_types.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return t.clone();
+        }
+        let t = self.read_source_line_type(pc);
+        self.source_types.lock().unwrap_or_else(|e| e.into_inner()).insert(key, t.clone());
+        t
+    }
+
+    fn read_source_line_type(&self, pc: Pc) -> Option<HeapType> {
+        let units = self.units().ok().flatten()?;
+        let index = self.subprograms.get_or_init(|| frame::subprogram_index(units));
+        let a = self.module.file_addr(pc.0).wrapping_sub(1);
+        let function = *heaptype::inline_chain(units, index, a).first()?;
+        if !srcline::is_c_family(units.langs[function.0]) {
+            return None;
+        }
+        let loc = self.frames(pc);
+        let frame = loc.frames.first()?;
+        let (file, line) = (frame.file.clone()?, frame.line?);
+        let lines = self.source(&file)?;
+        let text = srcline::statement(&lines, line as usize)?;
+        let cands = srcline::candidates(&text);
+        let types = self.type_index.get_or_init(|| TypeIndex::build(units));
+        let parents = |uid: usize| self.parents_of(units, uid);
+        let global = |name: &str| {
+            let d = self.data_index();
+            d.globals.iter().find(|v| &*v.name == name).and_then(|v| v.ty)
+        };
+        let cx = srcline::Context {
+            units,
+            layouts: &self.layouts,
+            types,
+            parents: &parents,
+            global: &global,
+            function,
+        };
+        cx.resolve(&cands)
+    }
+
+    /// The lines of a source file, read once.
+    fn source(&self, path: &Arc<str>) -> Option<Arc<[String]>> {
+        let mut map = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(path.clone())
+            .or_insert_with(|| {
+                let text = std::fs::read(&**path).ok()?;
+                Some(String::from_utf8_lossy(&text).lines().map(str::to_owned).collect())
+            })
+            .clone()
     }
 }
 

@@ -8,8 +8,10 @@ use memlens_format::{Addr, Module, Pc};
 
 use crate::code::{CodeLocation, FunctionSymbol};
 use crate::data::DataName;
+use crate::dyntls::{is_tls_function, TlsBlock};
 use crate::frame::FunctionFrame;
-use crate::heaptype::{FrameVerdict, HeapType};
+use crate::heaptype::{FrameVerdict, HeapType, TypeSource};
+use crate::layout::TypeLayout;
 use crate::module::{DebugSearch, ModuleSymbols};
 use crate::Error;
 
@@ -25,6 +27,8 @@ pub struct Symbolizer {
     loaded: Vec<OnceLock<Result<ModuleSymbols, Error>>>,
     search: DebugSearch,
     pcs: Mutex<HashMap<Pc, Option<Arc<CodeLocation>>>>,
+    /// Modules' TLS blocks, for the dynamic loader's TLS allocations.
+    tls_blocks: OnceLock<Arc<[TlsBlock]>>,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -59,6 +63,7 @@ impl Symbolizer {
             loaded: modules.iter().map(|_| OnceLock::new()).collect(),
             search,
             pcs: Mutex::new(HashMap::new()),
+            tls_blocks: OnceLock::new(),
         }
     }
 
@@ -152,16 +157,66 @@ impl Symbolizer {
     /// The type of the objects in a heap block allocated by the call returning to
     /// `site`, whose callers' return addresses are `stack` (innermost first).
     ///
-    /// Clang's `DW_AT_LLVM_alloc_type` on the call site (`new T`) comes first; then
-    /// the frames of the call chain are read innermost first: the type parameter of
-    /// an allocator class (`std::allocator<T>`, `__new_allocator<T>`, Rust's `Box<T>`
-    /// and `RawVec<T>`) gives the type, library frames (std, alloc, core) are looked
-    /// through, and the first user frame ends the search without a type.
+    /// Sources, most reliable first ([`HeapType::source`]):
+    /// 1. clang's `DW_AT_LLVM_alloc_type` on the call site (`new T`);
+    /// 2. the frames of the call chain, innermost first: the type parameter of an
+    ///    allocator class (`std::allocator<T>`, `__new_allocator<T>`, Rust's `Box<T>`
+    ///    and `RawVec<T>`) gives the type, library frames (std, alloc, core) are looked
+    ///    through, and the first user frame ends this search;
+    /// 3. the C or C++ source line of the call (`new T`, `sizeof(struct T)`,
+    ///    `T *p = malloc(...)`), when every allocation expression on it names the same
+    ///    type. Such a type fits a block only if [`HeapType::fits`] its size.
+    ///
+    /// A block the dynamic loader allocates for a `dlopen`ed module's thread-locals
+    /// gets a [`TypeSource::DynamicTls`] type instead.
     pub fn heap_type(&self, site: Pc, stack: &[Pc]) -> Option<HeapType> {
+        if let Some(t) = self.dynamic_tls(site) {
+            return Some(t);
+        }
         let syms = self.symbols_at(site.0.wrapping_sub(1))?;
         if let Some(t) = syms.alloc_site_type(site) {
             return Some(t);
         }
+        if let Some(t) = self.allocator_type(site, stack) {
+            return Some(t);
+        }
+        syms.source_line_type(site)
+    }
+
+    /// The loader's TLS allocation at `site`: every module's TLS block (but the
+    /// executable's, always static) as candidates.
+    fn dynamic_tls(&self, site: Pc) -> Option<HeapType> {
+        let m = self.module_of_pc(site)?;
+        if !crate::dyntls::is_loader(&m.path) {
+            return None;
+        }
+        let in_tls = self.frames(site).is_some_and(|loc| {
+            loc.frames.iter().any(|f| f.function.as_deref().is_some_and(is_tls_function))
+        }) || self.function_symbol(site).is_some_and(|f| is_tls_function(&f.name));
+        if !in_tls {
+            return None;
+        }
+        let blocks = self.tls_blocks.get_or_init(|| {
+            let mut out = Vec::new();
+            for m in self.modules.iter().skip(1) {
+                let Ok(syms) = self.module_symbols(m.id) else { continue };
+                let Some(seg) = syms.tls_segment().filter(|s| s.mem_size > 0) else { continue };
+                out.push(TlsBlock {
+                    module_id: m.id,
+                    size: seg.mem_size,
+                    vars: syms.tls_vars().into(),
+                });
+            }
+            out.into()
+        });
+        Some(HeapType {
+            name: "[dynamic TLS]".into(),
+            layout: Arc::new(TypeLayout::scalar_named("[dynamic TLS]", 1)),
+            source: TypeSource::DynamicTls(blocks.clone()),
+        })
+    }
+
+    fn allocator_type(&self, site: Pc, stack: &[Pc]) -> Option<HeapType> {
         for pc in std::iter::once(site).chain(stack.iter().copied()).take(16) {
             match self.symbols_at(pc.0.wrapping_sub(1))?.allocator_frames(pc) {
                 FrameVerdict::Found(t) => return Some(t),

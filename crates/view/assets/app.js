@@ -32,60 +32,45 @@
   window.memlens = hooks;
 
   // ---------- tiles ----------
-  // Each distinct line address gets a small id once, when its tile is decoded, so a redraw
-  // counts distinct lines with a mark array instead of hashing every cell.
-  const lineIds = new Map();
-  function parseTiles(buf, level, bsize) {
-    const dv = new DataView(buf);
-    const nb = dv.getUint32(0, true);
-    let off = 4, total = 0;
-    const buckets = [];
+  // /api/tiles?fields=draw answers with one little-endian column per field (row, line
+  // rank, bytes used, age, flags): the page views them as typed arrays, no decoding.
+  // The hover/selection fields (fields=detail) come per chunk when first needed.
+  function header(u32) {
+    const nb = u32[0], bnum = u32.subarray(1, 1 + nb), starts = u32.subarray(1 + nb, 2 + 2 * nb);
+    const buckets = [], byBucket = new Map();
     for (let i = 0; i < nb; i++) {
-      const b = dv.getUint32(off, true), n = dv.getUint32(off + 4, true);
-      buckets.push({ b, start: total, n, off: off + 8 });
-      off += 8 + n * 32; total += n;
+      const bk = { b: bnum[i], start: starts[i], n: starts[i + 1] - starts[i] };
+      buckets.push(bk); byBucket.set(bk.b, bk);
     }
-    const T = {
-      level, bsize, buckets, n: total, byBucket: new Map(),
-      addr: new Float64Array(total), row: new Uint32Array(total), stores: new Uint16Array(total),
-      used: new Uint8Array(total), age: new Uint8Array(total), flags: new Uint8Array(total), lid: new Uint32Array(total),
-    };
-    // Records are 4-byte aligned in the response: read them through typed views.
-    const u32 = new Uint32Array(buf, 0, buf.byteLength >> 2), u16 = new Uint16Array(buf, 0, buf.byteLength >> 1), u8 = new Uint8Array(buf);
-    // A zoom decodes hundreds of thousands of cells: decode only what drawing needs now,
-    // the hover/selection fields (pc, vr, loads, thread, off) on first use.
-    for (const bk of buckets) {
-      T.byBucket.set(bk.b, bk);
-      for (let k = 0; k < bk.n; k++) {
-        const o = bk.off + k * 32, i = bk.start + k, w = o >> 2, h = o >> 1;
-        T.addr[i] = u32[w] + u32[w + 1] * 4294967296;
-        T.row[i] = u32[w + 4]; T.stores[i] = u16[h + 11];
-        T.used[i] = u8[o + 24]; T.age[i] = u8[o + 26]; T.flags[i] = u8[o + 27];
-        let id = lineIds.get(T.addr[i]);
-        if (id === undefined) { id = lineIds.size; lineIds.set(T.addr[i], id); }
-        T.lid[i] = id;
-      }
-    }
-    let rest = null;
-    const detail = () => {
-      if (rest) return rest;
-      rest = { pc: new Uint32Array(total), vr: new Uint32Array(total), loads: new Uint16Array(total), thread: new Uint8Array(total), off: new Uint8Array(total) };
-      for (const bk of buckets) {
-        for (let k = 0; k < bk.n; k++) {
-          const o = bk.off + k * 32, i = bk.start + k, w = o >> 2, h = o >> 1;
-          rest.pc[i] = u32[w + 2]; rest.vr[i] = u32[w + 3]; rest.loads[i] = u16[h + 10];
-          rest.thread[i] = u8[o + 25]; rest.off[i] = u8[o + 28];
-        }
-      }
-      return rest;
-    };
-    for (const name of ["pc", "vr", "loads", "thread", "off"]) Object.defineProperty(T, name, { get: () => detail()[name] });
+    return { buckets, byBucket, n: starts[nb], words: 2 + 2 * nb };
+  }
+  function parseDraw(buf, level, bsize) {
+    const u32 = new Uint32Array(buf);
+    const h = header(u32), n = h.n;
+    let o = h.words;
+    const T = { level, bsize, buckets: h.buckets, byBucket: h.byBucket, n, det: null, detP: null };
+    T.row = u32.subarray(o, o + n); o += n;
+    T.rank = u32.subarray(o, o + n); o += n;
+    const b = o * 4;
+    T.used = new Uint8Array(buf, b, n); T.age = new Uint8Array(buf, b + n, n); T.flags = new Uint8Array(buf, b + 2 * n, n);
     return T;
   }
+  function parseDetail(buf) {
+    const u32 = new Uint32Array(buf);
+    const h = header(u32), n = h.n;
+    let o = h.words;
+    const lo = u32.subarray(o, o + n), hi = u32.subarray(o + n, o + 2 * n);
+    const d = { pc: u32.subarray(o + 2 * n, o + 3 * n), vr: u32.subarray(o + 3 * n, o + 4 * n) };
+    const b = (o + 4 * n) * 4;
+    d.loads = new Uint16Array(buf, b, n); d.stores = new Uint16Array(buf, b + 2 * n, n);
+    d.thread = new Uint8Array(buf, b + 4 * n, n); d.off = new Uint8Array(buf, b + 5 * n, n);
+    d.addr = (i) => lo[i] + hi[i] * 4294967296;
+    return d;
+  }
 
-  function pickLevel(width) {
+  function pickLevel(width, t0, t1) {
     // The finest level that shows the range in at most one bucket per pixel.
-    const span = st.t1 - st.t0;
+    const span = (t1 === undefined ? st.t1 : t1) - (t0 === undefined ? st.t0 : t0);
     for (let l = 0; l < meta.levels.length; l++) {
       if (span / meta.levels[l].bucket <= width) return l;
     }
@@ -93,16 +78,22 @@
   }
 
   // Tiles come in chunks of 256 buckets, cached: a pan fetches only the new chunks.
-  const CHUNK = 256, MAX_CHUNKS = 32;
+  const CHUNK = 256, MAX_CHUNKS = 64;
   const chunkCache = new Map();
-  async function chunk(level, c, mode) {
+  function chunk(level, c, mode, touch) {
     const key = level + ":" + c + ":" + mode;
     let p = chunkCache.get(key);
     if (!p) {
       const bs = meta.levels[level].bucket;
       const b0 = c * CHUNK, b1 = Math.min(meta.levels[level].buckets, b0 + CHUNK);
-      p = api("api/tiles", { level, b0, b1, mode }).then((r) => r.arrayBuffer()).then((buf) => parseTiles(buf, level, bs));
+      p = api("api/tiles", { level, b0, b1, mode, fields: "draw" }).then((r) => r.arrayBuffer()).then((buf) => {
+        const T = parseDraw(buf, level, bs);
+        T.query = { level, b0, b1, mode };
+        return T;
+      });
       p.catch(() => chunkCache.delete(key));
+    } else if (touch === false) {
+      return p;
     } else {
       chunkCache.delete(key);
     }
@@ -110,22 +101,74 @@
     while (chunkCache.size > MAX_CHUNKS) chunkCache.delete(chunkCache.keys().next().value);
     return p;
   }
+  function details(T) {
+    if (!T.detP) {
+      T.detP = api("api/tiles", Object.assign({ fields: "detail" }, T.query)).then((r) => r.arrayBuffer()).then((buf) => { T.det = parseDetail(buf); return T.det; });
+      T.detP.catch(() => { T.detP = null; });
+    }
+    return T.detP;
+  }
+  // Details of every chunk on screen (hover, source and variable selection need them).
+  function detailsOnScreen() {
+    return st.tiles ? Promise.all(st.tiles.chunks.map(details)) : Promise.resolve([]);
+  }
+
+  function chunksFor(level, t0, t1) {
+    const bs = meta.levels[level].bucket;
+    const b0 = Math.max(0, Math.floor(t0 / bs)), b1 = Math.min(meta.levels[level].buckets, Math.ceil(t1 / bs));
+    const cs = [];
+    for (let c = Math.floor(b0 / CHUNK); c * CHUNK < Math.max(b1, b0 + 1); c++) cs.push(c);
+    return { b0, b1, cs };
+  }
 
   let fetchSeq = 0;
   async function loadTiles() {
     const cv = $("map");
     const level = pickLevel(cv.clientWidth || 800);
-    const bs = meta.levels[level].bucket;
-    const b0 = Math.max(0, Math.floor(st.t0 / bs)), b1 = Math.min(meta.levels[level].buckets, Math.ceil(st.t1 / bs));
+    const { b0, b1, cs } = chunksFor(level, st.t0, st.t1);
     const key = level + ":" + b0 + ":" + b1 + ":" + st.ymode;
     if (st.tiles && st.tiles.key === key) return;
     const seq = ++fetchSeq;
-    const mode = st.ymode, cs = [];
-    for (let c = Math.floor(b0 / CHUNK); c * CHUNK < Math.max(b1, b0 + 1); c++) cs.push(chunk(level, c, mode));
-    const chunks = await Promise.all(cs);
+    const mode = st.ymode;
+    const chunks = await Promise.all(cs.map((c) => chunk(level, c, mode)));
     if (seq !== fetchSeq) return;
-    st.tiles = { key, level, bsize: bs, chunks };
+    st.tiles = { key, level, bsize: meta.levels[level].bucket, chunks };
   }
+
+  // While the user looks, fetch what the next pan or zoom needs: the chunks either side,
+  // the finer level under the middle of the view (a zoom in) and the coarser level (a zoom
+  // out); then the details of the chunks on screen. A new redraw cancels the rest.
+  let prefetchTimer = null, prefetchGen = 0, idleWaiters = [];
+  const PREFETCH_DELAY = 150;
+  function schedulePrefetch() {
+    clearTimeout(prefetchTimer);
+    const gen = ++prefetchGen;
+    prefetchTimer = setTimeout(() => prefetch(gen), PREFETCH_DELAY);
+  }
+  async function prefetch(gen) {
+    const w = $("map").clientWidth || 800, mode = st.ymode, span = st.t1 - st.t0;
+    const level = pickLevel(w);
+    const jobs = [];
+    const { cs } = chunksFor(level, st.t0, st.t1);
+    const nc = Math.ceil(meta.levels[level].buckets / CHUNK);
+    for (const c of [cs[0] - 1, cs[cs.length - 1] + 1]) if (c >= 0 && c < nc) jobs.push([level, c]);
+    const mid = (st.t0 + st.t1) / 2;
+    const fine = pickLevel(w, mid - span / 8, mid + span / 8);
+    if (fine !== level) for (const c of chunksFor(fine, mid - span / 8, mid + span / 8).cs) jobs.push([fine, c]);
+    const coarse = Math.min(meta.levels.length - 1, level + 1);
+    if (coarse !== level) for (const c of chunksFor(coarse, Math.max(0, mid - 2 * span), mid + 2 * span).cs) jobs.push([coarse, c]);
+    for (const [l, c] of jobs.slice(0, 12)) {
+      if (gen !== prefetchGen) return;
+      try { await chunk(l, c, mode, false); } catch (e) { /* a later redraw retries */ }
+    }
+    if (gen !== prefetchGen) return;
+    try { await detailsOnScreen(); } catch (e) { /* hover fetches again */ }
+    if (gen !== prefetchGen) return;
+    const ws = idleWaiters; idleWaiters = [];
+    ws.forEach((f) => f());
+  }
+  // Resolves once the prefetch after the last redraw is done (tests and bench/perf.py).
+  hooks.idle = () => new Promise((res) => { idleWaiters.push(res); schedulePrefetch(); }).then(() => pendingSelect).then(() => hooks.highlighted);
 
   async function loadSpans() {
     const w = $("flame").clientWidth || 800;
@@ -162,10 +205,13 @@
   function isHighlighted(i, T, bk) {
     const s = st.sel;
     if (!s) return false;
-    if (s.kind === "line") return T.addr[i] === s.addr;
+    if (s.kind === "line" && s.rank !== undefined) return T.rank[i] === s.rank;
     if (s.kind === "instant") return bk.b === s.bucket && T.level === s.level && (T.flags[i] & 1);
-    if (s.kind === "src") return (T.flags[i] & 1) && s.pcs.has(T.pc[i]);
-    if (s.kind === "var") return meta.vars[T.vr[i]] && meta.vars[T.vr[i]][1] === s.variable;
+    const d = T.det; // the other selections need the chunk's details (select() fetches them)
+    if (!d) return false;
+    if (s.kind === "line") return d.addr(i) === s.addr;
+    if (s.kind === "src") return (T.flags[i] & 1) && s.pcs.has(d.pc[i]);
+    if (s.kind === "var") return meta.vars[d.vr[i]] && meta.vars[d.vr[i]][1] === s.variable;
     return false;
   }
 
@@ -182,6 +228,7 @@
     return [g, w, h];
   }
 
+  let lineStamp = null, stampGen = 0;
   function drawMap() {
     const cv = $("map");
     const [g, w, h] = setupCanvas(cv);
@@ -189,7 +236,10 @@
     if (!TS) return;
     const rows = rowCount(), rh = h / rows;
     // Rows are small integers: a mark array is much cheaper than a Set per cell.
-    const rowMark = new Uint8Array(rows), rowsOver = new Set(), lineMark = new Uint8Array(lineIds.size);
+    const rowMark = new Uint8Array(rows), rowsOver = new Set();
+    // Distinct lines: a stamp per line rank, reused across redraws.
+    if (!lineStamp || lineStamp.length < meta.distinct_lines) lineStamp = new Uint32Array(meta.distinct_lines);
+    const gen = ++stampGen;
     let rowsSeen = 0, linesSeen = 0;
     let hl = 0;
     const bw = (TS.bsize / (st.t1 - st.t0)) * w;
@@ -209,7 +259,7 @@
         const Y0 = Math.min(H - 1, Math.floor(y * sy)), Y1 = Math.min(H, Math.max(Y0 + 1, Math.floor((y + rh) * sy)));
         const touched = T.flags[i] & 1;
         const c = PALETTE[(T.used[i] * 2 + touched) * 16 + (T.age[i] >> 4)];
-        const ys = touched && T.stores[i] > 0 ? Y0 + Math.max(1, Math.floor((Y1 - Y0) / 3)) : Y0;
+        const ys = (T.flags[i] & 3) === 3 ? Y0 + Math.max(1, Math.floor((Y1 - Y0) / 3)) : Y0;
         for (let Y = Y0; Y < Y1; Y++) {
           const col = Y < ys ? STORE : c;
           const base = Y * W;
@@ -217,7 +267,8 @@
         }
         const r = T.row[i];
         if (r < rows) { if (!rowMark[r]) { rowMark[r] = 1; rowsSeen++; } } else if (!rowsOver.has(r)) { rowsOver.add(r); rowsSeen++; }
-        if (!lineMark[T.lid[i]]) { lineMark[T.lid[i]] = 1; linesSeen++; }
+        const lr = T.rank[i];
+        if (lineStamp[lr] !== gen) { lineStamp[lr] = gen; linesSeen++; }
         if (st.sel && isHighlighted(i, T, bk)) { hl++; if (hlCells.length < 50000) hlCells.push([x, y]); }
       }
     }
@@ -258,13 +309,23 @@
   }
 
   const funcColor = (f) => "hsl(" + ((f * 67) % 360) + ",45%,42%)";
-  const LANE = 15;
+  // One lane per thread, max_depth + 1 frames high; the canvas grows to show every lane
+  // (up to 480 px), then the frames get thinner.
+  let LANE = 15;
+  function laneTop(k) { return k * ((meta.max_depth + 1) * LANE + 6); }
+  function fitLanes(cv) {
+    const n = Math.max(1, meta.threads.length), need = n * ((meta.max_depth + 1) * 15 + 6);
+    const h = Math.max(140, Math.min(480, need));
+    if (cv.style.height !== h + "px") cv.style.height = h + "px";
+    LANE = need <= h ? 15 : Math.max(2, (h / n - 6) / (meta.max_depth + 1));
+  }
   function drawFlame() {
     const cv = $("flame");
+    fitLanes(cv);
     const [g, w] = setupCanvas(cv);
     const threads = meta.threads.map((t) => t[0]);
-    const lanes = new Map(threads.map((t, k) => [t, k * (meta.max_depth + 1) * LANE + k * 6]));
-    const names = new Set();
+    const lanes = new Map(threads.map((t, k) => [t, laneTop(k)]));
+    const names = new Set(), perLane = new Map();
     g.font = "11px sans-serif";
     for (const [s, e, f, th, d] of st.spans) {
       const x0 = Math.max(0, xOf(s)), x1 = Math.min(w, xOf(e));
@@ -273,7 +334,9 @@
       g.fillStyle = st.range && s === st.range.t0 && e === st.range.t1 ? "#a86" : funcColor(f);
       g.fillRect(x0, y, ww, LANE - 1);
       names.add(meta.functions[f]);
-      if (ww > 30) {
+      if (!perLane.has(th)) perLane.set(th, new Set());
+      perLane.get(th).add(meta.functions[f]);
+      if (ww > 30 && LANE >= 10) {
         g.fillStyle = "#fff";
         g.save(); g.beginPath(); g.rect(x0, y, ww, LANE); g.clip();
         g.fillText(meta.functions[f], x0 + 2, y + 11);
@@ -285,6 +348,8 @@
       g.fillRect(Math.min(drag.x0, drag.x), 0, Math.abs(drag.x - drag.x0), cv.clientHeight);
     }
     hooks._flameNames = [...names].sort();
+    // Per thread: the functions drawn in its lane and where the lane is.
+    hooks._flameLanes = threads.map((t, k) => ({ thread: t, top: lanes.get(t), height: (meta.max_depth + 1) * LANE, functions: [...(perLane.get(t) || [])].sort() }));
     cv.dataset.functions = hooks._flameNames.join(",");
   }
 
@@ -301,6 +366,8 @@
     drawFlame();
     const tf = performance.now();
     hooks.lastLoadMs = tl - t; hooks.lastMapMs = tm - tl; hooks.lastFlameMs = tf - tm;
+    if (needsDetails(st.sel)) select(st.sel);
+    schedulePrefetch();
     hooks.lastRedrawMs = tf - t; hooks.draws++;
     $("status").textContent = "level " + hooks.level + " (" + fmt(meta.levels[hooks.level].bucket) + " ops/bucket), redraw " + hooks.lastRedrawMs.toFixed(0) + " ms" +
       (st.range ? ", filtered to ops " + fmt(st.range.t0) + ".." + fmt(st.range.t1) : "");
@@ -322,21 +389,24 @@
 
   function cellInfo(c) {
     const { i, bk, T } = c;
-    const v = meta.vars[T.vr[i]] || ["", ""];
     const touched = (T.flags[i] & 1) === 1;
-    const p = touched ? meta.pcs[T.pc[i]] : null;
-    return {
-      bucket: bk.b, ops: [bk.b * T.bsize, (bk.b + 1) * T.bsize], row: T.row[i], address: hex(T.addr[i] + (touched ? T.off[i] : 0)),
-      line_address: hex(T.addr[i]), variable: v[0], site: v[1], touched, loads: T.loads[i], stores: T.stores[i],
-      bytes_used: T.used[i], age: T.age[i], thread: T.thread[i] === 255 ? null : T.thread[i],
-      function: p ? p[0] : null, file: p ? p[1] : null, line: p ? p[2] : null,
-    };
+    const info = { bucket: bk.b, ops: [bk.b * T.bsize, (bk.b + 1) * T.bsize], row: T.row[i], touched, bytes_used: T.used[i], age: T.age[i] };
+    const d = T.det;
+    if (!d) return Object.assign(info, { pending: true });
+    const v = meta.vars[d.vr[i]] || ["", ""];
+    const p = touched ? meta.pcs[d.pc[i]] : null;
+    const a = d.addr(i);
+    return Object.assign(info, {
+      address: hex(a + (touched ? d.off[i] : 0)), line_address: hex(a), variable: v[0], site: v[1], loads: d.loads[i], stores: d.stores[i],
+      thread: d.thread[i] === 255 ? null : d.thread[i], function: p ? p[0] : null, file: p ? p[1] : null, line: p ? p[2] : null,
+    });
   }
 
   function showTip(info, cx, cy) {
     const tip = $("tip");
     if (!info) { tip.hidden = true; return; }
     tip.hidden = false;
+    if (info.pending) { tip.textContent = "…"; tip.style.left = cx + 14 + "px"; tip.style.top = cy + 14 + "px"; return; }
     tip.textContent =
       info.address + " (line " + info.line_address + ")\n" +
       (info.variable ? info.variable + (info.site && info.site !== info.variable ? "  [" + info.site + "]" : "") : "(unnamed)") + "\n" +
@@ -346,23 +416,37 @@
     tip.dataset.file = info.file || ""; tip.dataset.line = info.line || "";
   }
 
+  let lastHover = null;
   hooks.hoverAt = function (x, y) {
     const c = cellAt(x, y);
     const info = c ? cellInfo(c) : null;
     const r = $("map").getBoundingClientRect();
     showTip(info, r.left + x, r.top + y);
+    const me = (lastHover = [x, y]);
+    // Details not here yet: fetch this chunk's, then show the tip if the mouse stayed.
+    if (info && info.pending) details(c.T).then(() => { if (lastHover === me) hooks.hoverAt(x, y); });
     return info;
   };
   hooks.xOf = (t) => xOf(t);
   hooks.yOfRow = (r) => yOfRow(r);
   hooks.flameFunctions = () => hooks._flameNames || [];
+  hooks.flameLanes = () => ({ lanes: hooks._flameLanes || [], canvasHeight: $("flame").clientHeight });
   hooks.view = () => ({ t0: st.t0, t1: st.t1, ymode: st.ymode });
   hooks.setView = async (t0, t1) => { st.t0 = t0; st.t1 = t1; await redraw(); return hooks.lastRedrawMs; };
   hooks.setYMode = async (m) => { st.ymode = m; $("ymode").value = m; await redraw(); return hooks.rowsDrawn; };
 
+  // A selection by source line, variable or address needs the details of the chunks on
+  // screen: it draws at once and again when they are here (the answer is then a promise).
+  const needsDetails = (sel) => sel && (sel.kind === "src" || sel.kind === "var" || (sel.kind === "line" && sel.rank === undefined));
+  let pendingSelect = null;
   function select(sel) {
     st.sel = sel;
     drawMap();
+    if (needsDetails(sel) && st.tiles && st.tiles.chunks.some((T) => !T.det)) {
+      const tiles = st.tiles;
+      pendingSelect = detailsOnScreen().then(() => { if (st.sel === sel && st.tiles === tiles) drawMap(); return hooks.highlighted; });
+      return pendingSelect;
+    }
     return hooks.highlighted;
   }
   hooks.selectSourceLine = function (file, line) {
@@ -451,14 +535,14 @@
     if (st.click === "instant" || (window.event && window.event.shiftKey)) {
       return select({ kind: "instant", bucket: c.bk.b, level: c.T.level });
     }
-    return select({ kind: "line", addr: c.T.addr[c.i] });
+    return select({ kind: "line", rank: c.T.rank[c.i] });
   }
 
   function spanAt(x, y) {
     const threads = meta.threads.map((t) => t[0]);
     for (const s of st.spans) {
       const k = threads.indexOf(s[3]);
-      const y0 = k * (meta.max_depth + 1) * LANE + k * 6 + s[4] * LANE;
+      const y0 = laneTop(k) + s[4] * LANE;
       if (y >= y0 && y < y0 + LANE && x >= xOf(s[0]) - 1 && x <= xOf(s[1]) + 1) return s;
     }
     return null;
@@ -487,13 +571,16 @@
       st.range = { t0, t1 };
       const r = await (await api("api/range", { t0, t1 })).json();
       rangeMetrics = new Map();
-      for (const [pc, l, s] of r.pcs) {
-        const p = meta.pcs[pc];
+      // [pc, loads, stores, bytes, shared, misses, mem]; old indexes give loads and stores only.
+      const F = ["loads", "stores", "bytes", "shared", "misses", "mem_misses"];
+      for (const row of r.pcs) {
+        const p = meta.pcs[row[0]];
         const key = p[1] + ":" + p[2];
-        const m = rangeMetrics.get(key) || { loads: 0, stores: 0 };
-        m.loads += l; m.stores += s;
-        rangeMetrics.set(key, m);
+        let m = rangeMetrics.get(key);
+        if (!m) { m = {}; F.forEach((f, k) => { m[f] = k + 1 < row.length ? 0 : NaN; }); rangeMetrics.set(key, m); }
+        F.forEach((f, k) => { if (k + 1 < row.length) m[f] += row[k + 1]; });
       }
+      hooks.rangeWindow = [r.t0, r.t1];
     }
     buildTree();
     if (st.file) showFile(st.file);
@@ -506,8 +593,7 @@
   const COLS = () => (meta.cachesim ? ["loads", "stores", "bytes", "misses", "miss%", "shared"] : ["loads", "stores", "bytes", "shared"]);
   function metricsOf(r) {
     if (rangeMetrics) {
-      const m = rangeMetrics.get(r.file + ":" + r.line) || { loads: 0, stores: 0 };
-      return { loads: m.loads, stores: m.stores, bytes: 0, misses: 0, shared: 0, mem_misses: 0 };
+      return rangeMetrics.get(r.file + ":" + r.line) || { loads: 0, stores: 0, bytes: 0, misses: 0, shared: 0, mem_misses: 0 };
     }
     return r;
   }
@@ -517,7 +603,8 @@
     return s;
   }
   function colText(m, c) {
-    if (c === "miss%") return m.loads + m.stores ? ((100 * m.misses) / (m.loads + m.stores)).toFixed(1) : "";
+    if (c === "miss%") return m.loads + m.stores && !Number.isNaN(m.misses) ? ((100 * m.misses) / (m.loads + m.stores)).toFixed(1) : "";
+    if (Number.isNaN(m[c])) return ""; // not known for this window (an index without window sums)
     return fmt(m[c] || 0);
   }
   function buildTree() {

@@ -1,6 +1,6 @@
 //! Building the index: one merged pass over the trace.
 
-use crate::{Error, CELL_BYTES, SPAN_BYTES};
+use crate::{Error, CELL_BYTES, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{Heap, HeapConfig};
@@ -69,32 +69,82 @@ type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
 
-/// A line in the working set.
-struct Live {
-    /// Insertion counter when last touched.
-    stamp: u64,
-    /// Bytes of the line touched since it entered.
-    mask: u64,
-}
-
 /// Accumulated accesses to one line within the current bucket of one level.
 #[derive(Clone, Copy, Default)]
 struct Touch {
     loads: u32,
     stores: u32,
     pc: u32,
-    var: u32,
+    /// Address of the last access within the line (named when the bucket is written).
+    addr: u64,
     off: u8,
     thread: u8,
 }
 
+impl Touch {
+    /// Folds a later touch into this one: counts add up, the last access wins.
+    fn fold(&mut self, later: &Touch) {
+        self.loads = self.loads.saturating_add(later.loads);
+        self.stores = self.stores.saturating_add(later.stores);
+        self.pc = later.pc;
+        self.addr = later.addr;
+        self.off = later.off;
+        self.thread = later.thread;
+    }
+}
+
+/// What one code address did within the current bucket of one level.
+#[derive(Clone, Copy, Default)]
+struct Win {
+    loads: u32,
+    stores: u32,
+    shared: u32,
+    misses: u32,
+    mem: u32,
+    bytes: u64,
+}
+
+impl Win {
+    fn fold(&mut self, o: &Win) {
+        self.loads = self.loads.saturating_add(o.loads);
+        self.stores = self.stores.saturating_add(o.stores);
+        self.shared = self.shared.saturating_add(o.shared);
+        self.misses = self.misses.saturating_add(o.misses);
+        self.mem = self.mem.saturating_add(o.mem);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+    }
+
+    fn record(&self, pc: u32) -> [u8; WINDOW_BYTES] {
+        let mut r = [0u8; WINDOW_BYTES];
+        for (k, v) in [pc, self.loads, self.stores, self.shared, self.misses, self.mem]
+            .into_iter()
+            .enumerate()
+        {
+            r[k * 4..k * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        r[24..32].copy_from_slice(&self.bytes.to_le_bytes());
+        r
+    }
+}
+
+/// A level's window records beyond this are not kept (the level has no window file).
+const MAX_WINDOW_RECORDS: u64 = 8 << 20;
+
 struct Level {
     bsize: u64,
     bucket: u64,
-    touched: FxMap<u64, Touch>,
+    /// Touches and code-address sums of the current bucket, by line id and pc id; the
+    /// finest level keeps them in `LineStat::t0` / `Builder::pc_win0` instead (no
+    /// hashing per access) and hands them up when its bucket closes.
+    touched: FxMap<u32, Touch>,
+    win: FxMap<u32, Win>,
     offsets: Vec<u64>,
     cells: u64,
     out: BufWriter<File>,
+    woffsets: Vec<u64>,
+    wrecords: u64,
+    /// `None` once the level has more than [`MAX_WINDOW_RECORDS`].
+    wout: Option<BufWriter<File>>,
 }
 
 #[derive(Default, Clone)]
@@ -108,12 +158,24 @@ struct PcStat {
     threads: u64,
 }
 
+/// Everything kept per cache line, indexed by line id.
 #[derive(Default, Clone)]
 struct LineStat {
     var: u32,
     loads: u64,
     stores: u64,
     threads: u64,
+    /// In the working set.
+    live: bool,
+    /// Last thread that touched it (255: none).
+    thread: u8,
+    /// Insertion counter when last touched.
+    stamp: u64,
+    /// Bytes of the line touched since it entered.
+    mask: u64,
+    /// Its touch in the current finest bucket, valid while `t0_live`.
+    t0_live: bool,
+    t0: Touch,
 }
 
 struct Span {
@@ -124,50 +186,15 @@ struct Span {
     depth: u16,
 }
 
-/// The index-building kernel.
-struct Builder<'n> {
+/// Data names: per distinct address while the tables stay small.
+struct Names<'n> {
     namer: &'n dyn Namer,
-    opts: BuildOptions,
-    shift: u32,
-    op: u64,
-    ins: u64,
-    ws: BTreeMap<u64, Live>,
-    ring: Vec<Vec<u64>>,
-    max_rows: usize,
-    levels: Vec<Level>,
-    pcs: FxMap<Pc, u32>,
-    pc_list: Vec<Pc>,
-    pc_stats: Vec<PcStat>,
-    lines: FxMap<u64, u32>,
-    line_stats: Vec<LineStat>,
-    line_addrs: Vec<u64>,
     vars: HashMap<(String, String), u32>,
     var_list: Vec<(String, String)>,
-    last_thread: FxMap<u64, u8>,
     addr_vars: FxMap<u64, u32>,
-    funcs: HashMap<String, u32>,
-    func_list: Vec<String>,
-    func_of_pc: HashMap<Pc, u32>,
-    stacks: HashMap<ThreadId, Vec<(u32, u64)>>,
-    spans: Vec<Span>,
-    annotation: Option<Annotation>,
-    access_index: HashMap<ThreadId, u64>,
-    threads: BTreeMap<u32, u64>,
-    error: Option<std::io::Error>,
 }
 
-impl<'n> Builder<'n> {
-    fn pc_id(&mut self, pc: Pc) -> u32 {
-        if let Some(&i) = self.pcs.get(&pc) {
-            return i;
-        }
-        let i = self.pc_list.len() as u32;
-        self.pcs.insert(pc, i);
-        self.pc_list.push(pc);
-        self.pc_stats.push(PcStat::default());
-        i
-    }
-
+impl Names<'_> {
     /// The name of the element at `addr`, once per distinct address while the
     /// tables stay small (then the line's name stands for it).
     fn elem_var(&mut self, addr: u64, line_var: u32) -> u32 {
@@ -196,6 +223,84 @@ impl<'n> Builder<'n> {
         self.var_list.push(key);
         i
     }
+}
+
+/// The index-building kernel.
+struct Builder<'n> {
+    namer: &'n dyn Namer,
+    names: Names<'n>,
+    opts: BuildOptions,
+    shift: u32,
+    op: u64,
+    /// First operation of the next finest bucket: buckets are closed only there.
+    next_close: u64,
+    ins: u64,
+    /// The working set in address order: line → line id.
+    ws: BTreeMap<u64, u32>,
+    ring: Vec<Vec<u32>>,
+    max_rows: usize,
+    levels: Vec<Level>,
+    pcs: FxMap<Pc, u32>,
+    last_pc: (Pc, u32),
+    pc_list: Vec<Pc>,
+    pc_stats: Vec<PcStat>,
+    pc_win0: Vec<Win>,
+    win0_list: Vec<u32>,
+    lines: FxMap<u64, u32>,
+    last_line: (u64, u32),
+    line_stats: Vec<LineStat>,
+    line_addrs: Vec<u64>,
+    touched0: Vec<u32>,
+    funcs: HashMap<String, u32>,
+    func_list: Vec<String>,
+    func_of_pc: HashMap<Pc, u32>,
+    stacks: HashMap<ThreadId, Vec<(u32, u64)>>,
+    spans: Vec<Span>,
+    annotation: Option<Annotation>,
+    access_index: HashMap<ThreadId, u64>,
+    threads: FxMap<u32, u64>,
+    error: Option<std::io::Error>,
+}
+
+impl<'n> Builder<'n> {
+    fn pc_id(&mut self, pc: Pc) -> u32 {
+        if self.last_pc.0 == pc {
+            return self.last_pc.1;
+        }
+        let i = match self.pcs.get(&pc) {
+            Some(&i) => i,
+            None => {
+                let i = self.pc_list.len() as u32;
+                self.pcs.insert(pc, i);
+                self.pc_list.push(pc);
+                self.pc_stats.push(PcStat::default());
+                self.pc_win0.push(Win::default());
+                i
+            }
+        };
+        self.last_pc = (pc, i);
+        i
+    }
+
+    /// The id of cache line `line`; `lo` names it when it is new.
+    fn line_id(&mut self, line: u64, lo: u64) -> u32 {
+        if self.last_line.0 == line {
+            return self.last_line.1;
+        }
+        let id = match self.lines.get(&line) {
+            Some(&i) => i,
+            None => {
+                let i = self.line_addrs.len() as u32;
+                self.lines.insert(line, i);
+                self.line_addrs.push(line << self.shift);
+                let var = self.names.var_id(lo);
+                self.line_stats.push(LineStat { var, thread: 255, ..LineStat::default() });
+                i
+            }
+        };
+        self.last_line = (line, id);
+        id
+    }
 
     fn func_id(&mut self, pc: Pc) -> u32 {
         if let Some(&i) = self.func_of_pc.get(&pc) {
@@ -222,46 +327,113 @@ impl<'n> Builder<'n> {
                 self.emit(li);
             }
         }
+        self.next_close = (self.levels[0].bucket + 1) * self.levels[0].bsize;
     }
 
     /// Writes the cells of the current bucket of level `li`: every line of the
-    /// working set, in address order (its row), with what the bucket did to it.
+    /// working set, in address order (its row), with what the bucket did to it; and
+    /// the bucket's per-code-address sums. Then hands both to the next coarser level
+    /// (its buckets are 4 finer ones).
     fn emit(&mut self, li: usize) {
         let max_age = self.opts.max_age as u64;
-        let lv = &mut self.levels[li];
+        let Builder {
+            levels,
+            ws,
+            line_stats,
+            names,
+            ins,
+            shift,
+            error,
+            touched0,
+            pc_win0,
+            win0_list,
+            ..
+        } = self;
+        let (lower, upper) = levels.split_at_mut(li + 1);
+        let lv = &mut lower[li];
+        let mut next = upper.first_mut();
         lv.offsets.push(lv.cells);
-        let mut buf = Vec::with_capacity(self.ws.len() * CELL_BYTES);
-        for (row, (line, live)) in self.ws.iter().enumerate() {
-            let t = lv.touched.get(line).copied().unwrap_or_default();
-            let id = self.lines[line];
-            let age_left = max_age.saturating_sub(self.ins - live.stamp);
-            buf.extend_from_slice(&(line << self.shift).to_le_bytes());
-            buf.extend_from_slice(&t.pc.to_le_bytes());
+        let mut buf = Vec::with_capacity(ws.len() * CELL_BYTES);
+        for (row, (&line, &id)) in ws.iter().enumerate() {
+            let ls = &line_stats[id as usize];
+            let t =
+                if li == 0 { ls.t0_live.then_some(ls.t0) } else { lv.touched.get(&id).copied() };
+            let age_left = max_age.saturating_sub(*ins - ls.stamp);
             // Touched: the element the last access named; else the line's first.
-            let var = if t.loads + t.stores > 0 { t.var } else { self.line_stats[id as usize].var };
+            let (t, var) = match t {
+                Some(t) => (t, names.elem_var(t.addr, ls.var)),
+                None => (Touch::default(), ls.var),
+            };
+            let touched = t.loads + t.stores > 0;
+            buf.extend_from_slice(&(line << *shift).to_le_bytes());
+            buf.extend_from_slice(&t.pc.to_le_bytes());
             buf.extend_from_slice(&var.to_le_bytes());
             buf.extend_from_slice(&(row as u32).to_le_bytes());
             buf.extend_from_slice(&(t.loads.min(u16::MAX as u32) as u16).to_le_bytes());
             buf.extend_from_slice(&(t.stores.min(u16::MAX as u32) as u16).to_le_bytes());
-            buf.push(live.mask.count_ones() as u8);
-            buf.push(self.last_thread.get(line).copied().unwrap_or(255));
+            buf.push(ls.mask.count_ones() as u8);
+            buf.push(ls.thread);
             buf.push((age_left * 255 / max_age.max(1)) as u8);
-            buf.push(u8::from(t.loads + t.stores > 0));
+            buf.push(u8::from(touched));
             buf.push(t.off);
             buf.extend_from_slice(&[0, 0, 0]);
         }
-        lv.cells += self.ws.len() as u64;
+        lv.cells += ws.len() as u64;
         if let Err(e) = lv.out.write_all(&buf) {
-            self.error.get_or_insert(e);
+            error.get_or_insert(e);
         }
-        lv.touched.clear();
+        // This bucket's sums per code address.
+        lv.woffsets.push(lv.wrecords);
+        buf.clear();
+        let mut wins = |pc: u32, w: &Win, next: &mut Option<&mut Level>| {
+            buf.extend_from_slice(&w.record(pc));
+            if let Some(n) = next {
+                n.win.entry(pc).or_default().fold(w);
+            }
+        };
+        if li == 0 {
+            for pc in win0_list.drain(..) {
+                wins(pc, &pc_win0[pc as usize], &mut next);
+                pc_win0[pc as usize] = Win::default();
+            }
+            for id in touched0.drain(..) {
+                let ls = &mut line_stats[id as usize];
+                ls.t0_live = false;
+                if let Some(n) = next.as_mut() {
+                    n.touched.entry(id).or_default().fold(&ls.t0);
+                }
+            }
+        } else {
+            for (pc, w) in lv.win.drain() {
+                wins(pc, &w, &mut next);
+            }
+            match next.as_mut() {
+                Some(n) => {
+                    for (id, t) in lv.touched.drain() {
+                        n.touched.entry(id).or_default().fold(&t);
+                    }
+                }
+                None => lv.touched.clear(),
+            }
+        }
+        lv.wrecords += (buf.len() / WINDOW_BYTES) as u64;
+        if lv.wrecords > MAX_WINDOW_RECORDS {
+            lv.wout = None;
+        }
+        if let Some(w) = &mut lv.wout {
+            if let Err(e) = w.write_all(&buf) {
+                error.get_or_insert(e);
+            }
+        }
         lv.bucket += 1;
     }
 
     /// One memory operation touching `[addr, addr+len)`.
     fn access(&mut self, t: ThreadId, pc: Pc, addr: u64, len: u64, loads: u32, stores: u32) {
         let op = self.op;
-        self.close_buckets(op);
+        if op >= self.next_close {
+            self.close_buckets(op);
+        }
         let pcid = self.pc_id(pc);
         let tb = (t.0.min(254)) as u8;
         let tbit = 1u64 << (t.0 % 64);
@@ -277,18 +449,7 @@ impl<'n> Builder<'n> {
             let off = (lo & (lsz - 1)) as u32;
             let nbytes = (hi - lo) as u32;
             let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
-            let id = match self.lines.get(&line) {
-                Some(&i) => i,
-                None => {
-                    let i = self.line_addrs.len() as u32;
-                    self.lines.insert(line, i);
-                    self.line_addrs.push(line << self.shift);
-                    let var = self.var_id(lo);
-                    self.line_stats.push(LineStat { var, ..LineStat::default() });
-                    i
-                }
-            };
-            let evar = self.elem_var(lo, self.line_stats[id as usize].var);
+            let id = self.line_id(line, lo);
             let ls = &mut self.line_stats[id as usize];
             ls.loads += loads as u64;
             ls.stores += stores as u64;
@@ -296,17 +457,14 @@ impl<'n> Builder<'n> {
                 shared = true;
             }
             ls.threads |= tbit;
-            self.last_thread.insert(line, tb);
-            self.touch_ws(line, bits);
-            for lv in &mut self.levels {
-                let e = lv.touched.entry(line).or_default();
-                e.loads += loads;
-                e.stores += stores;
-                e.pc = pcid;
-                e.var = evar;
-                e.off = off as u8;
-                e.thread = tb;
+            ls.thread = tb;
+            if !ls.t0_live {
+                ls.t0_live = true;
+                ls.t0 = Touch::default();
+                self.touched0.push(id);
             }
+            ls.t0.fold(&Touch { loads, stores, pc: pcid, addr: lo, off: off as u8, thread: tb });
+            self.touch_ws(line, id, bits);
         }
         self.max_rows = self.max_rows.max(self.ws.len());
         let ps = &mut self.pc_stats[pcid as usize];
@@ -314,17 +472,27 @@ impl<'n> Builder<'n> {
         ps.stores += stores as u64;
         ps.bytes += len;
         ps.threads |= tbit;
+        let w = &mut self.pc_win0[pcid as usize];
+        if w.loads == 0 && w.stores == 0 {
+            self.win0_list.push(pcid);
+        }
+        w.loads = w.loads.saturating_add(loads);
+        w.stores = w.stores.saturating_add(stores);
+        w.bytes = w.bytes.saturating_add(len);
         if shared {
             ps.shared += 1;
+            w.shared += 1;
         }
         if let Some(a) = &self.annotation {
             let k = self.access_index.entry(t).or_insert(0);
             if let Some(level) = a.thread(t).and_then(|s| s.get(*k)) {
                 if level > 0 {
                     ps.misses += 1;
+                    w.misses += 1;
                 }
                 if level as u32 >= a.levels {
                     ps.mem += 1;
+                    w.mem += 1;
                 }
             }
             *k += 1;
@@ -335,25 +503,35 @@ impl<'n> Builder<'n> {
 
     /// ExpertMemer's working set: a touched line is refreshed; a new line enters in
     /// address order and every other line ages by one; lines whose age ran out leave.
-    fn touch_ws(&mut self, line: u64, bits: u64) {
+    fn touch_ws(&mut self, line: u64, id: u32, bits: u64) {
         let max_age = self.opts.max_age as u64;
-        if let Some(l) = self.ws.get_mut(&line) {
-            l.mask |= bits;
-            if l.stamp != self.ins {
-                l.stamp = self.ins;
-                self.ring[(self.ins % max_age) as usize].push(line);
+        let ls = &mut self.line_stats[id as usize];
+        if ls.live {
+            ls.mask |= bits;
+            if ls.stamp != self.ins {
+                ls.stamp = self.ins;
+                self.ring[(self.ins % max_age) as usize].push(id);
             }
             return;
         }
         self.ins += 1;
         let slot = (self.ins % max_age) as usize;
-        for old in std::mem::take(&mut self.ring[slot]) {
-            if self.ws.get(&old).is_some_and(|l| l.stamp + max_age <= self.ins) {
-                self.ws.remove(&old);
+        let mut old = std::mem::take(&mut self.ring[slot]);
+        for &o in &old {
+            let s = &mut self.line_stats[o as usize];
+            if s.live && s.stamp + max_age <= self.ins {
+                s.live = false;
+                self.ws.remove(&(self.line_addrs[o as usize] >> self.shift));
             }
         }
-        self.ws.insert(line, Live { stamp: self.ins, mask: bits });
-        self.ring[slot].push(line);
+        old.clear();
+        old.push(id);
+        self.ring[slot] = old;
+        let ls = &mut self.line_stats[id as usize];
+        ls.live = true;
+        ls.stamp = self.ins;
+        ls.mask = bits;
+        self.ws.insert(line, id);
     }
 }
 
@@ -432,13 +610,19 @@ pub fn build(
     loop {
         let p = dir.join(format!("cells{}.bin", levels.len()));
         let f = File::create(&p).map_err(|e| io("create", &p, e))?;
+        let wp = dir.join(format!("window{}.bin", levels.len()));
+        let wf = File::create(&wp).map_err(|e| io("create", &wp, e))?;
         levels.push(Level {
             bsize,
             bucket: 0,
             touched: FxMap::default(),
+            win: FxMap::default(),
             offsets: Vec::new(),
             cells: 0,
             out: BufWriter::with_capacity(1 << 20, f),
+            woffsets: Vec::new(),
+            wrecords: 0,
+            wout: Some(BufWriter::with_capacity(1 << 16, wf)),
         });
         if total_ops.div_ceil(bsize) <= 256 {
             break;
@@ -455,24 +639,32 @@ pub fn build(
     let has_annotation = annotation.is_some();
     let mut b = Builder {
         namer,
+        names: Names {
+            namer,
+            vars: HashMap::new(),
+            var_list: Vec::new(),
+            addr_vars: FxMap::default(),
+        },
         shift: opts.line.trailing_zeros(),
         opts: opts.clone(),
         op: 0,
+        next_close: 0,
         ins: 0,
         ws: BTreeMap::new(),
         ring: vec![Vec::new(); opts.max_age as usize],
         max_rows: 0,
         levels,
         pcs: FxMap::default(),
+        last_pc: (Pc(u64::MAX), 0),
         pc_list: Vec::new(),
         pc_stats: Vec::new(),
+        pc_win0: Vec::new(),
+        win0_list: Vec::new(),
         lines: FxMap::default(),
+        last_line: (u64::MAX, 0),
         line_stats: Vec::new(),
         line_addrs: Vec::new(),
-        vars: HashMap::new(),
-        var_list: Vec::new(),
-        last_thread: FxMap::default(),
-        addr_vars: FxMap::default(),
+        touched0: Vec::new(),
         funcs: HashMap::new(),
         func_list: Vec::new(),
         func_of_pc: HashMap::new(),
@@ -480,7 +672,7 @@ pub fn build(
         spans: Vec::new(),
         annotation,
         access_index: HashMap::new(),
-        threads: BTreeMap::new(),
+        threads: FxMap::default(),
         error: None,
     };
     // The analysis kernels for the tables take a second pass on another core.
@@ -520,8 +712,26 @@ pub fn build(
         let p = dir.join(format!("offsets{i}.bin"));
         let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
         std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
-        level_meta
-            .push(json!({"bucket": lv.bsize, "buckets": offsets.len() - 1, "cells": lv.cells}));
+        // Window metrics: kept unless the level grew too large (then the range
+        // metrics come from a coarser level).
+        let wp = dir.join(format!("window{i}.bin"));
+        let mut windows = Value::Null;
+        match lv.wout {
+            Some(w) => {
+                w.into_inner().map_err(|e| io("write", &wp, e.into_error()))?;
+                let mut wo = lv.woffsets;
+                wo.push(lv.wrecords);
+                let p = dir.join(format!("woffsets{i}.bin"));
+                let bytes: Vec<u8> = wo.iter().flat_map(|o| o.to_le_bytes()).collect();
+                std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+                windows = json!(lv.wrecords);
+            }
+            None => {
+                let _ = std::fs::remove_file(&wp);
+            }
+        }
+        level_meta.push(json!({"bucket": lv.bsize, "buckets": offsets.len() - 1,
+            "cells": lv.cells, "windows": windows}));
     }
     // Flame spans, one file per duration class, sorted by start.
     let mut by_level: Vec<Vec<&Span>> = Vec::new();
@@ -560,8 +770,8 @@ pub fn build(
         let var = b.line_stats[i as usize].var;
         match cur {
             Some((v, r0, prev))
-                if b.var_list[v as usize].1 == b.var_list[var as usize].1
-                    && !b.var_list[var as usize].1.is_empty()
+                if b.names.var_list[v as usize].1 == b.names.var_list[var as usize].1
+                    && !b.names.var_list[var as usize].1.is_empty()
                     && addr == prev + opts.line =>
             {
                 cur = Some((v, r0, addr))
@@ -606,7 +816,7 @@ pub fn build(
     // Top variables from the per-line counters.
     let mut per_var: HashMap<&str, VarSums> = HashMap::new();
     for ls in &b.line_stats {
-        let e = per_var.entry(&b.var_list[ls.var as usize].1).or_default();
+        let e = per_var.entry(&b.names.var_list[ls.var as usize].1).or_default();
         e.0 += ls.loads;
         e.1 += ls.stores;
         e.2 += 1;
@@ -642,10 +852,10 @@ pub fn build(
         "span_levels": span_levels,
         "level_factor": LEVEL_FACTOR,
         "max_depth": max_depth,
-        "threads": b.threads.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
+        "threads": b.threads.iter().collect::<BTreeMap<_, _>>().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
         "functions": b.func_list,
         "pcs": pcs,
-        "vars": b.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+        "vars": b.names.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
         "bands": bands,
         "source": source,
         "cachesim": has_annotation,
@@ -736,6 +946,23 @@ mod tests {
         // One frame covering all 11 operations.
         assert_eq!(ix.spans(0, 11, 0, 10).unwrap().len(), 1);
         assert_eq!(ix.spans(0, 11, 0, 10).unwrap()[0].end, 11);
+        // Window sums: operations 3..7 are 4 loads of 8 bytes by the one code address,
+        // at every level that answers.
+        for max in [u64::MAX, 4] {
+            let (_, w) = ix.window(3, 7, max).unwrap().unwrap();
+            assert_eq!(w.len(), 1);
+            assert_eq!((w[0].1.loads, w[0].1.stores, w[0].1.bytes), (4, 0, 32));
+        }
+        let (_, w) = ix.window(0, 11, u64::MAX).unwrap().unwrap();
+        assert_eq!(w[0].1.loads, 11);
+        // The drawing columns: bucket 4's rows and flags as in the raw cells.
+        let soa = ix.tiles_soa(0, 4, 5, false, 0..u32::MAX, crate::TileFields::Draw).unwrap();
+        let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
+        assert_eq!((u(0), u(1), u(2), u(3)), (1, 4, 0, 4), "1 bucket (4) of 4 cells");
+        assert_eq!([u(4), u(5), u(6), u(7)], [0, 1, 2, 3], "rows");
+        // Ranks in address order: lines 5, 6, 7, 8 of 0..=9.
+        assert_eq!([u(8), u(9), u(10), u(11)], [5, 6, 7, 8], "ranks");
+        assert_eq!(soa[48 + 8..48 + 12], [1, 0, 0, 0], "flags: line 5 touched");
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_file(&path).unwrap();
     }

@@ -29,7 +29,7 @@ mod store;
 
 pub use index::{annotation_path, build, BuildOptions};
 pub use serve::{serve, ServeOptions};
-pub use store::Index;
+pub use store::{Index, PcWindow, TileFields, WindowSums};
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,9 @@ pub const INDEX_VERSION: u32 = 1;
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.
 pub const SPAN_BYTES: usize = 24;
+/// Bytes per record in `windowN.bin`: `pc u32, loads u32, stores u32, shared u32,
+/// misses u32, mem u32, bytes u64` (what one code address did in one bucket).
+pub const WINDOW_BYTES: usize = 32;
 
 /// Why the viewer could not build, read or serve an index.
 #[derive(Debug, thiserror::Error)]

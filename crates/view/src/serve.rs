@@ -1,7 +1,7 @@
 //! The web app: static assets and a JSON/binary API over an [`Index`], on 127.0.0.1
 //! behind a random token.
 
-use crate::{Error, Index, CELL_BYTES};
+use crate::{Error, Index, TileFields, CELL_BYTES};
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, StatusCode};
@@ -135,6 +135,15 @@ async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         let by_addr = p.get("mode").is_some_and(|m| m == "addr");
         let r0 = num(&p, "r0", 0)? as u32;
         let r1 = num(&p, "r1", u32::MAX as u64)?.min(u32::MAX as u64) as u32;
+        let fields = match p.get("fields").map(String::as_str) {
+            None | Some("all") => None,
+            Some("draw") => Some(TileFields::Draw),
+            Some("detail") => Some(TileFields::Detail),
+            Some(f) => return Err(format!("bad fields: {f} (all, draw or detail)")),
+        };
+        if let Some(f) = fields {
+            return s.index.tiles_soa(level, b0, b1, by_addr, r0..r1, f).map_err(|e| e.to_string());
+        }
         let t = s.index.tiles(level, b0, b1, by_addr, r0..r1).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         out.extend_from_slice(&(t.len() as u32).to_le_bytes());
@@ -169,14 +178,26 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     }
 }
 
-/// Loads and stores per code address in `t0..t1`, from the finest level that
-/// covers the range in at most 4096 buckets (coarser levels keep one code address
-/// per line and bucket).
+/// Metrics per code address in `t0..t1`: `[pc, loads, stores, bytes, shared, misses,
+/// mem]` from the window sums (whole buckets of the finest level that answers in
+/// ≤ 4 M records). Indexes without them: `[pc, loads, stores]` from the tiles of the
+/// finest level that covers the range in at most 4096 buckets (approximate there:
+/// coarser levels keep one code address per line and bucket).
 async fn range(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     let go = || -> Result<Value, String> {
         let t0 = num(&p, "t0", 0)?;
         let t1 = num(&p, "t1", u64::MAX)?;
         let ix = &s.index;
+        // Exact per-bucket sums when the index has them (every column, any window).
+        if let Some((level, pcs)) = ix.window(t0, t1, 4 << 20).map_err(|e| e.to_string())? {
+            let bs = ix.bucket_size(level).unwrap_or(1);
+            let rows: Vec<Value> = pcs
+                .iter()
+                .map(|(pc, w)| json!([pc, w.loads, w.stores, w.bytes, w.shared, w.misses, w.mem]))
+                .collect();
+            return Ok(json!({"level": level, "t0": t0 / bs * bs,
+                "t1": t1.div_ceil(bs).saturating_mul(bs), "pcs": rows}));
+        }
         let mut level = 0;
         while level + 1 < ix.levels() {
             let bs = ix.bucket_size(level).unwrap_or(1);

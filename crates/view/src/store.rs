@@ -1,7 +1,7 @@
 //! Reading an index back: metadata in memory, tiles and spans from disk per request.
 
 use crate::index::LEVEL_FACTOR;
-use crate::{Error, CELL_BYTES, SPAN_BYTES};
+use crate::{Error, CELL_BYTES, SPAN_BYTES, WINDOW_BYTES};
 use serde_json::Value;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -11,6 +11,39 @@ struct Level {
     bucket: u64,
     offsets: Vec<u64>,
     cells: File,
+    /// Per-bucket code-address metrics (`windowN.bin`, `woffsetsN.bin`); absent in
+    /// indexes written before they existed or for levels that grew too large.
+    window: Option<(Vec<u64>, File)>,
+}
+
+/// What one code address did within a time window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcWindow {
+    /// Loads.
+    pub loads: u64,
+    /// Stores.
+    pub stores: u64,
+    /// Bytes accessed.
+    pub bytes: u64,
+    /// Accesses to a line another thread touched before.
+    pub shared: u64,
+    /// Accesses that missed the first cache level (with a cachesim annotation).
+    pub misses: u64,
+    /// Accesses that went to memory (missed the last level).
+    pub mem: u64,
+}
+
+/// The level a window was summed at, and per code address its sums (sorted by pc id).
+pub type WindowSums = (usize, Vec<(u32, PcWindow)>);
+
+/// Which tile fields a [`Index::tiles_soa`] answer carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileFields {
+    /// What drawing needs: row, line rank, bytes used, age, flags (11 bytes per cell).
+    Draw,
+    /// What hover and selection need: address, code address, name, loads, stores,
+    /// thread, offset (22 bytes per cell).
+    Detail,
 }
 
 /// An opened index.
@@ -70,10 +103,27 @@ impl Index {
             if offsets.last().is_none_or(|&n| n * CELL_BYTES as u64 != len) {
                 return Err(bad());
             }
+            let window = match (
+                std::fs::read(dir.join(format!("woffsets{i}.bin"))),
+                File::open(dir.join(format!("window{i}.bin"))),
+            ) {
+                (Ok(o), Ok(f)) => {
+                    let o: Vec<u64> = o
+                        .chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                        .collect();
+                    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                    let ok = o.len() == offsets.len()
+                        && o.last().is_some_and(|&n| n * WINDOW_BYTES as u64 == len);
+                    ok.then_some((o, f))
+                }
+                _ => None,
+            };
             levels.push(Level {
                 bucket: lv["bucket"].as_u64().ok_or_else(bad)?.max(1),
                 offsets,
                 cells,
+                window,
             });
         }
         if levels.is_empty() {
@@ -159,6 +209,136 @@ impl Index {
             out.push((b, cells));
         }
         Ok(out)
+    }
+
+    /// Rank of a line address among all lines of the trace (its by-address row).
+    pub fn rank(&self, line_addr: u64) -> u32 {
+        self.lines.binary_search(&line_addr).unwrap_or_else(|i| i) as u32
+    }
+
+    /// Buckets `b0..b1` of a level as structure-of-arrays little-endian columns, so
+    /// the browser views them as typed arrays without decoding: `u32 buckets`, the
+    /// bucket numbers (`u32` each), the first cell of each bucket and the total
+    /// (`u32` each), then per field one column over all cells. [`TileFields::Draw`]:
+    /// `row u32, rank u32, used u8, age u8, flags u8` (bit 0 touched, bit 1 stored).
+    /// [`TileFields::Detail`]: `addr_lo u32, addr_hi u32, pc u32, name u32, loads u16,
+    /// stores u16, thread u8, offset u8`. Columns start 4-byte aligned.
+    pub fn tiles_soa(
+        &self,
+        level: usize,
+        b0: u64,
+        b1: u64,
+        by_address: bool,
+        rows: std::ops::Range<u32>,
+        fields: TileFields,
+    ) -> Result<Vec<u8>, Error> {
+        let t = self.tiles(level, b0, b1, by_address, rows)?;
+        let n: usize = t.iter().map(|(_, c)| c.len() / CELL_BYTES).sum();
+        let per = if fields == TileFields::Draw { 11 } else { 22 };
+        let mut out = Vec::with_capacity(8 + t.len() * 8 + n * per + 4);
+        out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        for (b, _) in &t {
+            out.extend_from_slice(&(*b as u32).to_le_bytes());
+        }
+        let mut start = 0u32;
+        for (_, c) in &t {
+            out.extend_from_slice(&start.to_le_bytes());
+            start += (c.len() / CELL_BYTES) as u32;
+        }
+        out.extend_from_slice(&start.to_le_bytes());
+        let cells = || t.iter().flat_map(|(_, c)| c.chunks_exact(CELL_BYTES));
+        let col = |out: &mut Vec<u8>, r: std::ops::Range<usize>| {
+            for c in cells() {
+                out.extend_from_slice(&c[r.clone()]);
+            }
+        };
+        match fields {
+            TileFields::Draw => {
+                col(&mut out, 16..20);
+                // A bucket's cells are in address order: gallop from the last rank
+                // instead of a full binary search per cell.
+                for (_, cs) in &t {
+                    let mut lo = 0usize;
+                    for c in cs.chunks_exact(CELL_BYTES) {
+                        let addr = u64::from_le_bytes(c[0..8].try_into().unwrap_or_default());
+                        if lo >= self.lines.len() || self.lines[lo] > addr {
+                            lo = 0;
+                        }
+                        let mut step = 1;
+                        while lo + step < self.lines.len() && self.lines[lo + step] < addr {
+                            lo += step;
+                            step *= 2;
+                        }
+                        let end = (lo + step + 1).min(self.lines.len());
+                        lo += self.lines[lo..end].partition_point(|&x| x < addr);
+                        out.extend_from_slice(&(lo as u32).to_le_bytes());
+                    }
+                }
+                col(&mut out, 24..25);
+                col(&mut out, 26..27);
+                for c in cells() {
+                    let stored = u16::from_le_bytes([c[22], c[23]]) > 0;
+                    out.push((c[27] & 1) | (u8::from(stored) << 1));
+                }
+            }
+            TileFields::Detail => {
+                col(&mut out, 0..4);
+                col(&mut out, 4..8);
+                col(&mut out, 8..12);
+                col(&mut out, 12..16);
+                col(&mut out, 20..22);
+                col(&mut out, 22..24);
+                col(&mut out, 25..26);
+                col(&mut out, 28..29);
+            }
+        }
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    /// Per code address (its index in `meta.pcs`), what happened in operations
+    /// `t0..t1`, rounded outwards to whole buckets of the finest level that has
+    /// window metrics and answers with at most `max_records` records; the level used
+    /// comes first. `None` when the index has no window metrics.
+    pub fn window(&self, t0: u64, t1: u64, max_records: u64) -> Result<Option<WindowSums>, Error> {
+        let mut pick = None;
+        for (li, lv) in self.levels.iter().enumerate() {
+            let Some((offs, _)) = &lv.window else { continue };
+            let nb = offs.len() as u64 - 1;
+            let (b0, b1) = ((t0 / lv.bucket).min(nb), t1.div_ceil(lv.bucket).min(nb));
+            let b1 = b1.max(b0);
+            pick = Some((li, b0, b1));
+            if offs[b1 as usize] - offs[b0 as usize] <= max_records {
+                break;
+            }
+        }
+        let Some((li, b0, b1)) = pick else { return Ok(None) };
+        let Some((offs, f)) = &self.levels[li].window else { return Ok(None) };
+        let (r0, r1) = (offs[b0 as usize], offs[b1 as usize]);
+        let mut per: std::collections::HashMap<u32, PcWindow> = Default::default();
+        let mut r = r0;
+        while r < r1 {
+            let cnt = (r1 - r).min(1 << 16);
+            let mut buf = vec![0u8; cnt as usize * WINDOW_BYTES];
+            f.read_exact_at(&mut buf, r * WINDOW_BYTES as u64)
+                .map_err(|e| Error::Io(format!("cannot read window metrics: {e}")))?;
+            for c in buf.chunks_exact(WINDOW_BYTES) {
+                let u = |o: usize| u32::from_le_bytes(c[o..o + 4].try_into().unwrap_or_default());
+                let e = per.entry(u(0)).or_default();
+                e.loads += u(4) as u64;
+                e.stores += u(8) as u64;
+                e.shared += u(12) as u64;
+                e.misses += u(16) as u64;
+                e.mem += u(20) as u64;
+                e.bytes += u64::from_le_bytes(c[24..32].try_into().unwrap_or_default());
+            }
+            r += cnt;
+        }
+        let mut v: Vec<(u32, PcWindow)> = per.into_iter().collect();
+        v.sort_unstable_by_key(|x| x.0);
+        Ok(Some((li, v)))
     }
 
     /// Flame frames overlapping `t0..t1` that last at least `min_dur` operations

@@ -15,6 +15,7 @@ use super::config::{CacheConfig, Inclusion, WritePolicy};
 use super::stats::LevelStats;
 use crate::Error;
 
+#[derive(Clone)]
 struct Level {
     name: String,
     caches: Vec<Cache>,
@@ -48,6 +49,7 @@ struct Resp {
 
 /// A simulated cache hierarchy. Use it directly for address streams, or through the
 /// [`CacheSim`](super::CacheSim) kernel for traces.
+#[derive(Clone)]
 pub struct Hierarchy {
     levels: Vec<Level>,
     cores: usize,

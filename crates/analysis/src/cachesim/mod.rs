@@ -134,7 +134,8 @@ pub struct CacheReport {
 }
 
 /// The cache simulation kernel. Not shardable: cores share levels, so the whole trace
-/// goes through one hierarchy.
+/// goes through one hierarchy. `Clone` gives live snapshots (see [`crate::live`]).
+#[derive(Clone)]
 pub struct CacheSim {
     cfg: CacheConfig,
     hier: Hierarchy,
@@ -246,6 +247,7 @@ const PC_FRONT: usize = 256;
 
 /// Per-granule counters in pages of 64 granules: one hash lookup per page change
 /// (fewer with the direct-mapped front), all pages in one arena.
+#[derive(Clone)]
 struct DataCounters {
     granule_bits: u32,
     // per granule: accesses, writes, then misses of each level

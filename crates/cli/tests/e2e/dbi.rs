@@ -479,6 +479,71 @@ fn dbi_forked_child_records_its_own_trace() {
     assert_eq!(info(&child_trace)["threads"], 1);
 }
 
+/// Replays `inc`'s counter from a merged `amt` dump: every store to the counter
+/// inside the ROI (an RMW's or a plain one) in merged order is one increment, of an
+/// even value when the count so far is even. Returns (increments, per-thread
+/// (increments, even)) and checks that clocks are present.
+fn replay_inc(trace: &Path, addr: u64) -> (u64, std::collections::BTreeMap<i64, (u64, u64)>) {
+    let amt = run_memlens(&["dump", "--merged", "--format", "amt", trace.to_str().unwrap()]);
+    assert!(amt.status.success(), "{}", stderr(&amt));
+    let amt = stdout(&amt);
+    assert!(amt.lines().any(|l| !l.starts_with("0\t")), "no clocks in the merged dump");
+    let (mut inside, mut value) = (false, 0u64);
+    let mut got: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
+    for l in amt.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        let store = match f.get(2).copied() {
+            Some("start_roi") => {
+                inside = true;
+                false
+            }
+            Some("end_roi") => {
+                inside = false;
+                false
+            }
+            // An RMW: `m r ADDR SIZE w ADDR SIZE`; a plain store: `m w ADDR SIZE`.
+            Some("m") if inside => {
+                (f.len() >= 9 && f[6] == "w" && num(7) == Some(addr))
+                    || (f.len() == 6 && f[3] == "w" && num(4) == Some(addr))
+            }
+            _ => false,
+        };
+        if store {
+            let e = got.entry(f[1].parse().unwrap()).or_default();
+            e.0 += 1;
+            if value.is_multiple_of(2) {
+                e.1 += 1;
+            }
+            value += 1;
+        }
+    }
+    (value, got)
+}
+
+/// Runs `inc MODE N TOTAL` under --dbi with `flags` and checks that replaying the
+/// merged order gives every thread's (increments, even values seen) as the program
+/// counted them.
+fn inc_replays_exactly(exe: &Path, dir: &Path, mode: &str, n: usize, flags: &[&str]) {
+    const TOTAL: u64 = 20_000;
+    let t = dir.join(format!("inc-{mode}-{n}-{}.trace", flags.len()));
+    let (ns, total) = (n.to_string(), TOTAL.to_string());
+    let out = record_dbi(exe, &t, &[mode, &ns, &total], flags);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    let addr: u64 = lines.next().unwrap().strip_prefix("counter ").unwrap().parse().unwrap();
+    let mut want = std::collections::BTreeMap::new();
+    for l in lines {
+        let f: Vec<&str> = l.split(&[' ', '\t'][..]).collect();
+        let v = |i: usize| f[i].parse::<u64>().unwrap();
+        want.insert(f[1].parse::<i64>().unwrap(), (v(2), v(3)));
+    }
+    let (value, got) = replay_inc(&t, addr);
+    assert_eq!(value, TOTAL, "{mode} {n} threads {flags:?}: increments in the ROI");
+    assert_eq!(got, want, "{mode} {n} threads {flags:?}: replayed (increments, even) differ");
+}
+
 /// atomic-memory-trace's increment check on a plain binary: replaying the merged
 /// order of the counter's RMWs inside the ROI gives every thread's (increments,
 /// even values seen) as the program counted them.
@@ -489,49 +554,155 @@ fn dbi_order_atomic_increment_replay() {
     }
     let dir = scratch("dbi-inc");
     let exe = build_with_stub(&dir, &programs().join("inc.c"), "inc");
-    const TOTAL: u64 = 20_000;
     for n in [4usize, 8] {
-        let t = dir.join(format!("inc-{n}.trace"));
-        let (ns, total) = (n.to_string(), TOTAL.to_string());
-        let out = record_dbi(&exe, &t, &["add", &ns, &total], &["--order", "atomic"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let text = stdout(&out);
-        let mut lines = text.lines();
-        let addr: u64 = lines.next().unwrap().strip_prefix("counter ").unwrap().parse().unwrap();
-        let mut want = std::collections::BTreeMap::new();
-        for l in lines {
-            let f: Vec<&str> = l.split(&[' ', '\t'][..]).collect();
-            let v = |i: usize| f[i].parse::<u64>().unwrap();
-            want.insert(f[1].parse::<i64>().unwrap(), (v(2), v(3)));
-        }
-        let amt = run_memlens(&["dump", "--merged", "--format", "amt", t.to_str().unwrap()]);
-        assert!(amt.status.success(), "{}", stderr(&amt));
-        let amt = stdout(&amt);
-        assert!(amt.lines().any(|l| !l.starts_with("0\t")), "no clocks in the merged dump");
-        let (mut inside, mut value) = (false, 0u64);
-        let mut got: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
-        for l in amt.lines() {
-            let f: Vec<&str> = l.split('\t').collect();
-            match f.get(2).copied() {
-                Some("start_roi") => inside = true,
-                Some("end_roi") => inside = false,
-                Some("m") if inside && f.len() >= 9 && f[3] == "r" && f[6] == "w" => {
-                    if f[4].parse::<u64>().unwrap() != addr {
-                        continue;
-                    }
-                    let e = got.entry(f[1].parse().unwrap()).or_default();
-                    e.0 += 1;
-                    if value.is_multiple_of(2) {
-                        e.1 += 1;
-                    }
-                    value += 1;
-                }
-                _ => {}
-            }
-        }
-        assert_eq!(value, TOTAL, "{n} threads: increments in the ROI");
-        assert_eq!(got, want, "{n} threads: replayed (increments, even) differ");
+        inc_replays_exactly(&exe, &dir, "add", n, &["--order", "atomic"]);
     }
+}
+
+/// Without --order: atomic instructions, thread creation/exit and the preload
+/// library's pthread interposers carry Lamport clocks, enough for an exact replay
+/// of atomic increments and of mutex-protected plain ones.
+#[test]
+fn dbi_default_order_increment_replay() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-inc-sync");
+    let exe = build_with_stub(&dir, &programs().join("inc.c"), "inc");
+    inc_replays_exactly(&exe, &dir, "add", 4, &[]);
+    inc_replays_exactly(&exe, &dir, "mutex", 4, &[]);
+    // --order none: no clocks at all.
+    let t = dir.join("none.trace");
+    let out = record_dbi(&exe, &t, &["add", "4", "2000"], &["--order", "none"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!dump(&t).iter().any(|e| e["event"] == "clock"), "clocks under --order none");
+}
+
+const STACKS_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+__attribute__((noinline)) static void show(const char *who) {
+    volatile int local = 0;
+    pthread_mutex_lock(&mu);
+    printf("%s %lu %lu\n", who, (unsigned long)&local,
+           (unsigned long)__builtin_thread_pointer());
+    pthread_mutex_unlock(&mu);
+}
+static void *run(void *p) { show((const char *)p); return NULL; }
+int main(void) {
+    pthread_t t[3];
+    const char *names[3] = {"t1", "t2", "t3"};
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, run, (void *)names[i]);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    show("main");
+    return 0;
+}
+"#;
+
+/// Every thread's ThreadStart carries its stack bounds (around a local variable
+/// of the thread) and its thread pointer (exactly).
+#[test]
+fn dbi_thread_stacks_and_thread_pointers() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-stacks-tp");
+    let src = dir.join("stacks.c");
+    std::fs::write(&src, STACKS_C).unwrap();
+    let exe = plain_build(&src, &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record_dbi(&exe, &trace, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let hex = |v: &serde_json::Value| {
+        u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    };
+    let starts: Vec<(u64, u64, u64)> = dump(&trace)
+        .iter()
+        .filter(|e| e["event"] == "thread_start")
+        .map(|e| (hex(&e["stack_lo"]), hex(&e["stack_hi"]), hex(&e["tls"])))
+        .collect();
+    assert_eq!(starts.len(), 4, "{starts:?}");
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 4, "{text}");
+    for l in text.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        let (local, tp): (u64, u64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        let s = starts.iter().find(|s| s.2 == tp);
+        let s = s.unwrap_or_else(|| panic!("{l}: no thread_start with tls {tp:#x}: {starts:?}"));
+        assert!(s.0 <= local && local < s.1, "{l}: local outside {:#x}..{:#x}", s.0, s.1);
+        assert!(s.1 - s.0 >= 64 * 1024, "{l}: stack {:#x}..{:#x}", s.0, s.1);
+    }
+}
+
+/// A function entered by a traced `call` carries that call's return address as
+/// its call site, as in the compiled path.
+#[test]
+fn dbi_function_entries_carry_their_call_site() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-callsite");
+    let exe = plain_build(&programs().join("counts.c"), &dir, &["-no-pie"]);
+    let trace = dir.join("t.trace");
+    let out = record_dbi(&exe, &trace, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ev = dump(&trace);
+    let enters: Vec<&serde_json::Value> =
+        ev.iter().filter(|e| e["event"] == "enter" && e["function"] == "fill").collect();
+    assert_eq!(enters.len(), 1, "{enters:?}");
+    let cs =
+        u64::from_str_radix(enters[0]["call_site"].as_str().unwrap().trim_start_matches("0x"), 16)
+            .unwrap();
+    // The instruction just before the call site is `call <fill>`.
+    let od = Command::new("objdump")
+        .args(["-d", &format!("--start-address={:#x}", cs - 5), &format!("--stop-address={cs:#x}")])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let text = stdout(&od);
+    assert!(text.lines().any(|l| l.contains("call") && l.contains("<fill")), "{cs:#x}: {text}");
+    // main is entered from libc's untraced code: unknown.
+    let main = ev.iter().find(|e| e["event"] == "enter" && e["function"] == "main").unwrap();
+    assert_eq!(main["call_site"], "0x0");
+}
+
+const FORK_EXIT_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    pid_t p = fork();
+    if (p == 0) exit(7);
+    int st = 0;
+    waitpid(p, &st, 0);
+    printf("child=%d\n", WEXITSTATUS(st));
+    return 3;
+}
+"#;
+
+/// A forked child's trace ends with the child's real exit status.
+#[test]
+fn dbi_forked_child_exit_status() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-fork-exit");
+    let src = dir.join("fork_exit.c");
+    std::fs::write(&src, FORK_EXIT_C).unwrap();
+    let exe = plain_build(&src, &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record_dbi(&exe, &trace, &[], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "child=7\n");
+    let i = info(&trace);
+    assert_eq!(i["end"]["status"], 3, "{i}");
+    let children = i["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "{i}");
+    let child = info(Path::new(children[0]["trace"].as_str().unwrap()));
+    assert_eq!(child["end"]["kind"], "exit", "{child}");
+    assert_eq!(child["end"]["status"], 7, "{child}");
 }
 
 /// A static executable: no preload library can load, so the plugin hooks malloc,

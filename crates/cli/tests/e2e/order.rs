@@ -248,8 +248,8 @@ fn streaming_merge_equals_a_full_sort() {
     let merged: Vec<&str> = amt.lines().collect();
     assert!(merged.windows(2).all(|w| ts(w[0]) <= ts(w[1])), "dump --merged is not sorted");
     // `memlens merge` on this input must keep it (its reordering of interleaved
-    // per-thread input is unit-tested in `merge.rs`: atomic-memory-trace's merge
-    // needs input within the recorder's skew bound, which memlens does not impose).
+    // per-thread input is unit-tested in `merge.rs`; the recorder's skew bound is
+    // on chunks, tested with `merge --trace` below).
     let input: String = merged.iter().map(|l| format!("{l}\n")).collect();
     let out = std::process::Command::new(memlens())
         .arg("merge")
@@ -286,4 +286,177 @@ fn streaming_merge_equals_a_full_sort() {
     sorted.sort_by_key(|l| ts(l));
     assert_eq!(bunches(merged.clone()), bunches(sorted.clone()));
     assert_eq!(bunches(remerged.lines().collect()), bunches(sorted));
+}
+
+/// `racy.c` (a plain, non-atomic `counter++` in every thread) built once per compiler.
+fn racy(cc: Cc) -> PathBuf {
+    static EXES: [OnceLock<PathBuf>; 2] = [OnceLock::new(), OnceLock::new()];
+    let i = match cc {
+        Cc::Gcc => 0,
+        Cc::Clang => 1,
+    };
+    EXES[i].get_or_init(|| build(cc, "racy.c", &scratch("order-racy-build"), &[])).clone()
+}
+
+const RACY_TOTAL: u64 = 40_000;
+
+/// Records `racy 4 RACY_TOTAL` under `--order atomic` (`hold`: stripes held across
+/// the access, the default; else released right after the stamp, as before) and
+/// replays the merged loads and stores of the counter: a load takes the replayed
+/// value, a store writes that thread's last load + 1. Returns (replay equals what the
+/// program printed — final value and per-thread increments and even loads —,
+/// increments were lost, i.e. the threads really raced).
+fn racy_replays(exe: &Path, dir: &Path, hold: bool) -> (bool, bool) {
+    let trace = dir.join("racy.trace");
+    let total = RACY_TOTAL.to_string();
+    let out = std::process::Command::new(memlens())
+        .args(["record", "-q", "--order", "atomic", "-o", trace.to_str().unwrap(), "--"])
+        .args([exe.to_str().unwrap(), "4", &total])
+        .env("MEMLENS_ORDER_HOLD", if hold { "1" } else { "0" })
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "record racy: {}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    let addr: u64 = lines.next().unwrap().strip_prefix("counter ").unwrap().parse().unwrap();
+    let fin: u64 = lines.next().unwrap().strip_prefix("final ").unwrap().parse().unwrap();
+    let mut want: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    for l in lines {
+        let f: Vec<&str> = l.split(&[' ', '\t'][..]).collect();
+        want.insert(f[1].parse().unwrap(), (f[2].parse().unwrap(), f[3].parse().unwrap()));
+    }
+    let amt = run_memlens(&["dump", "--merged", "--format", "amt", trace.to_str().unwrap()]);
+    assert!(amt.status.success(), "dump: {}", stderr(&amt));
+    let (mut value, mut loaded) = (0u64, BTreeMap::<i64, u64>::new());
+    let mut got: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    for (tid, r, w, a) in roi_records(&stdout(&amt)) {
+        if a != addr {
+            continue;
+        }
+        if r {
+            loaded.insert(tid, value);
+            let e = got.entry(tid).or_default();
+            e.0 += 1;
+            e.1 += u64::from(value.is_multiple_of(2));
+        }
+        if w {
+            value = loaded[&tid] + 1;
+        }
+    }
+    (value == fin && got == want, fin < RACY_TOTAL)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A data race: under `--order atomic` the stripe of the counter is held from each
+/// access's callback until the access has executed, so the merged order of the racy
+/// loads and stores is the order they hit memory: replaying it gives the final value
+/// the program printed (lost increments included), run after run.
+#[test]
+fn racy_plain_increments_replay_under_order_atomic() {
+    let dir = scratch("order-racy");
+    for cc in Cc::all() {
+        let exe = racy(cc);
+        let runs = 10 * repeats();
+        let mut raced = 0;
+        for i in 0..runs {
+            let (ok, lost) = racy_replays(&exe, &dir, true);
+            assert!(ok, "{cc:?}, run {i}: the replay of the racy counter differs from the program");
+            raced += usize::from(lost);
+        }
+        eprintln!("{cc:?}: {runs} runs replayed exactly, {raced} with lost increments");
+    }
+}
+
+/// The negative control: stamping in the callback without holding the stripe across
+/// the access (what `--order atomic` did before) must be caught by the same replay.
+/// Needs two cores: the race is between accesses running at the same time.
+#[test]
+fn racy_replay_fails_without_holding_the_stripe() {
+    if cores() < 2 {
+        eprintln!("one core: the negative control needs two");
+        return;
+    }
+    let dir = scratch("order-racy-nohold");
+    for cc in Cc::all() {
+        let exe = racy(cc);
+        let mismatched = (0..20).any(|_| !racy_replays(&exe, &dir, false).0);
+        assert!(
+            mismatched,
+            "{cc:?}: 20 runs without holding replayed exactly; the test cannot fail"
+        );
+    }
+}
+
+/// `SKEW_CHUNKS` of the runtime (`crates/rt/src/order.rs`): how many hand-overs of
+/// all threads a thread may lag behind before it must hand its buffer over.
+const SKEW_CHUNKS: u64 = 16;
+
+/// Records `skew 3 ITERS` (three fast threads racing their clocks ahead, the main
+/// thread recording little) with 64 KB buffers and merges it in file order:
+/// (max events held back, events per chunk at most, events).
+fn skew_merge(dir: &Path, skew: bool) -> (u64, u64, u64) {
+    let exe = build(Cc::Gcc, "skew.c", dir, &[]);
+    let trace = dir.join(format!("skew-{skew}.trace"));
+    let out = std::process::Command::new(memlens())
+        .args(["record", "-q", "-o", trace.to_str().unwrap(), "--", exe.to_str().unwrap()])
+        .args(["3", "300000"])
+        .env("MEMLENS_BUFFER_KB", "64")
+        .env("MEMLENS_ORDER_SKEW", if skew { "1" } else { "0" })
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "record skew: {}", stderr(&out));
+    let m = run_memlens(&["merge", "--trace", trace.to_str().unwrap(), "--stats"]);
+    assert!(m.status.success(), "merge --trace: {}", stderr(&m));
+    // The file-order merge writes exactly the order of `dump --merged`.
+    let full = run_memlens(&["dump", "--merged", trace.to_str().unwrap()]);
+    assert!(stdout(&m) == stdout(&full), "merge --trace differs from dump --merged");
+    let stat = |k: &str| -> u64 {
+        let e = stderr(&m);
+        let l = e.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("no {k}: {e}"));
+        l[k.len()..].trim().parse().unwrap()
+    };
+    (stat("max buffered events"), stat("max events per chunk"), stat("events"))
+}
+
+/// Bounded skew: a thread lagging more than SKEW_CHUNKS hand-overs hands its buffer
+/// over at its next event, at the high-water clock, so a merge reading the file in
+/// order holds back about SKEW_CHUNKS chunks, not the whole trace; without the bound
+/// the slow thread's first chunk holds everything back.
+#[test]
+fn file_order_merge_memory_is_bounded_by_the_skew() {
+    let dir = scratch("order-skew");
+    let (held, per_chunk, events) = skew_merge(&dir, true);
+    // SKEW_CHUNKS + 4 by construction, plus the chunks handed over while the lagging
+    // thread waits for the CPU (the test shares one CPU among its threads and yields
+    // often, but the machine may be loaded): twice SKEW_CHUNKS leaves room for that.
+    let bound = 2 * SKEW_CHUNKS * per_chunk;
+    eprintln!("skew bound on: held back {held} of {events} events, bound {bound}");
+    assert!(events > 3 * bound, "too few events ({events}) to tell the bound ({bound})");
+    assert!(held <= bound, "held back {held} events, more than the bound {bound}");
+    let (held_off, _, events_off) = skew_merge(&dir, false);
+    eprintln!("skew bound off: held back {held_off} of {events_off} events");
+    assert!(held_off > bound, "without the bound the merge held back only {held_off}");
+}
+
+/// `--order atomic` holds a line's lock from an access until the thread's next
+/// event; a thread that sleeps in code the runtime does not see keeps holding it.
+/// The thread waiting for that line takes it over after a while instead of
+/// deadlocking, and the trace says so (`info`: order_steals, a possible misorder).
+#[test]
+fn a_lock_held_by_a_blocked_thread_is_taken_over_and_reported() {
+    let dir = scratch("order-steal");
+    let exe = build(Cc::Gcc, "steal.c", &dir, &[]);
+    for (mode, steals) in [("atomic", 1), ("sync", 0)] {
+        let trace = dir.join(format!("{mode}.trace"));
+        let (t, e) = (trace.to_str().unwrap(), exe.to_str().unwrap());
+        let out = run_memlens(&["record", "-q", "--order", mode, "-o", t, "--", e]);
+        assert!(out.status.success(), "record: {}", stderr(&out));
+        assert_eq!(stdout(&out).trim(), "x 1");
+        assert_eq!(info(&trace)["order_steals"], steals, "--order {mode}");
+        let text = stdout(&run_memlens(&["info", trace.to_str().unwrap()]));
+        assert_eq!(text.contains("line lock(s) taken over"), steals > 0, "{text}");
+    }
 }

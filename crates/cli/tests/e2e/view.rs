@@ -185,11 +185,84 @@ fn have(cmd: &str) -> bool {
     Command::new(cmd).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
+/// Whether the browser tests can run here (in CI they must).
+fn browser_available() -> bool {
+    if have("chromium") && have("chromedriver") {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "chromium and chromedriver are required in CI");
+    eprintln!("note: skipping the browser test: chromium or chromedriver is not installed");
+    false
+}
+
+/// A running `memlens view` with a browser on its page.
+struct Viewer {
+    // Field order: the browser closes before the server stops.
+    b: Browser,
+    _server: Server,
+    url: String,
+    port: u16,
+    token: String,
+}
+
+impl Viewer {
+    /// Serves `trace` (indexing it first), opens the page and waits until it drew and
+    /// fetched what hover and selection need.
+    fn open(trace: &Path) -> Viewer {
+        let mut child = Command::new(memlens())
+            .args(["view", "--port", "0", trace.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let server = Server(child);
+        let url = first.trim().strip_prefix("memlens view: ").expect("no URL printed").to_string();
+        let rest = url.strip_prefix("http://127.0.0.1:").expect("not bound to 127.0.0.1");
+        let port: u16 = rest.split('/').next().unwrap().parse().unwrap();
+        let token = rest.split("token=").nth(1).unwrap().to_string();
+        let b = Browser::start();
+        b.cmd("POST", "/url", Some(json!({"url": url})));
+        let t = Instant::now();
+        while b.js("return !!(window.memlens && window.memlens.ready)") != json!(true) {
+            let err = b.js("return window.memlens && window.memlens.error || null");
+            assert!(err.is_null(), "page failed: {err}");
+            assert!(t.elapsed() < Duration::from_secs(30), "the viewer did not become ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let v = Viewer { b, _server: server, url, port, token };
+        v.idle();
+        v
+    }
+
+    /// Waits for the page's background fetches and pending selections; returns the
+    /// number of highlighted cells.
+    fn idle(&self) -> Value {
+        self.b.js_async("const done = arguments[0]; memlens.idle().then(done);")
+    }
+
+    /// Polls `script` until it returns something truthy (at most 10 s).
+    fn wait_for(&self, script: &str) {
+        let t = Instant::now();
+        while !self.b.js(&format!("return !!({script})")).as_bool().unwrap() {
+            assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {script}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The metric columns beside a source line in the file view.
+    fn cols(&self, line: u64) -> Vec<String> {
+        let v = self.b.js(&format!(
+            "return [...document.querySelectorAll(\"#code .srcline[data-line='{line}'] .m\")].map(e => e.textContent)"
+        ));
+        v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+    }
+}
+
 #[test]
 fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
-    if !have("chromium") || !have("chromedriver") {
-        assert!(std::env::var_os("CI").is_none(), "chromium and chromedriver are required in CI");
-        eprintln!("note: skipping the browser test: chromium or chromedriver is not installed");
+    if !browser_available() {
         return;
     }
     let dir = scratch("view-test");
@@ -215,19 +288,9 @@ fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
     let at = |l: u64| ops.iter().filter(|e| e["line"] == l).count();
     assert_eq!((at(store_a), at(load_b)), (64, 256));
 
-    let mut child = Command::new(memlens())
-        .args(["view", "--port", "0", trace.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let _server = Server(child);
-    let url = first.trim().strip_prefix("memlens view: ").expect("no URL printed").to_string();
-    let rest = url.strip_prefix("http://127.0.0.1:").expect("not bound to 127.0.0.1");
-    let port: u16 = rest.split('/').next().unwrap().parse().unwrap();
-    let token = rest.split("token=").nth(1).unwrap();
+    let v = Viewer::open(&trace);
+    let (port, token) = (v.port, v.token.as_str());
+    assert!(v.url.contains("token="));
     assert_eq!(token.len(), 32, "a 128-bit hex token");
 
     // No token or a wrong one: 403 for the page and the API alike.
@@ -240,15 +303,7 @@ fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
         404
     );
 
-    let b = Browser::start();
-    b.cmd("POST", "/url", Some(json!({"url": url})));
-    let t = Instant::now();
-    while b.js("return !!(window.memlens && window.memlens.ready)") != json!(true) {
-        let err = b.js("return window.memlens && window.memlens.error || null");
-        assert!(err.is_null(), "page failed: {err}");
-        assert!(t.elapsed() < Duration::from_secs(30), "the viewer did not become ready");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let b = &v.b;
     b.screenshot(&dir.join("01-loaded.png"));
 
     // The map: one row per cache line in the working set, all 20 lines drawn.
@@ -311,10 +366,10 @@ fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
     // accesses light up in the map; the store line's 64 likewise.
     b.click(".node[data-file-node$='viewer.c']");
     b.click(&format!(".srcline[data-line='{load_b}']"));
-    assert_eq!(b.js("return memlens.highlighted"), json!(256));
+    assert_eq!(v.idle(), json!(256));
     b.screenshot(&dir.join("03-source-line.png"));
     b.click(&format!(".srcline[data-line='{store_a}']"));
-    assert_eq!(b.js("return memlens.highlighted"), json!(64));
+    assert_eq!(v.idle(), json!(64));
     let cols = b.js(&format!(
         "return [...document.querySelectorAll(\".srcline[data-line='{store_a}'] .m\")].map(e => e.textContent)"
     ));
@@ -366,6 +421,128 @@ fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
     assert_eq!(first_b.len(), 16);
     let expect: usize = first_b.values().map(|&f| ops.len() - f).sum();
     assert_eq!(b.js("return memlens.meta.tables.variables[0].variable"), json!("b"));
-    assert_eq!(b.js("return memlens.clickTableRow('variables', 0)"), json!(expect));
+    b.js("memlens.clickTableRow('variables', 0)");
+    assert_eq!(v.idle(), json!(expect));
+    eprintln!("screenshots in {}", dir.display());
+}
+
+#[test]
+fn viewer_shows_one_flame_lane_per_thread_with_its_functions() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("view-threads");
+    let exe = build(Cc::Gcc, "threads.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    // From the trace: the functions each thread entered.
+    let mut want: std::collections::BTreeMap<u64, std::collections::BTreeSet<String>> =
+        Default::default();
+    for e in dump(&trace) {
+        if e["event"] == "enter" {
+            let f = e["function"].as_str().unwrap().to_string();
+            want.entry(e["thread"].as_u64().unwrap()).or_default().insert(f);
+        }
+    }
+    assert_eq!(want.len(), 5, "main and 4 workers: {want:?}");
+    assert_eq!(want.values().filter(|f| f.contains("worker")).count(), 4);
+
+    let v = Viewer::open(&trace);
+    let lanes = v.b.js("return memlens.flameLanes()");
+    let height = lanes["canvasHeight"].as_f64().unwrap();
+    let mut got: std::collections::BTreeMap<u64, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut prev_bottom = 0.0;
+    for l in lanes["lanes"].as_array().unwrap() {
+        let fns = l["functions"].as_array().unwrap().iter();
+        got.insert(
+            l["thread"].as_u64().unwrap(),
+            fns.map(|f| f.as_str().unwrap().to_string()).collect(),
+        );
+        // Lanes do not overlap and all fit on the canvas.
+        let (top, h) = (l["top"].as_f64().unwrap(), l["height"].as_f64().unwrap());
+        assert!(top >= prev_bottom && top + h <= height, "{lanes}");
+        prev_bottom = top + h;
+    }
+    assert_eq!(got, want, "one lane per thread with that thread's functions");
+    v.b.screenshot(&dir.join("01-threads.png"));
+    eprintln!("screenshots in {}", dir.display());
+}
+
+#[test]
+fn viewer_source_columns_show_cache_misses_and_follow_the_time_filter() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("view-cachesim");
+    let exe = build(Cc::Gcc, "viewer.c", &dir, &[]);
+    let trace = dir.join("c.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    let src = "viewer.c";
+    let (store_a, load_b) = (line_of(src, "store-a"), line_of(src, "load-b"));
+    // The cache simulation, with its per-access annotation next to the trace.
+    let ann = format!("{}.cachesim", trace.display());
+    let t = trace.to_str().unwrap();
+    let caches = ["--D1=4096,2,64", "--LL=65536,4,64"];
+    let sim = json(
+        &[&["analyze", "cachesim"][..], &caches[..], &["--top", "0", "--format", "json", t][..]]
+            .concat(),
+    );
+    let out = run_memlens(
+        &[&["analyze", "cachesim"][..], &caches[..], &["--annotate", &ann, t][..]].concat(),
+    );
+    assert!(out.status.success(), "cachesim --annotate failed: {}", stderr(&out));
+    let misses = |line: u64| {
+        let rows = sim["by_line"].as_array().unwrap();
+        let r =
+            rows.iter().find(|r| r["line"] == line && r["file"].as_str().unwrap().ends_with(src));
+        r.map(|r| r["misses"]["D1"].as_u64().unwrap()).unwrap_or(0)
+    };
+    // Cold 4 KiB cache: b's 16 lines miss in the first pass only, a's 4 lines once.
+    assert_eq!((misses(load_b), misses(store_a)), (16, 4), "{sim}");
+    let ops: Vec<Value> = dump(&trace)
+        .into_iter()
+        .filter(|e| matches!(e["event"].as_str(), Some("read" | "write" | "range" | "rmw")))
+        .collect();
+    let first_b = ops.iter().position(|e| e["line"] == load_b).unwrap();
+    let last_b = ops.iter().rposition(|e| e["line"] == load_b).unwrap();
+    assert_eq!(last_b + 1 - first_b, 256);
+
+    let v = Viewer::open(&trace);
+    let b = &v.b;
+    assert_eq!(b.js("return memlens.meta.cachesim"), json!(true));
+    b.click(".node[data-file-node$='viewer.c']");
+    // The file view fills in once its text has arrived.
+    v.wait_for(&format!("document.querySelector(\"#code .srcline[data-line='{load_b}']\")"));
+    let head = b.js("return [...document.querySelectorAll('#code .srcline:first-child .m')].map(e => e.textContent)");
+    assert_eq!(head, json!(["loads", "stores", "bytes", "misses", "miss%", "shared"]));
+    // Whole trace: loads, stores, bytes, misses, miss ratio, shared.
+    let c = v.cols(load_b);
+    assert_eq!(c[0..4], ["256", "0", "2048", &misses(load_b).to_string()]);
+    let ratio: f64 = c[4].parse().unwrap();
+    assert!((ratio - 100.0 * 16.0 / 256.0).abs() <= 0.051, "{c:?}");
+    assert_eq!(v.cols(store_a)[0..4], ["0", "64", "256", "4"]);
+    b.screenshot(&dir.join("01-misses.png"));
+
+    // A window: the first pass over b only (128 loads, all 16 misses) ...
+    let set = |t0: usize, t1: usize| {
+        b.js_async(&format!(
+            "const done = arguments[0]; memlens.setRange({t0}, {t1}).then(() => done(memlens.rangeWindow));"
+        ))
+    };
+    assert_eq!(set(first_b, first_b + 128), json!([first_b, first_b + 128]));
+    assert_eq!(v.cols(load_b)[0..4], ["128", "0", "1024", "16"]);
+    assert_eq!(v.cols(store_a)[0..4], ["0", "0", "0", "0"], "fill_a is outside the window");
+    b.screenshot(&dir.join("02-window.png"));
+    // ... the second pass (all hits) ...
+    set(first_b + 128, last_b + 1);
+    assert_eq!(v.cols(load_b)[0..5], ["128", "0", "1024", "0", "0.0"]);
+    // ... and fill_a's frame from the flame chart.
+    let sel = b.js_async("const done = arguments[0]; memlens.selectFrame('fill_a').then(done);");
+    assert_eq!(sel, json!(true));
+    assert_eq!(v.cols(store_a)[0..4], ["0", "64", "256", "4"]);
+    assert_eq!(v.cols(load_b)[0..4], ["0", "0", "0", "0"]);
     eprintln!("screenshots in {}", dir.display());
 }

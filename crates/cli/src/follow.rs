@@ -1,0 +1,210 @@
+//! `memlens analyze KERNEL --follow TRACE`: the kernel over a trace that `memlens
+//! record` is still writing. Snapshots go to stderr every `--every`; when the trace
+//! is complete (or on Ctrl-C) the result goes to stdout, and for a complete trace it
+//! is byte-identical to `memlens analyze KERNEL TRACE` run afterwards.
+
+use crate::analyze::{self, AnalyzeOpts, Every, Roi};
+use crate::names::Names;
+use anyhow::{bail, Result};
+use memlens_analysis::cachesim::CacheSim;
+use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
+use memlens_analysis::heap::{Heap, HeapConfig};
+use memlens_analysis::layout::{Layout, LayoutConfig};
+use memlens_analysis::reuse::{Reuse, ReuseConfig};
+use memlens_analysis::sharing::Sharing;
+use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
+use memlens_analysis::{counts::Counts, Filter, Kernel, Live, Render, TailState};
+use memlens_format::TraceReader;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long to wait for the recording to create the trace.
+const START_WAIT: Duration = Duration::from_secs(30);
+/// Pause between polls when nothing new landed.
+const POLL: Duration = Duration::from_millis(100);
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// `analyze --follow`.
+pub fn follow(o: &AnalyzeOpts, every: Every) -> Result<()> {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+    }
+    // The filters need the module table, which the runtime writes first.
+    let start = Instant::now();
+    let r = loop {
+        match TraceReader::open(&o.trace) {
+            Ok(r) if !r.chunks().is_empty() => break r,
+            _ if INTERRUPTED.load(Ordering::Relaxed) => bail!("interrupted"),
+            _ if start.elapsed() > START_WAIT => bail!(
+                "no trace at {} after {} s: start `memlens record -o {} -- PROG` first (or at the same time)",
+                o.trace.display(),
+                START_WAIT.as_secs(),
+                o.trace.display()
+            ),
+            _ => std::thread::sleep(POLL),
+        }
+    };
+    let names = Names::new(&r.meta().modules);
+    let filter = analyze::build_filter(&names, &r, o)?;
+    drop(names);
+    // order-free sums take chunks as they land, everything else the merged order
+    let chunked = !o.roi && o.window.is_none();
+    let path = &o.trace;
+    match o.kernel.as_str() {
+        "counts" if chunked => run(o, every, Live::chunks(path, filter.apply(Counts::default()))),
+        "counts" => {
+            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, Counts::default())))
+        }
+        "sharing" if chunked => run(o, every, Live::chunks(path, filter.apply(Sharing::default()))),
+        "sharing" => {
+            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, Sharing::default())))
+        }
+        "false-sharing" => {
+            let fs = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
+            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, fs)))
+        }
+        "cachesim" => {
+            let sim = CacheSim::new(analyze::cache_config(o)?)?;
+            let rep = follow_loop(o, every, Live::merged(path, roi(filter.clone(), o.roi, sim)))?;
+            analyze::write_annotation(o, &rep)?;
+            print_final(o, &rep)
+        }
+        "reuse" => {
+            let re = Reuse::new(ReuseConfig { line: o.line, ..Default::default() })?;
+            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, re)))
+        }
+        "working-set" => {
+            let ws = WorkingSet::new(WorkingSetConfig {
+                interval: o.interval,
+                line: o.line,
+                ..Default::default()
+            })?;
+            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, ws)))
+        }
+        "heap" => run(
+            o,
+            every,
+            Live::merged(path, roi(filter.clone(), o.roi, Heap::new(HeapConfig::default()))),
+        ),
+        "layout" => run(
+            o,
+            every,
+            Live::merged(path, roi(filter.clone(), o.roi, Layout::new(LayoutConfig::default()))),
+        ),
+        other => bail!("unknown kernel `{other}`"),
+    }
+}
+
+/// The kernel as the offline path wraps it: filter outside, ROI inside.
+fn roi<K: Kernel>(filter: Filter, on: bool, k: K) -> memlens_analysis::Filtered<Roi<K>> {
+    filter.apply(Roi { inner: k, inside: Default::default(), on })
+}
+
+fn run<K>(o: &AnalyzeOpts, every: Every, live: Live<K>) -> Result<()>
+where
+    K: Kernel + Clone,
+    K::Output: Render,
+{
+    let out = follow_loop(o, every, live)?;
+    print_final(o, &out)
+}
+
+/// Polls until the trace is complete, the writer is gone or Ctrl-C; prints
+/// snapshots to stderr on the way.
+fn follow_loop<K>(o: &AnalyzeOpts, every: Every, mut live: Live<K>) -> Result<K::Output>
+where
+    K: Kernel + Clone,
+    K::Output: Render,
+{
+    let start = Instant::now();
+    let mut last = (start, 0u64);
+    let tty = std::io::stderr().is_terminal();
+    loop {
+        let before = live.source().offset();
+        let state = live.poll()?;
+        if state == TailState::Complete {
+            if let Some(at) = live.source().truncated_at() {
+                eprintln!("memlens: warning: the trace ends in a damaged chunk at byte {at}");
+            }
+            break;
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            eprintln!(
+                "memlens: interrupted: the result covers the {} events read so far",
+                live.events()
+            );
+            break;
+        }
+        let grew = live.source().offset() != before;
+        if !grew && live.source().writer_gone() {
+            // the last chunks may have landed just before the process went away
+            live.poll()?;
+            eprintln!(
+                "memlens: warning: the recorded process is gone but never finished the trace \
+                 (killed with SIGKILL?): the result covers the {} events written",
+                live.events()
+            );
+            break;
+        }
+        let due = match every {
+            Every::Time(d) => last.0.elapsed() >= d,
+            Every::Events(n) => live.events() - last.1 >= n,
+        };
+        if due && live.events() > last.1 {
+            last = (Instant::now(), live.events());
+            snapshot(o, &live, start, tty)?;
+        }
+        if !grew {
+            std::thread::sleep(POLL);
+        }
+    }
+    Ok(live.finish())
+}
+
+/// One snapshot on stderr, named with what the trace holds so far.
+fn snapshot<K>(o: &AnalyzeOpts, live: &Live<K>, start: Instant, tty: bool) -> Result<()>
+where
+    K: Kernel + Clone,
+    K::Output: Render,
+{
+    let out = live.snapshot();
+    let r = TraceReader::open(&o.trace)?;
+    let names = Names::new(&r.meta().modules);
+    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+    let t = out.render(&namer, &analyze::render_opts(o));
+    let mut err = std::io::stderr().lock();
+    if tty {
+        // redraw in place, like top
+        write!(err, "\x1b[H\x1b[2J")?;
+    }
+    writeln!(
+        err,
+        "memlens: live {}: {} events after {:.1} s (trace still growing){}",
+        o.kernel,
+        live.events(),
+        start.elapsed().as_secs_f64(),
+        if live.replays() > 0 { format!(", {} replays", live.replays()) } else { String::new() }
+    )?;
+    if o.json {
+        serde_json::to_writer(&mut err, &t.to_json())?;
+        writeln!(err)?;
+    } else {
+        write!(err, "{}", t.to_text())?;
+    }
+    Ok(err.flush()?)
+}
+
+/// The result on stdout, named with the whole trace as the offline run names it.
+fn print_final<R: Render>(o: &AnalyzeOpts, out: &R) -> Result<()> {
+    let r = crate::inspect::open(&o.trace)?;
+    let names = Names::new(&r.meta().modules);
+    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+    analyze::print(out.render(&namer, &analyze::render_opts(o)), o.json)
+}

@@ -1,0 +1,943 @@
+//! Naming every access of a trace on several cores, with the same result as one
+//! serial [`Attributor`](crate::Attributor) pass.
+//!
+//! Chunks decode independently, but a name can depend on what came before an access
+//! in its thread: the frames open (stack locals), the thread's stack and thread
+//! pointer, and which heap blocks are live at that event index. So:
+//!
+//! 1. every chunk is read in parallel for its allocations and frees and a summary of
+//!    its effect on the open frames (what it pops from the frames open before it,
+//!    what it leaves open);
+//! 2. serially, per thread in chunk order, the heap index is built exactly as the
+//!    serial pass builds it and the summaries are chained into each chunk's starting
+//!    state (open frames, stack, thread pointer);
+//! 3. every chunk is attributed in parallel from its starting state. A small
+//!    direct-mapped cache per worker maps (pc, address) to a counter slot while the
+//!    answer provably stays the same (globals always; stack names until a frame
+//!    changes; heap names over the event range where the block lookup cannot
+//!    change), so repeated accesses cost one probe. Labels are built once per
+//!    distinct name key per worker and merged at the end.
+
+use crate::heap::Block;
+use crate::{
+    function_start, global_label, heap_base, heap_label, heap_single, mapping_label, stack_label,
+    static_tls_layout, tls_label, Error, FastMap, HeapIndex, HeapShape, Label, Maps, OpenFrame,
+    ThreadState,
+};
+use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
+use memlens_symbols::{HeapType, Symbolizer};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Counters of one label.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelCounts {
+    /// Loads (an RMW counts as one load and, if it stored, one store).
+    pub loads: u64,
+    /// Stores.
+    pub stores: u64,
+    /// Bytes loaded.
+    pub bytes_read: u64,
+    /// Bytes stored.
+    pub bytes_written: u64,
+    /// Threads (sorted, distinct).
+    pub threads: Vec<ThreadId>,
+    /// Loads and stores per code address.
+    pub pcs: FastMap<Pc, u64>,
+}
+
+impl LabelCounts {
+    fn add_thread(&mut self, t: ThreadId) {
+        if self.threads.last() != Some(&t) {
+            if let Err(p) = self.threads.binary_search(&t) {
+                self.threads.insert(p, t);
+            }
+        }
+    }
+}
+
+/// Every access of a trace, counted per label.
+#[derive(Debug, Default)]
+pub struct Attribution {
+    /// The labels, in no particular order.
+    pub labels: Vec<Label>,
+    /// Counters, parallel to `labels`; every label was accessed at least once.
+    pub counts: Vec<LabelCounts>,
+}
+
+impl Attribution {
+    /// Sorted by label (kind, name, site), for comparing two attributions.
+    pub fn sorted(&self) -> Vec<(&Label, &LabelCounts)> {
+        let mut v: Vec<_> = self.labels.iter().zip(&self.counts).collect();
+        v.sort_by(|a, b| {
+            (a.0.kind, &*a.0.base, &a.0.path, a.0.site.as_deref()).cmp(&(
+                b.0.kind,
+                &*b.0.base,
+                &b.0.path,
+                b.0.site.as_deref(),
+            ))
+        });
+        v
+    }
+}
+
+/// What names heap blocks after their allocation site (`counts.c:37 allocs`).
+pub type SiteNamer<'a> = &'a dyn Fn(Pc) -> String;
+
+/// Names every access of `r` in one serial pass of an [`Attributor`](crate::Attributor):
+/// the reference [`attribute_trace`] must agree with.
+pub fn attribute_trace_serial(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+) -> Result<Attribution, Error> {
+    let heap = HeapIndex::from_trace(r)?;
+    let mut a = crate::Attributor::new(sym, heap, maps);
+    a.set_site_namer(site_namer);
+    let mut by_id: Vec<LabelCounts> = Vec::new();
+    let mut seen: Vec<bool> = Vec::new();
+    for s in r.streams() {
+        let t = s.thread;
+        let mut it = r.events(t);
+        while let Some(ev) = it.next() {
+            let ev = ev?;
+            let i = it.index();
+            a.observe(t, &ev);
+            let (pc, addr) = match &ev {
+                Event::Access { pc, addr, .. }
+                | Event::Range { pc, addr, .. }
+                | Event::Rmw { pc, addr, .. } => (*pc, *addr),
+                _ => continue,
+            };
+            let id = a.attribute(t, i, pc, addr) as usize;
+            if by_id.len() <= id {
+                by_id.resize(id + 1, LabelCounts::default());
+                seen.resize(id + 1, false);
+            }
+            seen[id] = true;
+            let (l, st) = ev.loads_stores();
+            let (br, bw) = ev.bytes_read_written();
+            let c = &mut by_id[id];
+            c.loads += l;
+            c.stores += st;
+            c.bytes_read += br;
+            c.bytes_written += bw;
+            c.add_thread(t);
+            *c.pcs.entry(pc).or_default() += l + st;
+        }
+    }
+    let mut out = Attribution::default();
+    for (id, c) in by_id.into_iter().enumerate() {
+        if seen[id] {
+            out.labels.push(a.label(id as u32).clone());
+            out.counts.push(c);
+        }
+    }
+    Ok(out)
+}
+
+impl HeapIndex {
+    /// Every block of a trace: a pass over the chunks that hold allocations or frees,
+    /// stream by stream.
+    pub fn from_trace(r: &TraceReader) -> Result<HeapIndex, Error> {
+        let mut h = HeapIndex::default();
+        for s in r.streams() {
+            let mut it = r.events_where(s.thread, |c| c.counts.allocs > 0 || c.counts.frees > 0);
+            while let Some(ev) = it.next() {
+                let i = it.index();
+                match ev? {
+                    Event::Alloc { pc, addr, size, stack, .. } => {
+                        h.add_block(s.thread, i, addr, size, pc, stack)
+                    }
+                    Event::Realloc { pc, old, new, size, stack } => {
+                        h.free(s.thread, i, old);
+                        h.add_block(s.thread, i, new, size, pc, stack);
+                    }
+                    Event::Free { addr, .. } => h.free(s.thread, i, addr),
+                    _ => {}
+                }
+            }
+        }
+        h.finish();
+        Ok(h)
+    }
+}
+
+// ---------------------------------------------------------------- pass 1
+
+/// An allocation or free, with its index in the stream.
+enum HeapEv {
+    Alloc { index: u64, addr: Addr, size: u64, pc: Pc, stack: Vec<Pc> },
+    Realloc { index: u64, old: Addr, new: Addr, size: u64, pc: Pc, stack: Vec<Pc> },
+    Free { index: u64, addr: Addr },
+}
+
+/// What a chunk does to the frames open before it, while none of its own is open.
+#[derive(Clone, Copy)]
+enum PrefixOp {
+    /// An entry with this frame pointer: pops frames below it.
+    PopBelow(u64),
+    /// An exit of an unknown function: pops one frame.
+    Pop,
+    /// An exit of the function starting here: closes its innermost frame, if open.
+    Close(u64),
+}
+
+/// A frame event replayed as is.
+enum RawFrame {
+    Enter(OpenFrame),
+    Exit(u64),
+}
+
+/// Pass 1's summary of one chunk.
+#[derive(Default)]
+struct ChunkPre {
+    heap: Vec<HeapEv>,
+    /// Applied first, to the frames open at the chunk's start.
+    ops: Vec<PrefixOp>,
+    /// Then pushed.
+    local: Vec<OpenFrame>,
+    /// Then replayed: from the first exit whose effect depends on the frames open
+    /// before the chunk while some of the chunk's own are open.
+    raw: Vec<RawFrame>,
+    /// `ThreadStart`: the last stack range set and the last thread pointer.
+    stack: Option<(u64, u64)>,
+    tls: Option<u64>,
+    /// The chunk has a `ThreadStart` or `FuncEnter` (the serial pass creates the
+    /// thread's state at the first one).
+    creates: bool,
+}
+
+impl ChunkPre {
+    fn enter(&mut self, f: OpenFrame) {
+        if !self.raw.is_empty() {
+            self.raw.push(RawFrame::Enter(f));
+            return;
+        }
+        while self.local.last().is_some_and(|o| o.rbp != 0 && f.rbp != 0 && o.rbp < f.rbp) {
+            self.local.pop();
+        }
+        if self.local.is_empty() && f.rbp != 0 {
+            self.ops.push(PrefixOp::PopBelow(f.rbp));
+        }
+        self.local.push(f);
+    }
+
+    fn exit(&mut self, func: u64) {
+        if !self.raw.is_empty() {
+            self.raw.push(RawFrame::Exit(func));
+        } else if func == 0 {
+            if self.local.pop().is_none() {
+                self.ops.push(PrefixOp::Pop);
+            }
+        } else if let Some(i) = self.local.iter().rposition(|o| o.func == func) {
+            self.local.truncate(i);
+        } else if self.local.is_empty() {
+            self.ops.push(PrefixOp::Close(func));
+        } else {
+            // closes an earlier frame (and all of ours) only if one is open: replay
+            self.raw.push(RawFrame::Exit(func));
+        }
+    }
+
+    /// Applies the chunk to a thread's state.
+    fn apply(&self, st: &mut ThreadState) {
+        for op in &self.ops {
+            match *op {
+                PrefixOp::PopBelow(rbp) => {
+                    while st.frames.last().is_some_and(|o| o.rbp != 0 && o.rbp < rbp) {
+                        st.frames.pop();
+                    }
+                }
+                PrefixOp::Pop => {
+                    st.frames.pop();
+                }
+                PrefixOp::Close(f) => st.exit(f),
+            }
+        }
+        st.frames.extend_from_slice(&self.local);
+        for r in &self.raw {
+            match *r {
+                RawFrame::Enter(f) => st.enter(f),
+                RawFrame::Exit(f) => st.exit(f),
+            }
+        }
+        if let Some(s) = self.stack {
+            st.stack = Some(s);
+        }
+        if let Some(t) = self.tls {
+            st.tls = t;
+        }
+    }
+}
+
+/// Per-worker cache of function starts.
+#[derive(Default)]
+struct FnStarts(FastMap<Pc, u64>);
+
+impl FnStarts {
+    #[inline]
+    fn get(&mut self, sym: &Symbolizer, pc: Pc) -> u64 {
+        if pc.0 == 0 {
+            return 0;
+        }
+        *self.0.entry(pc).or_insert_with(|| function_start(sym, pc))
+    }
+}
+
+fn pre_chunk(
+    dec: &mut ChunkDecoder,
+    r: &TraceReader,
+    c: &StreamChunk,
+    sym: &Symbolizer,
+    fs: &mut FnStarts,
+) -> Result<ChunkPre, Error> {
+    let mut p = ChunkPre::default();
+    let mut index = c.first_index;
+    dec.decode(r, c, |evs| {
+        for ev in evs {
+            match ev {
+                Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. } => {}
+                Event::FuncEnter { pc, call_site, frame } => {
+                    p.creates = true;
+                    let func = fs.get(sym, *pc);
+                    p.enter(OpenFrame { pc: *pc, rbp: frame.0, func, call_site: *call_site });
+                }
+                Event::FuncExit { pc } => {
+                    let func = fs.get(sym, *pc);
+                    p.exit(func);
+                }
+                Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
+                    p.creates = true;
+                    if stack_hi.0 > stack_lo.0 {
+                        p.stack = Some((stack_lo.0, stack_hi.0));
+                    }
+                    p.tls = Some(tls.0);
+                }
+                Event::Alloc { pc, addr, size, stack, .. } => p.heap.push(HeapEv::Alloc {
+                    index,
+                    addr: *addr,
+                    size: *size,
+                    pc: *pc,
+                    stack: stack.clone(),
+                }),
+                Event::Realloc { pc, old, new, size, stack } => p.heap.push(HeapEv::Realloc {
+                    index,
+                    old: *old,
+                    new: *new,
+                    size: *size,
+                    pc: *pc,
+                    stack: stack.clone(),
+                }),
+                Event::Free { addr, .. } => p.heap.push(HeapEv::Free { index, addr: *addr }),
+                _ => {}
+            }
+            index += 1;
+        }
+    })?;
+    Ok(p)
+}
+
+/// Runs `f` over every chunk of `work` on `threads` workers, each with its own
+/// state from `init`; returns the states. Stops at the first error.
+fn for_chunks<W: Send>(
+    work: &[StreamChunk],
+    threads: usize,
+    init: impl Fn() -> W + Sync,
+    f: impl Fn(&mut W, &mut ChunkDecoder, usize, &StreamChunk) -> Result<(), Error> + Sync,
+) -> Result<Vec<W>, Error> {
+    let threads = threads.max(1).min(work.len().max(1));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Result<W, Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (next, failed, init, f) = (&next, &failed, &init, &f);
+                scope.spawn(move || {
+                    let mut w = init();
+                    let mut dec = ChunkDecoder::new();
+                    while !failed.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(c) = work.get(i) else { break };
+                        if let Err(e) = f(&mut w, &mut dec, i, c) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                    Ok(w)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("attribution worker panicked")).collect()
+    });
+    results.into_iter().collect()
+}
+
+// ---------------------------------------------------------------- pass 2
+
+/// Heap blocks grouped by what their names depend on: (site, call stack).
+struct HeapClasses {
+    of_block: Vec<u32>,
+    classes: Vec<(Arc<str>, Option<HeapType>)>,
+}
+
+impl HeapClasses {
+    fn new(heap: &HeapIndex, sym: &Symbolizer, site_namer: SiteNamer<'_>) -> HeapClasses {
+        let mut ids: FastMap<(Pc, &[Pc]), u32> = FastMap::default();
+        let mut bases: FastMap<Pc, Arc<str>> = FastMap::default();
+        let mut classes = Vec::new();
+        let of_block = heap
+            .blocks()
+            .iter()
+            .map(|b| {
+                *ids.entry((b.site, &b.stack[..])).or_insert_with(|| {
+                    let base = bases
+                        .entry(b.site)
+                        .or_insert_with(|| heap_base(Some(site_namer), b.site))
+                        .clone();
+                    classes.push((base, sym.heap_type(b.site, &b.stack)));
+                    (classes.len() - 1) as u32
+                })
+            })
+            .collect();
+        HeapClasses { of_block, classes }
+    }
+}
+
+/// What the workers share.
+struct Shared<'a> {
+    sym: &'a Symbolizer,
+    heap: &'a HeapIndex,
+    classes: &'a HeapClasses,
+    maps: Option<&'a Maps>,
+    static_tls: &'a [(u32, u64, u64)],
+    /// Runtime ranges of the modules' writable segments (`.data`, `.bss`), where
+    /// most globals are: looked up in a table instead of a hash map.
+    dense: Vec<std::ops::Range<u64>>,
+}
+
+/// One chunk's starting point.
+struct ChunkStart {
+    state: ThreadState,
+    /// The serial pass has a state for the thread already.
+    exists: bool,
+    /// Position of the thread's stream (threads of earlier streams: `earlier[..pos]`).
+    pos: usize,
+}
+
+/// The answer does not depend on the thread's state.
+const ALWAYS: u8 = 0;
+/// Valid while the thread's stack range, thread pointer and existence are unchanged.
+const THREAD: u8 = 1;
+/// Valid while, in addition, no frame was entered or left.
+const FRAME: u8 = 2;
+
+#[derive(Clone, Copy)]
+struct Entry {
+    pc: u64,
+    addr: u64,
+    slot: u32,
+    dep: u8,
+    epoch: u64,
+    /// Event indices over which the answer holds.
+    from: u64,
+    to: u64,
+}
+
+const EMPTY: Entry =
+    Entry { pc: u64::MAX, addr: u64::MAX, slot: u32::MAX, dep: 0, epoch: 0, from: 0, to: 0 };
+
+const CACHE_BITS: u32 = 14;
+
+/// Dense global tables: not looked up yet, and not a global variable.
+const UNSEEN: u32 = u32::MAX;
+const NOT_GLOBAL: u32 = u32::MAX - 1;
+/// Writable segments up to this size get a dense table per worker (4 bytes per byte).
+const DENSE_MAX: u64 = 16 << 20;
+
+/// Counters of one (label, pc).
+struct Slot {
+    label: u32,
+    pc: Pc,
+    loads: u64,
+    stores: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+    threads: Vec<ThreadId>,
+}
+
+struct Worker<'a> {
+    sh: &'a Shared<'a>,
+    labels: Vec<Label>,
+    ids: FastMap<Label, u32>,
+    slots: Vec<Slot>,
+    /// Per local label: its (pc, slot) pairs (a label is accessed from a few pcs).
+    label_slots: Vec<Vec<(Pc, u32)>>,
+    cache: Vec<Entry>,
+    /// Per writable module segment ([`Shared::dense`]), lazily: label per byte
+    /// address (`UNSEEN`, `NOT_GLOBAL` or a label id).
+    dense: Vec<Vec<u32>>,
+    globals: FastMap<u64, Option<u32>>,
+    stack_names: FastMap<(Pc, i64, Pc, Pc), u32>,
+    tls_names: FastMap<(u64, u64), Option<u32>>,
+    heap_names: FastMap<(u32, HeapShape, u64), u32>,
+    /// Mapping names, valid for `mapping_epoch`.
+    mapping_names: FastMap<u64, u32>,
+    mapping_epoch: u64,
+    fs: FnStarts,
+    epochs: u64,
+}
+
+/// The state of the chunk being attributed.
+struct Cursor<'c> {
+    thread: ThreadId,
+    st: ThreadState,
+    exists: bool,
+    earlier: &'c [(ThreadId, Option<(u64, u64)>)],
+    tepoch: u64,
+    fepoch: u64,
+}
+
+impl<'a> Worker<'a> {
+    fn new(sh: &'a Shared<'a>) -> Worker<'a> {
+        Worker {
+            sh,
+            labels: Vec::new(),
+            ids: FastMap::default(),
+            slots: Vec::new(),
+            label_slots: Vec::new(),
+            cache: vec![EMPTY; 1 << CACHE_BITS],
+            dense: vec![Vec::new(); sh.dense.len()],
+            globals: FastMap::default(),
+            stack_names: FastMap::default(),
+            tls_names: FastMap::default(),
+            heap_names: FastMap::default(),
+            mapping_names: FastMap::default(),
+            mapping_epoch: u64::MAX,
+            fs: FnStarts::default(),
+            epochs: 0,
+        }
+    }
+
+    fn epoch(&mut self) -> u64 {
+        self.epochs += 1;
+        self.epochs
+    }
+
+    fn intern(&mut self, l: Label) -> u32 {
+        if let Some(&id) = self.ids.get(&l) {
+            return id;
+        }
+        let id = self.labels.len() as u32;
+        self.labels.push(l.clone());
+        self.label_slots.push(Vec::new());
+        self.ids.insert(l, id);
+        id
+    }
+
+    fn chunk(
+        &mut self,
+        dec: &mut ChunkDecoder,
+        r: &TraceReader,
+        c: &StreamChunk,
+        start: &ChunkStart,
+        earlier: &[(ThreadId, Option<(u64, u64)>)],
+    ) -> Result<(), Error> {
+        let e = self.epoch();
+        let mut cur = Cursor {
+            thread: c.thread,
+            st: start.state.clone(),
+            exists: start.exists,
+            earlier: &earlier[..start.pos],
+            tepoch: e,
+            fepoch: e,
+        };
+        let mut index = c.first_index;
+        let sym = self.sh.sym;
+        dec.decode(r, c, |evs| {
+            for ev in evs {
+                let (pc, addr, l, s, br, bw) = match *ev {
+                    Event::Access { pc, addr, size, kind, .. } => {
+                        let w = kind == memlens_format::AccessKind::Write;
+                        let n = u64::from(size);
+                        (
+                            pc,
+                            addr,
+                            u64::from(!w),
+                            u64::from(w),
+                            if w { 0 } else { n },
+                            if w { n } else { 0 },
+                        )
+                    }
+                    Event::Range { pc, addr, len, kind } => {
+                        let w = kind == memlens_format::AccessKind::Write;
+                        (
+                            pc,
+                            addr,
+                            u64::from(!w),
+                            u64::from(w),
+                            if w { 0 } else { len },
+                            if w { len } else { 0 },
+                        )
+                    }
+                    Event::Rmw { pc, addr, size, op, .. } => {
+                        let w = u64::from(op.stores());
+                        let n = u64::from(size);
+                        (pc, addr, 1, w, n, w * n)
+                    }
+                    Event::FuncEnter { pc, call_site, frame } => {
+                        let func = self.fs.get(sym, pc);
+                        cur.st.enter(OpenFrame { pc, rbp: frame.0, func, call_site });
+                        if !cur.exists {
+                            cur.exists = true;
+                            cur.tepoch = self.epoch();
+                        }
+                        cur.fepoch = self.epoch();
+                        index += 1;
+                        continue;
+                    }
+                    Event::FuncExit { pc } => {
+                        let func = self.fs.get(sym, pc);
+                        if cur.exists {
+                            cur.st.exit(func);
+                        }
+                        cur.fepoch = self.epoch();
+                        index += 1;
+                        continue;
+                    }
+                    Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
+                        cur.st.start(stack_lo.0, stack_hi.0, tls.0);
+                        cur.exists = true;
+                        cur.tepoch = self.epoch();
+                        cur.fepoch = cur.tepoch;
+                        index += 1;
+                        continue;
+                    }
+                    _ => {
+                        index += 1;
+                        continue;
+                    }
+                };
+                let slot = self.slot(&cur, index, pc, addr);
+                let sl = &mut self.slots[slot as usize];
+                sl.loads += l;
+                sl.stores += s;
+                sl.bytes_read += br;
+                sl.bytes_written += bw;
+                if sl.threads.last() != Some(&cur.thread) {
+                    if let Err(p) = sl.threads.binary_search(&cur.thread) {
+                        sl.threads.insert(p, cur.thread);
+                    }
+                }
+                index += 1;
+            }
+        })?;
+        Ok(())
+    }
+
+    /// The counter slot of an access: one probe when cached and still valid.
+    #[inline(always)]
+    fn slot(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr) -> u32 {
+        let h = ((pc.0.rotate_left(29) ^ addr.0).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            >> (64 - CACHE_BITS)) as usize;
+        let e = self.cache[h];
+        if e.pc == pc.0
+            && e.addr == addr.0
+            && e.slot != u32::MAX
+            && index >= e.from
+            && index < e.to
+            && match e.dep {
+                ALWAYS => true,
+                THREAD => e.epoch == cur.tepoch,
+                _ => e.epoch == cur.fepoch,
+            }
+        {
+            return e.slot;
+        }
+        self.miss(cur, index, pc, addr, h)
+    }
+
+    #[inline(never)]
+    fn miss(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr, h: usize) -> u32 {
+        let (label, dep, span) = self.resolve(cur, index, pc, addr);
+        let list = &mut self.label_slots[label as usize];
+        let slot = match list.iter().find(|(p, _)| *p == pc) {
+            Some(&(_, s)) => s,
+            None => {
+                let s = self.slots.len() as u32;
+                self.slots.push(Slot {
+                    label,
+                    pc,
+                    loads: 0,
+                    stores: 0,
+                    bytes_read: 0,
+                    bytes_written: 0,
+                    threads: Vec::new(),
+                });
+                list.push((pc, s));
+                s
+            }
+        };
+        let epoch = match dep {
+            ALWAYS => 0,
+            THREAD => cur.tepoch,
+            _ => cur.fepoch,
+        };
+        self.cache[h] =
+            Entry { pc: pc.0, addr: addr.0, slot, dep, epoch, from: span.start, to: span.end };
+        slot
+    }
+
+    /// The same decisions as [`Attributor::attribute`](crate::Attributor::attribute),
+    /// with what the answer depends on.
+    fn resolve(
+        &mut self,
+        cur: &Cursor<'_>,
+        index: u64,
+        pc: Pc,
+        addr: Addr,
+    ) -> (u32, u8, std::ops::Range<u64>) {
+        let sh = self.sh;
+        let all = 0..u64::MAX;
+        if let Some(k) = sh.dense.iter().position(|r| r.contains(&addr.0)) {
+            let d = &mut self.dense[k];
+            if d.is_empty() {
+                *d = vec![UNSEEN; (sh.dense[k].end - sh.dense[k].start) as usize];
+            }
+            let at = (addr.0 - sh.dense[k].start) as usize;
+            let mut id = self.dense[k][at];
+            if id == UNSEEN {
+                id = global_label(sh.sym, addr).map_or(NOT_GLOBAL, |l| self.intern(l));
+                self.dense[k][at] = id;
+            }
+            if id != NOT_GLOBAL {
+                return (id, ALWAYS, all);
+            }
+        } else if sh.sym.module_of(addr).is_some() {
+            let id = match self.globals.get(&addr.0) {
+                Some(&id) => id,
+                None => {
+                    let id = global_label(sh.sym, addr).map(|l| self.intern(l));
+                    self.globals.insert(addr.0, id);
+                    id
+                }
+            };
+            if let Some(id) = id {
+                return (id, ALWAYS, all);
+            }
+        }
+        let st = &cur.st;
+        let dep = if st.in_stack(addr.0) {
+            if let Some(i) = st.owner(addr.0) {
+                let (fpc, rbp) = (st.frames[i].pc, st.frames[i].rbp);
+                let callee_site = st.frames.get(i + 1).map(|o| o.call_site);
+                let key =
+                    (fpc, addr.0 as i64 - (rbp + 16) as i64, pc, callee_site.unwrap_or(Pc(0)));
+                let id = match self.stack_names.get(&key) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.intern(stack_label(sh.sym, fpc, rbp, pc, callee_site, addr));
+                        self.stack_names.insert(key, id);
+                        id
+                    }
+                };
+                return (id, FRAME, all);
+            }
+            // a frame entered later may own it
+            FRAME
+        } else {
+            THREAD
+        };
+        let below = st.tls.wrapping_sub(addr.0);
+        if st.tls != 0
+            && addr.0 < st.tls
+            && sh.static_tls.iter().any(|&(_, off, size)| below <= off && below > off - size)
+        {
+            let key = (st.tls, addr.0);
+            let id = match self.tls_names.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let id = tls_label(sh.sym, sh.static_tls, st.tls, addr).map(|l| self.intern(l));
+                    self.tls_names.insert(key, id);
+                    id
+                }
+            };
+            if let Some(id) = id {
+                return (id, dep, all);
+            }
+        }
+        let (found, span) = sh.heap.find_with_span(addr, cur.thread, index);
+        if let Some((bi, off)) = found {
+            let class = sh.classes.of_block[bi];
+            let (base, ty) = &sh.classes.classes[class as usize];
+            let b: &Block = &sh.heap.blocks()[bi];
+            let single = heap_single(ty, b);
+            let key = (class, single, off);
+            let id = match self.heap_names.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let id = self.intern(heap_label(base, ty, single, off));
+                    self.heap_names.insert(key, id);
+                    id
+                }
+            };
+            return (id, dep, span);
+        }
+        // the threads the serial pass knows at this point, in its map's order
+        if self.mapping_epoch != cur.tepoch {
+            self.mapping_names.clear();
+            self.mapping_epoch = cur.tepoch;
+        }
+        let id = match self.mapping_names.get(&addr.0) {
+            Some(&id) => id,
+            None => {
+                let mut threads: FastMap<ThreadId, Option<(u64, u64)>> = FastMap::default();
+                for &(t, s) in cur.earlier {
+                    threads.insert(t, s);
+                }
+                if cur.exists {
+                    threads.insert(cur.thread, st.stack);
+                }
+                let l = mapping_label(threads.iter().map(|(t, s)| (*t, *s)), sh.sym, sh.maps, addr);
+                let id = self.intern(l);
+                self.mapping_names.insert(addr.0, id);
+                id
+            }
+        };
+        (id, dep, span)
+    }
+}
+
+/// Names every access of `r` on `threads` worker threads. The result equals
+/// [`attribute_trace_serial`]'s.
+pub fn attribute_trace(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+    threads: usize,
+) -> Result<Attribution, Error> {
+    let work = r.stream_chunks();
+    // pass 1: heap events and frame summaries per chunk
+    let pres = for_chunks(
+        &work,
+        threads,
+        || (Vec::new(), FnStarts::default()),
+        |(out, fs): &mut (Vec<(usize, ChunkPre)>, FnStarts), dec, i, c| {
+            out.push((i, pre_chunk(dec, r, c, sym, fs)?));
+            Ok(())
+        },
+    )?;
+    let mut pre: Vec<Option<ChunkPre>> = (0..work.len()).map(|_| None).collect();
+    for (v, _) in pres {
+        for (i, p) in v {
+            pre[i] = Some(p);
+        }
+    }
+    // serially, stream by stream: the heap index and each chunk's starting state
+    let mut heap = HeapIndex::default();
+    let mut starts: Vec<ChunkStart> = Vec::with_capacity(work.len());
+    let mut earlier: Vec<(ThreadId, Option<(u64, u64)>)> = Vec::new();
+    let mut pos = 0usize;
+    let mut i = 0usize;
+    while i < work.len() {
+        let t = work[i].thread;
+        let mut st = ThreadState::default();
+        let mut exists = false;
+        while i < work.len() && work[i].thread == t {
+            let p = pre[i].take().expect("every chunk was read");
+            starts.push(ChunkStart { state: st.clone(), exists, pos });
+            p.apply(&mut st);
+            exists |= p.creates;
+            for h in p.heap {
+                match h {
+                    HeapEv::Alloc { index, addr, size, pc, stack } => {
+                        heap.add_block(t, index, addr, size, pc, stack)
+                    }
+                    HeapEv::Realloc { index, old, new, size, pc, stack } => {
+                        heap.free(t, index, old);
+                        heap.add_block(t, index, new, size, pc, stack);
+                    }
+                    HeapEv::Free { index, addr } => heap.free(t, index, addr),
+                }
+            }
+            i += 1;
+        }
+        if exists {
+            earlier.push((t, st.stack));
+            pos = earlier.len();
+        }
+    }
+    heap.finish();
+    let classes = HeapClasses::new(&heap, sym, site_namer);
+    let static_tls = static_tls_layout(sym);
+    let dense = sym
+        .modules()
+        .iter()
+        .flat_map(|m| {
+            m.segments
+                .iter()
+                .filter(|s| s.flags & 2 != 0 && s.memsz > 0 && s.memsz <= DENSE_MAX)
+                .map(move |s| {
+                    let a = s.vaddr.wrapping_add(m.bias);
+                    a..a.saturating_add(s.memsz)
+                })
+        })
+        .collect();
+    let sh = Shared {
+        sym,
+        heap: &heap,
+        classes: &classes,
+        maps: maps.as_ref(),
+        static_tls: &static_tls,
+        dense,
+    };
+    // pass 2: attribution
+    let workers = for_chunks(
+        &work,
+        threads,
+        || Worker::new(&sh),
+        |w, dec, i, c| w.chunk(dec, r, c, &starts[i], &earlier),
+    )?;
+    // merge
+    let mut out = Attribution::default();
+    let mut ids: FastMap<Label, u32> = FastMap::default();
+    for w in workers {
+        let map: Vec<u32> = w
+            .labels
+            .into_iter()
+            .map(|l| {
+                *ids.entry(l).or_insert_with_key(|l| {
+                    out.labels.push(l.clone());
+                    out.counts.push(LabelCounts::default());
+                    (out.labels.len() - 1) as u32
+                })
+            })
+            .collect();
+        for s in w.slots {
+            let c = &mut out.counts[map[s.label as usize] as usize];
+            c.loads += s.loads;
+            c.stores += s.stores;
+            c.bytes_read += s.bytes_read;
+            c.bytes_written += s.bytes_written;
+            for t in s.threads {
+                c.add_thread(t);
+            }
+            *c.pcs.entry(s.pc).or_default() += s.loads + s.stores;
+        }
+    }
+    // labels interned but never counted (none expected) are dropped
+    let keep: Vec<bool> = out.counts.iter().map(|c| !c.pcs.is_empty()).collect();
+    if keep.iter().any(|k| !k) {
+        let (mut labels, mut counts) = (Vec::new(), Vec::new());
+        for ((l, c), k) in out.labels.into_iter().zip(out.counts).zip(keep) {
+            if k {
+                labels.push(l);
+                counts.push(c);
+            }
+        }
+        out = Attribution { labels, counts };
+    }
+    Ok(out)
+}
