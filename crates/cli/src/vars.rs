@@ -93,7 +93,7 @@ fn site_name(names: &Names, pc: Pc) -> String {
 pub fn attribute_all(r: &TraceReader, names: &Names) -> Result<VarReport> {
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let namer = |pc: Pc| site_name(names, pc);
-    let att = if !std::env::var_os("MEMLENS_NAMES_PARALLEL").is_some_and(|v| v == "1") {
+    let att = if std::env::var_os("MEMLENS_NAMES_PARALLEL").is_none_or(|v| v != "1") {
         memlens_names::attribute_trace_serial(r, names.symbolizer(), maps, &namer)?
     } else {
         let n = std::thread::available_parallelism().map_or(2, |n| n.get());
