@@ -42,16 +42,45 @@ fn record_dbi(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output
         .unwrap()
 }
 
+/// Where a test program comes from: `tests/programs/NAME` or inline C text.
+enum Src<'a> {
+    Program(&'a str),
+    Inline(&'a str, &'a str),
+}
+
+/// A scratch directory and a plain build of `src` in it; `None` (skip) when qemu
+/// is missing outside CI.
+fn setup(name: &str, src: Src, extra: &[&str]) -> Option<(PathBuf, PathBuf)> {
+    if !have("qemu-x86_64") {
+        return None;
+    }
+    let dir = scratch(name);
+    let path = match src {
+        Src::Program(p) => programs().join(p),
+        Src::Inline(file, text) => {
+            let path = dir.join(file);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+    };
+    let exe = plain_build(&path, &dir, extra);
+    Some((dir, exe))
+}
+
+/// `record_dbi` that must succeed.
+fn record_ok(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output {
+    let out = record_dbi(exe, trace, args, extra);
+    assert!(out.status.success(), "{}", stderr(&out));
+    out
+}
+
 #[test]
 fn dbi_counts_match_the_compiled_path() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-counts", Src::Program("counts.c"), &[]) else {
         return;
-    }
-    let dir = scratch("dbi-counts");
-    let exe = plain_build(&programs().join("counts.c"), &dir, &[]);
+    };
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = record_ok(&exe, &trace, &[], &[]);
     assert_eq!(stdout(&out), "sum=999000 argc=1\n");
 
     let rows = report(&trace, "line");
@@ -89,14 +118,11 @@ fn dbi_counts_match_the_compiled_path() {
 
 #[test]
 fn dbi_threads_each_get_a_stream() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-threads", Src::Program("threads.c"), &[]) else {
         return;
-    }
-    let dir = scratch("dbi-threads");
-    let exe = plain_build(&programs().join("threads.c"), &dir, &[]);
+    };
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = record_ok(&exe, &trace, &[], &[]);
     assert_eq!(stdout(&out), "counter=4000\n");
     assert_eq!(info(&trace)["threads"], 5);
     let rows = report(&trace, "line");
@@ -184,8 +210,7 @@ fn dbi_matches_lackey_within_one_percent() {
         .expect("work in nm -S");
     let (ll, ls) = lackey_counts(&exe, lo, lo + size);
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_ok(&exe, &trace, &[], &[]);
     let funcs = report(&trace, "function");
     let w = funcs.iter().find(|r| r["function"] == "work").expect("work in report");
     let (ml, ms) = (w["loads"].as_u64().unwrap(), w["stores"].as_u64().unwrap());
@@ -321,15 +346,12 @@ fn dbi_allocation_sites_and_stacks_match_the_compiled_path() {
 
 #[test]
 fn dbi_values_and_function_and_file_filters() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-values", Src::Program("counts.c"), &[]) else {
         return;
-    }
-    let dir = scratch("dbi-values");
-    let exe = plain_build(&programs().join("counts.c"), &dir, &[]);
+    };
     let src = "counts.c";
     let trace = dir.join("v.trace");
-    let out = record_dbi(&exe, &trace, &[], &["--values"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_ok(&exe, &trace, &[], &["--values"]);
     let (sg, lg) = (line_of(src, "store-g"), line_of(src, "load-g"));
     let ev = dump(&trace);
     let in_src = |e: &serde_json::Value| e["file"].as_str().is_some_and(|f| f.ends_with(src));
@@ -344,8 +366,7 @@ fn dbi_values_and_function_and_file_filters() {
 
     // --functions: only sum's code.
     let t = dir.join("f.trace");
-    let out = record_dbi(&exe, &t, &[], &["--functions", "sum"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_ok(&exe, &t, &[], &["--functions", "sum"]);
     let rows = report(&t, "line");
     assert_eq!(at_line(&rows, src, lg, "loads"), 1000);
     assert_eq!(at_line(&rows, src, sg, "stores"), 0);
@@ -354,8 +375,7 @@ fn dbi_values_and_function_and_file_filters() {
 
     // --files: every function of counts.c, none of the C runtime's start-up code.
     let t = dir.join("s.trace");
-    let out = record_dbi(&exe, &t, &[], &["--files", "counts.c"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_ok(&exe, &t, &[], &["--files", "counts.c"]);
     let rows = report(&t, "line");
     assert_eq!(at_line(&rows, src, lg, "loads"), 1000);
     assert_eq!(at_line(&rows, src, sg, "stores"), 1000);
@@ -437,8 +457,7 @@ fn dbi_region_of_interest() {
     let line = ROI_C.lines().position(|l| l.contains("g = i")).unwrap() as u64 + 1;
     let stores = |flags: &[&str]| {
         let t = dir.join(format!("t{}.trace", flags.len()));
-        let out = record_dbi(&exe, &t, &[], flags);
-        assert!(out.status.success(), "{}", stderr(&out));
+        let out = record_ok(&exe, &t, &[], flags);
         assert_eq!(stdout(&out), "ok\n");
         let ev = dump(&t);
         let rois: Vec<_> =
@@ -452,14 +471,11 @@ fn dbi_region_of_interest() {
 
 #[test]
 fn dbi_forked_child_records_its_own_trace() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-fork", Src::Program("forks.c"), &[]) else {
         return;
-    }
-    let dir = scratch("dbi-fork");
-    let exe = plain_build(&programs().join("forks.c"), &dir, &[]);
+    };
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = record_ok(&exe, &trace, &[], &[]);
     assert_eq!(stdout(&out), "child=0\n");
     let i = info(&trace);
     let children = i["children"].as_array().unwrap();
@@ -528,8 +544,7 @@ fn inc_replays_exactly(exe: &Path, dir: &Path, mode: &str, n: usize, flags: &[&s
     const TOTAL: u64 = 20_000;
     let t = dir.join(format!("inc-{mode}-{n}-{}.trace", flags.len()));
     let (ns, total) = (n.to_string(), TOTAL.to_string());
-    let out = record_dbi(exe, &t, &[mode, &ns, &total], flags);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = record_ok(exe, &t, &[mode, &ns, &total], flags);
     let text = stdout(&out);
     let mut lines = text.lines();
     let addr: u64 = lines.next().unwrap().strip_prefix("counter ").unwrap().parse().unwrap();
@@ -573,8 +588,7 @@ fn dbi_default_order_increment_replay() {
     inc_replays_exactly(&exe, &dir, "mutex", 4, &[]);
     // --order none: no clocks at all.
     let t = dir.join("none.trace");
-    let out = record_dbi(&exe, &t, &["add", "4", "2000"], &["--order", "none"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_ok(&exe, &t, &["add", "4", "2000"], &["--order", "none"]);
     assert!(!dump(&t).iter().any(|e| e["event"] == "clock"), "clocks under --order none");
 }
 
@@ -604,16 +618,11 @@ int main(void) {
 /// of the thread) and its thread pointer (exactly).
 #[test]
 fn dbi_thread_stacks_and_thread_pointers() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-stacks-tp", Src::Inline("stacks.c", STACKS_C), &[]) else {
         return;
-    }
-    let dir = scratch("dbi-stacks-tp");
-    let src = dir.join("stacks.c");
-    std::fs::write(&src, STACKS_C).unwrap();
-    let exe = plain_build(&src, &dir, &[]);
+    };
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = record_ok(&exe, &trace, &[], &[]);
     let hex = |v: &serde_json::Value| {
         u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
     };
@@ -639,14 +648,11 @@ fn dbi_thread_stacks_and_thread_pointers() {
 /// its call site, as in the compiled path.
 #[test]
 fn dbi_function_entries_carry_their_call_site() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-callsite", Src::Program("counts.c"), &["-no-pie"]) else {
         return;
-    }
-    let dir = scratch("dbi-callsite");
-    let exe = plain_build(&programs().join("counts.c"), &dir, &["-no-pie"]);
+    };
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_ok(&exe, &trace, &[], &[]);
     let ev = dump(&trace);
     let enters: Vec<&serde_json::Value> =
         ev.iter().filter(|e| e["event"] == "enter" && e["function"] == "fill").collect();
@@ -685,13 +691,10 @@ int main(void) {
 /// A forked child's trace ends with the child's real exit status.
 #[test]
 fn dbi_forked_child_exit_status() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-fork-exit", Src::Inline("fork_exit.c", FORK_EXIT_C), &[])
+    else {
         return;
-    }
-    let dir = scratch("dbi-fork-exit");
-    let src = dir.join("fork_exit.c");
-    std::fs::write(&src, FORK_EXIT_C).unwrap();
-    let exe = plain_build(&src, &dir, &[]);
+    };
     let trace = dir.join("t.trace");
     let out = record_dbi(&exe, &trace, &[], &[]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
@@ -710,14 +713,11 @@ fn dbi_forked_child_exit_status() {
 /// guest registers.
 #[test]
 fn dbi_static_executable_allocations() {
-    if !have("qemu-x86_64") {
+    let Some((dir, exe)) = setup("dbi-static", Src::Program("counts.c"), &["-static"]) else {
         return;
-    }
-    let dir = scratch("dbi-static");
-    let exe = plain_build(&programs().join("counts.c"), &dir, &["-static"]);
+    };
     let trace = dir.join("t.trace");
-    let out = record_dbi(&exe, &trace, &[], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = record_ok(&exe, &trace, &[], &[]);
     assert_eq!(stdout(&out), "sum=999000 argc=1\n");
     assert!(!stderr(&out).contains("not recorded"), "{}", stderr(&out));
     let src = "counts.c";
