@@ -14,10 +14,11 @@ fn have(tool: &str) -> bool {
     ok
 }
 
-/// gcc -O2 -g, no memlens.
+/// gcc (g++ for C++ sources) -O2 -g, no memlens.
 fn plain_build(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
     let exe = dir.join(src.file_stem().unwrap());
-    let out = Command::new("gcc")
+    let cc = if src.extension().is_some_and(|e| e == "cpp") { "g++" } else { "gcc" };
+    let out = Command::new(cc)
         .args(["-O2", "-g", "-pthread"])
         .args(extra)
         .arg(src)
@@ -25,7 +26,7 @@ fn plain_build(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "gcc: {}", stderr(&out));
+    assert!(out.status.success(), "{cc}: {}", stderr(&out));
     exe
 }
 
@@ -255,24 +256,6 @@ fn dbi_bad_input_gives_a_clear_error() {
     one_line_error(&out, "--dbi-filter");
 }
 
-/// g++ for C++ sources, gcc otherwise (no memlens).
-fn plain_build_any(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
-    if src.extension().is_some_and(|e| e == "cpp") {
-        let exe = dir.join(src.file_stem().unwrap());
-        let out = Command::new("g++")
-            .args(["-O2", "-g", "-pthread"])
-            .args(extra)
-            .arg(src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "g++: {}", stderr(&out));
-        return exe;
-    }
-    plain_build(src, dir, extra)
-}
-
 /// `analyze heap` sites of `src`: (line, blocks, bytes) -> the named stack.
 fn heap_sites(trace: &Path, src: &str) -> std::collections::BTreeMap<(u64, u64, u64), Vec<String>> {
     let v = json(&["analyze", "heap", "--top", "0", "--format", "json", trace.to_str().unwrap()]);
@@ -307,7 +290,7 @@ fn dbi_allocation_sites_and_stacks_match_the_compiled_path() {
         let ct = dir.join("compiled.trace");
         let out = record(&compiled, &ct, &[]);
         assert!(out.status.success(), "{src}: {}", stderr(&out));
-        let plain = plain_build_any(&programs().join(src), &dir, &[]);
+        let plain = plain_build(&programs().join(src), &dir, &[]);
         let dt = dir.join("dbi.trace");
         let out = record_dbi(&plain, &dt, &[], &[]);
         assert!(out.status.success(), "{src}: {}", stderr(&out));

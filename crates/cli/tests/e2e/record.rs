@@ -7,12 +7,8 @@ use std::process::Command;
 #[test]
 fn exact_counts_per_line_and_allocation_site() {
     for cc in Cc::all() {
-        let dir = scratch("counts");
-        let exe = build(cc, "counts.c", &dir, &[]);
+        let Traced { dir, exe, trace, out } = build_and_record(cc, "counts", "counts.c");
         let native = Command::new(&exe).output().unwrap();
-        let trace = dir.join("t.trace");
-        let out = record(&exe, &trace, &[]);
-        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
         assert_eq!(stdout(&out), "sum=999000 argc=1\n", "{cc:?}: output changed");
         assert_eq!(stdout(&out), stdout(&native));
 
@@ -58,11 +54,7 @@ fn exact_counts_per_line_and_allocation_site() {
 #[test]
 fn threads_each_get_a_stream() {
     for cc in Cc::all() {
-        let dir = scratch("threads");
-        let exe = build(cc, "threads.c", &dir, &[]);
-        let trace = dir.join("t.trace");
-        let out = record(&exe, &trace, &[]);
-        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let Traced { trace, out, .. } = build_and_record(cc, "threads", "threads.c");
         assert_eq!(stdout(&out), "counter=4000\n");
         assert_eq!(info(&trace)["threads"], 5, "{cc:?}");
         let rows = report(&trace, "line");
@@ -127,11 +119,7 @@ fn balanced(trace: &std::path::Path) -> (usize, usize) {
 #[test]
 fn function_entry_and_exit_stay_balanced() {
     for cc in Cc::all() {
-        let dir = scratch("calls");
-        let exe = build(cc, "calls.c", &dir, &[]);
-        let trace = dir.join("t.trace");
-        let out = record(&exe, &trace, &[]);
-        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let Traced { trace, out, .. } = build_and_record(cc, "calls", "calls.c");
         assert_eq!(stdout(&out), "fib=55 depth=0\n");
         let (enters, _) = balanced(&trace);
         // clang turns part of the recursion into loops, gcc keeps all 177 + 6 calls
@@ -144,11 +132,7 @@ fn function_entry_and_exit_stay_balanced() {
 #[test]
 fn cxx_new_delete_and_exceptions() {
     for cc in Cc::all() {
-        let dir = scratch("cxx");
-        let exe = build(cc, "objects.cpp", &dir, &[]);
-        let trace = dir.join("t.trace");
-        let out = record(&exe, &trace, &[]);
-        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let Traced { exe, trace, out, .. } = build_and_record(cc, "cxx", "objects.cpp");
         let native = Command::new(&exe).output().unwrap();
         assert_eq!(stdout(&out), stdout(&native));
         let src = "objects.cpp";
@@ -172,11 +156,7 @@ fn cxx_new_delete_and_exceptions() {
 #[test]
 fn a_forked_child_records_its_own_trace() {
     let cc = *Cc::all().last().unwrap();
-    let dir = scratch("fork");
-    let exe = build(cc, "forks.c", &dir, &[]);
-    let trace = dir.join("t.trace");
-    let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Traced { trace, out, .. } = build_and_record(cc, "fork", "forks.c");
     assert_eq!(stdout(&out), "child=0\n");
     let i = info(&trace);
     let children = i["children"].as_array().unwrap();
@@ -193,11 +173,7 @@ fn a_forked_child_records_its_own_trace() {
 #[test]
 fn a_thousand_threads() {
     let cc = Cc::Gcc;
-    let dir = scratch("many");
-    let exe = build(cc, "manythreads.c", &dir, &[]);
-    let trace = dir.join("t.trace");
-    let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Traced { trace, out, .. } = build_and_record(cc, "many", "manythreads.c");
     assert_eq!(stdout(&out), "started=1000\n");
     let i = info(&trace);
     assert_eq!(i["threads"], 1001);

@@ -208,3 +208,22 @@ pub fn variables(trace: &Path, group: &str) -> Vec<Value> {
 pub fn var<'a>(rows: &'a [Value], name: &str) -> Option<&'a Value> {
     rows.iter().find(|r| r["variable"] == name)
 }
+
+/// A test program built and recorded in its own scratch directory.
+pub struct Traced {
+    pub dir: PathBuf,
+    pub exe: PathBuf,
+    pub trace: PathBuf,
+    pub out: Output,
+}
+
+/// Builds `tests/programs/<src>` with `cc` in `scratch(name)` and records it without
+/// arguments; the recording must succeed.
+pub fn build_and_record(cc: Cc, name: &str, src: &str) -> Traced {
+    let dir = scratch(name);
+    let exe = build(cc, src, &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "{cc:?} {src}: {}", stderr(&out));
+    Traced { dir, exe, trace, out }
+}
