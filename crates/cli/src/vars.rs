@@ -119,7 +119,7 @@ pub fn attribute_all(r: &TraceReader, names: &Names) -> Result<VarReport> {
         } else {
             *rep.unnamed.entry(label.base.to_string()).or_default() += n;
         }
-        for (&pc, &k) in &c.pcs {
+        for &(pc, k) in &c.pcs {
             *per_pc.entry(pc).or_default() += k;
         }
     }
@@ -156,39 +156,73 @@ pub enum Group {
 pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<serde_json::Value>> {
     let names = Names::new(&r.meta().modules);
     let rep = attribute_all(r, &names)?;
-    let mut agg: HashMap<(String, Kind), VarCounts> = HashMap::new();
-    for (l, c) in rep.labels.iter().zip(&rep.by_label) {
-        if c.loads + c.stores == 0 {
+    // Rows: labels grouped by name and kind; a row's counters are summed only if it
+    // is shown (a heap array of structs has millions of labels, a report 20 rows).
+    let mut at: FastMap<(String, Kind), u32> = FastMap::default();
+    // per row: accesses and its first label; per label: the next label of its row
+    let mut rows: Vec<(u64, u32)> = Vec::new();
+    let mut next: Vec<u32> = vec![u32::MAX; rep.labels.len()];
+    for (i, (l, c)) in rep.labels.iter().zip(&rep.by_label).enumerate() {
+        let n = c.loads + c.stores;
+        if n == 0 {
             continue;
         }
         let key = match group {
             Group::Field => l.display(),
             Group::Variable => l.base.to_string(),
         };
-        let e = agg.entry((key, l.kind)).or_default();
-        e.loads += c.loads;
-        e.stores += c.stores;
-        e.bytes_read += c.bytes_read;
-        e.bytes_written += c.bytes_written;
-        for &t in &c.threads {
-            if let Err(p) = e.threads.binary_search(&t) {
-                e.threads.insert(p, t);
-            }
-        }
-        for (pc, n) in &c.pcs {
-            *e.pcs.entry(*pc).or_default() += n;
-        }
+        let r = *at.entry((key, l.kind)).or_insert_with(|| {
+            rows.push((0, u32::MAX));
+            (rows.len() - 1) as u32
+        });
+        let row = &mut rows[r as usize];
+        row.0 += n;
+        next[i] = row.1;
+        row.1 = i as u32;
     }
-    let mut v: Vec<_> = agg.into_iter().collect();
-    v.sort_by(|x, y| (y.1.loads + y.1.stores).cmp(&(x.1.loads + x.1.stores)).then(x.0.cmp(&y.0)));
-    Ok(v.into_iter()
-        .take(top)
-        .map(|((name, kind), c)| {
+    let mut rows: Vec<((String, Kind), u64, u32)> = {
+        let mut keyed: Vec<Option<(String, Kind)>> = vec![None; rows.len()];
+        for (k, r) in at {
+            keyed[r as usize] = Some(k);
+        }
+        keyed
+            .into_iter()
+            .zip(rows)
+            .map(|(k, (n, first))| (k.expect("a key per row"), n, first))
+            .collect()
+    };
+    // most accessed first, ties by name: the first `top` rows without sorting all
+    let order = |x: &((String, Kind), u64, u32), y: &((String, Kind), u64, u32)| {
+        y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0))
+    };
+    if top < rows.len() {
+        rows.select_nth_unstable_by(top, order);
+        rows.truncate(top);
+    }
+    rows.sort_unstable_by(order);
+    let out = rows
+        .into_iter()
+        .map(|((name, kind), _, first)| {
+            let mut c = VarCounts::default();
             let mut lines: HashMap<String, u64> = HashMap::new();
-            for (pc, n) in &c.pcs {
-                let cn = names.code(*pc);
-                let file = cn.file.rsplit('/').next().unwrap_or(&cn.file).to_string();
-                *lines.entry(format!("{file}:{}", cn.line)).or_default() += n;
+            let mut i = first;
+            while i != u32::MAX {
+                let m = &rep.by_label[i as usize];
+                i = next[i as usize];
+                c.loads += m.loads;
+                c.stores += m.stores;
+                c.bytes_read += m.bytes_read;
+                c.bytes_written += m.bytes_written;
+                for &t in &m.threads {
+                    if let Err(p) = c.threads.binary_search(&t) {
+                        c.threads.insert(p, t);
+                    }
+                }
+                for &(pc, n) in &m.pcs {
+                    let cn = names.code(pc);
+                    let file = cn.file.rsplit('/').next().unwrap_or(&cn.file).to_string();
+                    *lines.entry(format!("{file}:{}", cn.line)).or_default() += n;
+                }
             }
             let mut lines: Vec<_> = lines.into_iter().collect();
             lines.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -200,7 +234,11 @@ pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<se
                 "lines": lines.iter().map(|(l, n)| serde_json::json!({"line": l, "accesses": n})).collect::<Vec<_>>(),
             })
         })
-        .collect())
+        .collect();
+    // The process ends after the report: freeing millions of labels one by one
+    // would cost seconds for nothing.
+    std::mem::forget(rep);
+    Ok(out)
 }
 
 /// Attribution coverage figures for `info`.

@@ -410,6 +410,53 @@ pub(crate) fn heap_label(
     }
 }
 
+/// Asks the CPU to bring `p`'s cache line in.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults and `p` is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (p as *const T).cast(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Labels by id, each distinct label once. The labels are kept once, in the
+/// vector; the table holds ids (millions of heap fields: no second copy of each name).
+#[derive(Default)]
+pub(crate) struct Interner {
+    pub(crate) labels: Vec<Label>,
+    ids: hashbrown::HashTable<LabelId>,
+}
+
+impl Interner {
+    fn hash(l: &Label) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(l)
+    }
+
+    /// The id of `l`, new if it was not seen before.
+    pub(crate) fn intern(&mut self, l: Label) -> LabelId {
+        let h = Self::hash(&l);
+        let labels = &self.labels;
+        if let Some(&id) = self.ids.find(h, |&id| labels[id as usize] == l) {
+            return id;
+        }
+        let id = self.labels.len() as LabelId;
+        self.labels.push(l);
+        let labels = &self.labels;
+        self.ids.insert_unique(h, id, |&id| Self::hash(&labels[id as usize]));
+        id
+    }
+
+    pub(crate) fn get(&self, id: LabelId) -> &Label {
+        &self.labels[id as usize]
+    }
+}
+
 /// Attributes accesses to labels. Feed it every event of a stream in order with
 /// [`Attributor::observe`] (it follows function frames), and ask for accesses with
 /// [`Attributor::attribute`].
@@ -418,11 +465,17 @@ pub struct Attributor<'s> {
     heap: HeapIndex,
     maps: Option<Maps>,
     threads: FastMap<ThreadId, ThreadState>,
-    labels: Vec<Label>,
-    ids: FastMap<Label, LabelId>,
+    labels: Interner,
     global_cache: FastMap<u64, Option<LabelId>>,
     stack_cache: FastMap<(Pc, i64, Pc, Pc), LabelId>,
     heap_ids: FastMap<(usize, u64), LabelId>,
+    /// Labels of large blocks' offsets, one segment per block: a table instead of
+    /// `heap_ids` for the blocks that hold millions of distinct fields.
+    heap_dense: DenseTable,
+    /// Direct-mapped: (page, whether it lies in a module).
+    module_pages: Vec<(u64, bool)>,
+    /// Per block: its segment in `heap_dense` (`u32::MAX`: none yet).
+    block_seg: Vec<u32>,
     fn_starts: FastMap<Pc, u64>,
     heap_sites: FastMap<usize, (Arc<str>, Option<HeapType>)>,
     heap_types: FastMap<(Pc, Vec<Pc>), Option<HeapType>>,
@@ -430,7 +483,129 @@ pub struct Attributor<'s> {
     /// Static TLS blocks of the modules loaded at start-up: (module id, offset below
     /// the thread pointer, size).
     static_tls: Vec<(u32, u64, u64)>,
+    /// Writable module segments where most globals are, each with a lazily filled
+    /// label per byte address: one array load instead of a hash probe per access.
+    dense: DenseTable,
 }
+
+/// Label per byte address of the modules' writable segments, in pages allocated on
+/// first touch (segments include the runtime's large buffers, never touched by the
+/// program).
+pub(crate) struct DenseTable {
+    segs: Vec<DenseSeg>,
+    /// Pages of labels, handed out to segments as they are touched.
+    pool: Vec<u32>,
+    /// The segment hit last.
+    last: usize,
+}
+
+struct DenseSeg {
+    range: std::ops::Range<u64>,
+    /// Per page: its offset in the pool, or `NO_PAGE`.
+    dir: Vec<u32>,
+}
+
+const DENSE_PAGE_BITS: u32 = 12;
+const DENSE_PAGE_MASK: u64 = (1 << DENSE_PAGE_BITS) - 1;
+const NO_PAGE: u32 = u32::MAX;
+/// Heap blocks from this size on get a dense label table.
+pub(crate) const BIG_BLOCK: u64 = 4096;
+const MODULE_PAGES: usize = 1024;
+/// Segments up to this size get a dense table.
+const DENSE_MAX: u64 = 1 << 32;
+
+impl DenseTable {
+    pub(crate) fn new(sym: &Symbolizer) -> DenseTable {
+        let segs = sym
+            .modules()
+            .iter()
+            .flat_map(|m| {
+                m.segments
+                    .iter()
+                    .filter(|s| s.flags & 2 != 0 && s.memsz > 0 && s.memsz <= DENSE_MAX)
+                    .map(move |s| {
+                        let a = s.vaddr.wrapping_add(m.bias);
+                        a..a.saturating_add(s.memsz)
+                    })
+            })
+            .map(|range| {
+                let pages = ((range.end - range.start) >> DENSE_PAGE_BITS) + 1;
+                DenseSeg { range, dir: vec![NO_PAGE; pages as usize] }
+            })
+            .collect();
+        DenseTable { segs, pool: Vec::new(), last: 0 }
+    }
+
+    /// A table without segments, for [`DenseTable::add`].
+    pub(crate) fn empty() -> DenseTable {
+        DenseTable { segs: Vec::new(), pool: Vec::new(), last: 0 }
+    }
+
+    /// A segment for offsets `0..len`; its index.
+    pub(crate) fn add(&mut self, len: u64) -> usize {
+        let pages = (len >> DENSE_PAGE_BITS) + 1;
+        self.segs.push(DenseSeg { range: 0..len, dir: vec![NO_PAGE; pages as usize] });
+        self.segs.len() - 1
+    }
+
+    /// The entry of offset `at` of segment `k`.
+    #[inline]
+    pub(crate) fn get_in(&self, k: usize, at: u64) -> u32 {
+        let page = self.segs[k].dir[(at >> DENSE_PAGE_BITS) as usize];
+        if page == NO_PAGE {
+            return UNSEEN;
+        }
+        self.pool[page as usize + (at & DENSE_PAGE_MASK) as usize]
+    }
+
+    /// `None` when `a` is in no writable segment, else where its entry is and the
+    /// entry (`UNSEEN`, `NOT_GLOBAL` or a label id).
+    #[inline]
+    pub(crate) fn get(&mut self, a: u64) -> Option<(usize, u64, u32)> {
+        let k = if self.segs.get(self.last).is_some_and(|d| d.range.contains(&a)) {
+            self.last
+        } else {
+            let k = self.segs.iter().position(|d| d.range.contains(&a))?;
+            self.last = k;
+            k
+        };
+        let at = a - self.segs[k].range.start;
+        let page = self.segs[k].dir[(at >> DENSE_PAGE_BITS) as usize];
+        if page == NO_PAGE {
+            return Some((k, at, UNSEEN));
+        }
+        Some((k, at, self.pool[page as usize + (at & DENSE_PAGE_MASK) as usize]))
+    }
+
+    /// Prefetches the entry of `a`, if it has one: the next accesses of a batch
+    /// are looked up while the current ones are counted.
+    #[inline]
+    pub(crate) fn prefetch(&self, a: u64) {
+        let Some(d) = self.segs.get(self.last).filter(|d| d.range.contains(&a)) else {
+            return;
+        };
+        let at = a - d.range.start;
+        let page = d.dir[(at >> DENSE_PAGE_BITS) as usize];
+        if page != NO_PAGE {
+            prefetch(&self.pool[page as usize + (at & DENSE_PAGE_MASK) as usize]);
+        }
+    }
+
+    /// Sets the entry `get` found.
+    pub(crate) fn set(&mut self, k: usize, at: u64, id: u32) {
+        let p = (at >> DENSE_PAGE_BITS) as usize;
+        if self.segs[k].dir[p] == NO_PAGE {
+            self.segs[k].dir[p] = self.pool.len() as u32;
+            self.pool.resize(self.pool.len() + (1 << DENSE_PAGE_BITS), UNSEEN);
+        }
+        let page = self.segs[k].dir[p] as usize;
+        self.pool[page + (at & DENSE_PAGE_MASK) as usize] = id;
+    }
+}
+
+/// Dense global tables: not looked up yet, and not a global variable.
+pub(crate) const UNSEEN: u32 = u32::MAX;
+pub(crate) const NOT_GLOBAL: u32 = u32::MAX - 1;
 
 impl<'s> Attributor<'s> {
     /// An attributor over a trace's symbols, heap blocks and memory map.
@@ -441,16 +616,19 @@ impl<'s> Attributor<'s> {
             heap,
             maps,
             threads: FastMap::default(),
-            labels: Vec::new(),
-            ids: FastMap::default(),
+            labels: Interner::default(),
             global_cache: FastMap::default(),
             stack_cache: FastMap::default(),
             heap_ids: FastMap::default(),
+            heap_dense: DenseTable::empty(),
+            module_pages: vec![(u64::MAX, false); MODULE_PAGES],
+            block_seg: Vec::new(),
             fn_starts: FastMap::default(),
             heap_sites: FastMap::default(),
             heap_types: FastMap::default(),
             site_namer: None,
             static_tls,
+            dense: DenseTable::new(sym),
         }
     }
 
@@ -461,23 +639,17 @@ impl<'s> Attributor<'s> {
     }
 
     fn intern(&mut self, l: Label) -> LabelId {
-        if let Some(&id) = self.ids.get(&l) {
-            return id;
-        }
-        let id = self.labels.len() as LabelId;
-        self.labels.push(l.clone());
-        self.ids.insert(l, id);
-        id
+        self.labels.intern(l)
     }
 
     /// The label behind an id.
     pub fn label(&self, id: LabelId) -> &Label {
-        &self.labels[id as usize]
+        self.labels.get(id)
     }
 
     /// Every label so far.
     pub fn labels(&self) -> &[Label] {
-        &self.labels
+        &self.labels.labels
     }
 
     /// Follows thread and function events.
@@ -504,17 +676,28 @@ impl<'s> Attributor<'s> {
     /// The label of the data at `addr`, accessed by code at `pc` on `thread` as
     /// the thread's event number `index`.
     pub fn attribute(&mut self, thread: ThreadId, index: u64, pc: Pc, addr: Addr) -> LabelId {
-        if let Some(id) = self.global(addr) {
+        let dense = self.global(addr);
+        if let Ok(Some(id)) = dense {
             return id;
         }
+        // A stack address is in no module: the (cheaper) stack test may go first.
         if let Some(id) = self.stack(thread, pc, addr) {
             return id;
+        }
+        if dense.is_err() {
+            if let Some(id) = self.global_slow(addr) {
+                return id;
+            }
         }
         if let Some(id) = self.tls(thread, addr) {
             return id;
         }
         if let Some((bi, off)) = self.heap.find(addr, thread, index) {
             // Each (block, offset) is named once.
+            let b = &self.heap.blocks()[bi];
+            if b.end - b.start >= BIG_BLOCK {
+                return self.big_block(bi, off);
+            }
             if let Some(&id) = self.heap_ids.get(&(bi, off)) {
                 return id;
             }
@@ -530,6 +713,41 @@ impl<'s> Attributor<'s> {
             addr,
         );
         self.intern(l)
+    }
+
+    #[inline]
+    fn big_block(&mut self, bi: usize, off: u64) -> LabelId {
+        let k = match self.block_seg.get(bi) {
+            Some(&k) if k != u32::MAX => k as usize,
+            _ => {
+                if self.block_seg.len() <= bi {
+                    self.block_seg.resize(self.heap.blocks().len().max(bi + 1), u32::MAX);
+                }
+                let b = &self.heap.blocks()[bi];
+                let k = self.heap_dense.add(b.end - b.start);
+                self.block_seg[bi] = k as u32;
+                k
+            }
+        };
+        let id = self.heap_dense.get_in(k, off);
+        if id != UNSEEN {
+            return id;
+        }
+        let l = self.heap_label(bi, off);
+        let id = self.intern(l);
+        self.heap_dense.set(k, off, id);
+        id
+    }
+
+    /// Prefetches what naming an access to `addr` will read first.
+    #[inline]
+    pub fn prefetch(&self, addr: Addr) {
+        self.dense.prefetch(addr.0);
+    }
+
+    /// Every label so far, by id, for the caller to keep.
+    pub fn into_labels(self) -> Vec<Label> {
+        self.labels.labels
     }
 
     /// Start of the function symbol holding `pc` (0 when unknown), cached per pc.
@@ -558,9 +776,36 @@ impl<'s> Attributor<'s> {
         heap_label(base, ty, single, off)
     }
 
-    fn global(&mut self, addr: Addr) -> Option<LabelId> {
+    /// The global at `addr` if it lies in a writable segment: `Err(())` when it does
+    /// not, `Ok(None)` when it does but names no variable.
+    #[inline]
+    fn global(&mut self, addr: Addr) -> Result<Option<LabelId>, ()> {
+        let (k, at, mut id) = self.dense.get(addr.0).ok_or(())?;
+        if id == UNSEEN {
+            id = global_label(self.sym, addr).map_or(NOT_GLOBAL, |l| self.intern(l));
+            self.dense.set(k, at, id);
+        }
+        Ok((id != NOT_GLOBAL).then_some(id))
+    }
+
+    fn global_slow(&mut self, addr: Addr) -> Option<LabelId> {
         // Heap and stack addresses are in no module: skip the cache for them.
-        self.sym.module_of(addr)?;
+        // Whether a page is in a module is cached: heap accesses ask on every access.
+        let page = addr.0 >> 12;
+        let slot = (page as usize) & (MODULE_PAGES - 1);
+        if self.module_pages[slot].0 != page {
+            // cached only when the whole page answers alike (a module may end mid-page)
+            let first = self.sym.module_of(Addr(page << 12)).is_some();
+            let last = self.sym.module_of(Addr((page << 12) | 0xfff)).is_some();
+            if first != last {
+                self.sym.module_of(addr)?;
+            } else {
+                self.module_pages[slot] = (page, first);
+            }
+        }
+        if self.module_pages[slot].0 == page && !self.module_pages[slot].1 {
+            return None;
+        }
         if let Some(&c) = self.global_cache.get(&addr.0) {
             return c;
         }

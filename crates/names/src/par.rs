@@ -12,7 +12,7 @@
 //!    serial pass builds it and the summaries are chained into each chunk's starting
 //!    state (open frames, stack, thread pointer);
 //! 3. every chunk is attributed in parallel from its starting state. A small
-//!    direct-mapped cache per worker maps (pc, address) to a counter slot while the
+//!    direct-mapped cache per worker maps (pc, address) to a label while the
 //!    answer provably stays the same (globals always; stack names until a frame
 //!    changes; heap names over the event range where the block lookup cannot
 //!    change), so repeated accesses cost one probe. Labels are built once per
@@ -20,9 +20,9 @@
 
 use crate::heap::Block;
 use crate::{
-    function_start, global_label, heap_base, heap_label, heap_single, mapping_label, stack_label,
-    static_tls_layout, tls_label, Error, FastMap, HeapIndex, HeapShape, Label, Maps, OpenFrame,
-    ThreadState,
+    function_start, global_label, heap_base, heap_label, heap_single, mapping_label, prefetch,
+    stack_label, static_tls_layout, tls_label, DenseTable, Error, FastMap, HeapIndex, HeapShape,
+    Interner, Label, Maps, OpenFrame, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
 use memlens_symbols::{HeapType, Symbolizer};
@@ -42,11 +42,18 @@ pub struct LabelCounts {
     pub bytes_written: u64,
     /// Threads (sorted, distinct).
     pub threads: Vec<ThreadId>,
-    /// Loads and stores per code address.
-    pub pcs: FastMap<Pc, u64>,
+    /// Loads and stores per code address (distinct addresses, in no order).
+    pub pcs: Vec<(Pc, u64)>,
 }
 
 impl LabelCounts {
+    fn add_pc(&mut self, pc: Pc, n: u64) {
+        match self.pcs.iter_mut().find(|(p, _)| *p == pc) {
+            Some(e) => e.1 += n,
+            None => self.pcs.push((pc, n)),
+        }
+    }
+
     fn add_thread(&mut self, t: ThreadId) {
         if self.threads.last() != Some(&t) {
             if let Err(p) = self.threads.binary_search(&t) {
@@ -95,46 +102,200 @@ pub fn attribute_trace_serial(
     let heap = HeapIndex::from_trace(r)?;
     let mut a = crate::Attributor::new(sym, heap, maps);
     a.set_site_namer(site_namer);
-    let mut by_id: Vec<LabelCounts> = Vec::new();
-    let mut seen: Vec<bool> = Vec::new();
+    let mut acc = Accum::default();
+    let mut batch: Vec<(Event, u64)> = Vec::with_capacity(BATCH);
     for s in r.streams() {
         let t = s.thread;
         let mut it = r.events(t);
-        while let Some(ev) = it.next() {
-            let ev = ev?;
-            let i = it.index();
-            a.observe(t, &ev);
-            let (pc, addr) = match &ev {
-                Event::Access { pc, addr, .. }
-                | Event::Range { pc, addr, .. }
-                | Event::Rmw { pc, addr, .. } => (*pc, *addr),
-                _ => continue,
-            };
-            let id = a.attribute(t, i, pc, addr) as usize;
-            if by_id.len() <= id {
-                by_id.resize(id + 1, LabelCounts::default());
-                seen.resize(id + 1, false);
+        loop {
+            // in batches, so that the label tables of the next accesses are
+            // fetched while the current ones are named
+            batch.clear();
+            while batch.len() < BATCH {
+                match it.next() {
+                    Some(ev) => batch.push((ev?, it.index())),
+                    None => break,
+                }
             }
-            seen[id] = true;
-            let (l, st) = ev.loads_stores();
-            let (br, bw) = ev.bytes_read_written();
-            let c = &mut by_id[id];
-            c.loads += l;
-            c.stores += st;
-            c.bytes_read += br;
-            c.bytes_written += bw;
-            c.add_thread(t);
-            *c.pcs.entry(pc).or_default() += l + st;
+            if batch.is_empty() {
+                break;
+            }
+            for (ev, _) in &batch {
+                if let Event::Access { addr, .. } | Event::Rmw { addr, .. } = ev {
+                    a.prefetch(*addr);
+                }
+            }
+            for (ev, i) in &batch {
+                let (pc, addr) = match ev {
+                    Event::Access { pc, addr, .. }
+                    | Event::Range { pc, addr, .. }
+                    | Event::Rmw { pc, addr, .. } => (*pc, *addr),
+                    _ => {
+                        a.observe(t, ev);
+                        continue;
+                    }
+                };
+                let id = a.attribute(t, *i, pc, addr);
+                let (l, st) = ev.loads_stores();
+                let (br, bw) = ev.bytes_read_written();
+                acc.push(Pending { id, pc, l, st, br, bw }, t);
+            }
+        }
+        acc.flush(t);
+    }
+    Ok(acc.finish(a.into_labels()))
+}
+
+/// Per-label counters on the hot path: the first `INLINE_PCS` code addresses of a
+/// label are counted inline, the rest in a map.
+#[derive(Clone, Copy, Default)]
+#[repr(align(64))]
+struct Hot {
+    loads: u64,
+    stores: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+    pc: [u64; INLINE_PCS],
+    n: [u64; INLINE_PCS],
+}
+
+/// A global array element is typically reached from a loop's unrolled loads and a
+/// read-modify-write elsewhere: four code addresses.
+const INLINE_PCS: usize = 6;
+
+/// Accumulates accesses per label id: a few array updates per access, no hashing
+/// unless a label is reached from more than `INLINE_PCS` code addresses.
+#[derive(Default)]
+struct Accum {
+    hot: Vec<Hot>,
+    /// Per label: 1 + the thread that touched it last (0: none yet).
+    last: Vec<u32>,
+    threads: Vec<Vec<ThreadId>>,
+    more: FastMap<(u32, u64), u64>,
+    /// Accesses not yet added: adding in batches lets the counters of the next
+    /// accesses be prefetched (random accesses to a large array miss the cache
+    /// on every counter otherwise).
+    pending: Vec<Pending>,
+}
+
+/// One access waiting to be counted.
+#[derive(Clone, Copy)]
+struct Pending {
+    id: u32,
+    pc: Pc,
+    l: u64,
+    st: u64,
+    br: u64,
+    bw: u64,
+}
+
+const BATCH: usize = 512;
+const AHEAD: usize = 8;
+
+impl Accum {
+    /// Counts `p`, an access of thread `t`, at the latest by the next `flush`.
+    #[inline(always)]
+    fn push(&mut self, p: Pending, t: ThreadId) {
+        self.pending.push(p);
+        if self.pending.len() >= BATCH {
+            self.flush(t);
         }
     }
-    let mut out = Attribution::default();
-    for (id, c) in by_id.into_iter().enumerate() {
-        if seen[id] {
-            out.labels.push(a.label(id as u32).clone());
-            out.counts.push(c);
+
+    /// Counts the pending accesses, all of thread `t`.
+    fn flush(&mut self, t: ThreadId) {
+        let pending = std::mem::take(&mut self.pending);
+        if let Some(max) = pending.iter().map(|p| p.id).max() {
+            if max as usize >= self.hot.len() {
+                self.grow(max as usize);
+            }
+        }
+        for (j, p) in pending.iter().enumerate() {
+            if let Some(q) = pending.get(j + AHEAD) {
+                prefetch(&self.hot[q.id as usize]);
+            }
+            self.add(p.id, t, p.pc, p.l, p.st, p.br, p.bw);
+        }
+        self.pending = pending;
+        self.pending.clear();
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn add(&mut self, id: u32, t: ThreadId, pc: Pc, l: u64, st: u64, br: u64, bw: u64) {
+        let i = id as usize;
+        if i >= self.hot.len() {
+            self.grow(i);
+        }
+        let h = &mut self.hot[i];
+        h.loads += l;
+        h.stores += st;
+        h.bytes_read += br;
+        h.bytes_written += bw;
+        // every access counts at least one load or store, so n == 0 is a free slot
+        // (slots fill in order)
+        let k = l + st;
+        let mut j = 0;
+        while j < INLINE_PCS && h.n[j] != 0 && h.pc[j] != pc.0 {
+            j += 1;
+        }
+        if j < INLINE_PCS {
+            h.pc[j] = pc.0;
+            h.n[j] += k;
+        } else {
+            *self.more.entry((id, pc.0)).or_default() += k;
+        }
+        // a thread's accesses come in runs (a stream, a chunk): search only when the
+        // thread changes
+        let tag = t.0.wrapping_add(1);
+        if self.last[i] != tag {
+            self.last[i] = tag;
+            let v = &mut self.threads[i];
+            if let Err(p) = v.binary_search(&t) {
+                v.insert(p, t);
+            }
         }
     }
-    Ok(out)
+
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        let n = (i + 1).max(self.hot.len() * 2);
+        self.hot.resize(n, Hot::default());
+        self.last.resize(n, 0);
+        self.threads.resize(n, Vec::new());
+    }
+
+    /// The labels that were accessed, with their counters.
+    fn finish(self, labels: Vec<Label>) -> Attribution {
+        let mut labels: Vec<Option<Label>> = labels.into_iter().map(Some).collect();
+        let mut out = Attribution::default();
+        let mut at: Vec<u32> = vec![u32::MAX; self.hot.len()];
+        for (i, (h, threads)) in self.hot.iter().zip(self.threads).enumerate() {
+            if h.n[0] == 0 {
+                continue;
+            }
+            let mut pcs = Vec::new();
+            for j in 0..INLINE_PCS {
+                if h.n[j] != 0 {
+                    pcs.push((Pc(h.pc[j]), h.n[j]));
+                }
+            }
+            at[i] = out.counts.len() as u32;
+            out.labels.push(labels[i].take().expect("a label per id"));
+            out.counts.push(LabelCounts {
+                loads: h.loads,
+                stores: h.stores,
+                bytes_read: h.bytes_read,
+                bytes_written: h.bytes_written,
+                threads,
+                pcs,
+            });
+        }
+        for ((id, pc), n) in self.more {
+            out.counts[at[id as usize] as usize].add_pc(Pc(pc), n);
+        }
+        out
+    }
 }
 
 impl HeapIndex {
@@ -412,9 +573,6 @@ struct Shared<'a> {
     classes: &'a HeapClasses,
     maps: Option<&'a Maps>,
     static_tls: &'a [(u32, u64, u64)],
-    /// Runtime ranges of the modules' writable segments (`.data`, `.bss`), where
-    /// most globals are: looked up in a table instead of a hash map.
-    dense: Vec<std::ops::Range<u64>>,
 }
 
 /// One chunk's starting point.
@@ -437,7 +595,7 @@ const FRAME: u8 = 2;
 struct Entry {
     pc: u64,
     addr: u64,
-    slot: u32,
+    label: u32,
     dep: u8,
     epoch: u64,
     /// Event indices over which the answer holds.
@@ -446,42 +604,24 @@ struct Entry {
 }
 
 const EMPTY: Entry =
-    Entry { pc: u64::MAX, addr: u64::MAX, slot: u32::MAX, dep: 0, epoch: 0, from: 0, to: 0 };
+    Entry { pc: u64::MAX, addr: u64::MAX, label: u32::MAX, dep: 0, epoch: 0, from: 0, to: 0 };
 
 const CACHE_BITS: u32 = 14;
 
-/// Dense global tables: not looked up yet, and not a global variable.
-const UNSEEN: u32 = u32::MAX;
-const NOT_GLOBAL: u32 = u32::MAX - 1;
-/// Writable segments up to this size get a dense table per worker (4 bytes per byte).
-const DENSE_MAX: u64 = 16 << 20;
-
-/// Counters of one (label, pc).
-struct Slot {
-    label: u32,
-    pc: Pc,
-    loads: u64,
-    stores: u64,
-    bytes_read: u64,
-    bytes_written: u64,
-    threads: Vec<ThreadId>,
-}
-
 struct Worker<'a> {
     sh: &'a Shared<'a>,
-    labels: Vec<Label>,
-    ids: FastMap<Label, u32>,
-    slots: Vec<Slot>,
-    /// Per local label: its (pc, slot) pairs (a label is accessed from a few pcs).
-    label_slots: Vec<Vec<(Pc, u32)>>,
+    labels: Interner,
+    acc: Accum,
     cache: Vec<Entry>,
-    /// Per writable module segment ([`Shared::dense`]), lazily: label per byte
-    /// address (`UNSEEN`, `NOT_GLOBAL` or a label id).
-    dense: Vec<Vec<u32>>,
+    /// Label per byte address of the writable module segments, where most globals are.
+    dense: DenseTable,
     globals: FastMap<u64, Option<u32>>,
     stack_names: FastMap<(Pc, i64, Pc, Pc), u32>,
     tls_names: FastMap<(u64, u64), Option<u32>>,
     heap_names: FastMap<(u32, HeapShape, u64), u32>,
+    /// Labels of large blocks' offsets (see `Attributor`'s).
+    heap_dense: DenseTable,
+    block_seg: Vec<u32>,
     /// Mapping names, valid for `mapping_epoch`.
     mapping_names: FastMap<u64, u32>,
     mapping_epoch: u64,
@@ -503,16 +643,16 @@ impl<'a> Worker<'a> {
     fn new(sh: &'a Shared<'a>) -> Worker<'a> {
         Worker {
             sh,
-            labels: Vec::new(),
-            ids: FastMap::default(),
-            slots: Vec::new(),
-            label_slots: Vec::new(),
+            labels: Interner::default(),
+            acc: Accum::default(),
             cache: vec![EMPTY; 1 << CACHE_BITS],
-            dense: vec![Vec::new(); sh.dense.len()],
+            dense: DenseTable::new(sh.sym),
             globals: FastMap::default(),
             stack_names: FastMap::default(),
             tls_names: FastMap::default(),
             heap_names: FastMap::default(),
+            heap_dense: DenseTable::empty(),
+            block_seg: Vec::new(),
             mapping_names: FastMap::default(),
             mapping_epoch: u64::MAX,
             fs: FnStarts::default(),
@@ -526,14 +666,7 @@ impl<'a> Worker<'a> {
     }
 
     fn intern(&mut self, l: Label) -> u32 {
-        if let Some(&id) = self.ids.get(&l) {
-            return id;
-        }
-        let id = self.labels.len() as u32;
-        self.labels.push(l.clone());
-        self.label_slots.push(Vec::new());
-        self.ids.insert(l, id);
-        id
+        self.labels.intern(l)
     }
 
     fn chunk(
@@ -619,32 +752,27 @@ impl<'a> Worker<'a> {
                         continue;
                     }
                 };
-                let slot = self.slot(&cur, index, pc, addr);
-                let sl = &mut self.slots[slot as usize];
-                sl.loads += l;
-                sl.stores += s;
-                sl.bytes_read += br;
-                sl.bytes_written += bw;
-                if sl.threads.last() != Some(&cur.thread) {
-                    if let Err(p) = sl.threads.binary_search(&cur.thread) {
-                        sl.threads.insert(p, cur.thread);
-                    }
-                }
+                let id = match self.dense.get(addr.0) {
+                    Some((_, _, id)) if id != UNSEEN && id != NOT_GLOBAL => id,
+                    _ => self.label(&cur, index, pc, addr),
+                };
+                self.acc.push(Pending { id, pc, l, st: s, br, bw }, cur.thread);
                 index += 1;
             }
         })?;
+        self.acc.flush(c.thread);
         Ok(())
     }
 
-    /// The counter slot of an access: one probe when cached and still valid.
+    /// The label of an access: one probe when cached and still valid.
     #[inline(always)]
-    fn slot(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr) -> u32 {
+    fn label(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr) -> u32 {
         let h = ((pc.0.rotate_left(29) ^ addr.0).wrapping_mul(0x9E37_79B9_7F4A_7C15)
             >> (64 - CACHE_BITS)) as usize;
         let e = self.cache[h];
         if e.pc == pc.0
             && e.addr == addr.0
-            && e.slot != u32::MAX
+            && e.label != u32::MAX
             && index >= e.from
             && index < e.to
             && match e.dep {
@@ -653,7 +781,7 @@ impl<'a> Worker<'a> {
                 _ => e.epoch == cur.fepoch,
             }
         {
-            return e.slot;
+            return e.label;
         }
         self.miss(cur, index, pc, addr, h)
     }
@@ -661,32 +789,14 @@ impl<'a> Worker<'a> {
     #[inline(never)]
     fn miss(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr, h: usize) -> u32 {
         let (label, dep, span) = self.resolve(cur, index, pc, addr);
-        let list = &mut self.label_slots[label as usize];
-        let slot = match list.iter().find(|(p, _)| *p == pc) {
-            Some(&(_, s)) => s,
-            None => {
-                let s = self.slots.len() as u32;
-                self.slots.push(Slot {
-                    label,
-                    pc,
-                    loads: 0,
-                    stores: 0,
-                    bytes_read: 0,
-                    bytes_written: 0,
-                    threads: Vec::new(),
-                });
-                list.push((pc, s));
-                s
-            }
-        };
         let epoch = match dep {
             ALWAYS => 0,
             THREAD => cur.tepoch,
             _ => cur.fepoch,
         };
         self.cache[h] =
-            Entry { pc: pc.0, addr: addr.0, slot, dep, epoch, from: span.start, to: span.end };
-        slot
+            Entry { pc: pc.0, addr: addr.0, label, dep, epoch, from: span.start, to: span.end };
+        label
     }
 
     /// The same decisions as [`Attributor::attribute`](crate::Attributor::attribute),
@@ -700,16 +810,10 @@ impl<'a> Worker<'a> {
     ) -> (u32, u8, std::ops::Range<u64>) {
         let sh = self.sh;
         let all = 0..u64::MAX;
-        if let Some(k) = sh.dense.iter().position(|r| r.contains(&addr.0)) {
-            let d = &mut self.dense[k];
-            if d.is_empty() {
-                *d = vec![UNSEEN; (sh.dense[k].end - sh.dense[k].start) as usize];
-            }
-            let at = (addr.0 - sh.dense[k].start) as usize;
-            let mut id = self.dense[k][at];
+        if let Some((k, at, mut id)) = self.dense.get(addr.0) {
             if id == UNSEEN {
                 id = global_label(sh.sym, addr).map_or(NOT_GLOBAL, |l| self.intern(l));
-                self.dense[k][at] = id;
+                self.dense.set(k, at, id);
             }
             if id != NOT_GLOBAL {
                 return (id, ALWAYS, all);
@@ -773,6 +877,20 @@ impl<'a> Worker<'a> {
             let (base, ty) = &sh.classes.classes[class as usize];
             let b: &Block = &sh.heap.blocks()[bi];
             let single = heap_single(ty, b);
+            let mut seg = usize::MAX;
+            if b.end - b.start >= BIG_BLOCK {
+                if self.block_seg.len() <= bi {
+                    self.block_seg.resize(sh.heap.blocks().len().max(bi + 1), u32::MAX);
+                }
+                if self.block_seg[bi] == u32::MAX {
+                    self.block_seg[bi] = self.heap_dense.add(b.end - b.start) as u32;
+                }
+                seg = self.block_seg[bi] as usize;
+                let id = self.heap_dense.get_in(seg, off);
+                if id != UNSEEN {
+                    return (id, dep, span);
+                }
+            }
             let key = (class, single, off);
             let id = match self.heap_names.get(&key) {
                 Some(&id) => id,
@@ -782,6 +900,9 @@ impl<'a> Worker<'a> {
                     id
                 }
             };
+            if seg != usize::MAX {
+                self.heap_dense.set(seg, off, id);
+            }
             return (id, dep, span);
         }
         // the threads the serial pass knows at this point, in its map's order
@@ -872,26 +993,12 @@ pub fn attribute_trace(
     heap.finish();
     let classes = HeapClasses::new(&heap, sym, site_namer);
     let static_tls = static_tls_layout(sym);
-    let dense = sym
-        .modules()
-        .iter()
-        .flat_map(|m| {
-            m.segments
-                .iter()
-                .filter(|s| s.flags & 2 != 0 && s.memsz > 0 && s.memsz <= DENSE_MAX)
-                .map(move |s| {
-                    let a = s.vaddr.wrapping_add(m.bias);
-                    a..a.saturating_add(s.memsz)
-                })
-        })
-        .collect();
     let sh = Shared {
         sym,
         heap: &heap,
         classes: &classes,
         maps: maps.as_ref(),
         static_tls: &static_tls,
-        dense,
     };
     // pass 2: attribution
     let workers = for_chunks(
@@ -902,31 +1009,28 @@ pub fn attribute_trace(
     )?;
     // merge
     let mut out = Attribution::default();
-    let mut ids: FastMap<Label, u32> = FastMap::default();
+    let mut ids = Interner::default();
     for w in workers {
-        let map: Vec<u32> = w
-            .labels
-            .into_iter()
-            .map(|l| {
-                *ids.entry(l).or_insert_with_key(|l| {
-                    out.labels.push(l.clone());
-                    out.counts.push(LabelCounts::default());
-                    (out.labels.len() - 1) as u32
-                })
-            })
-            .collect();
-        for s in w.slots {
-            let c = &mut out.counts[map[s.label as usize] as usize];
-            c.loads += s.loads;
-            c.stores += s.stores;
-            c.bytes_read += s.bytes_read;
-            c.bytes_written += s.bytes_written;
-            for t in s.threads {
+        let part = w.acc.finish(w.labels.labels);
+        for (l, p) in part.labels.into_iter().zip(part.counts) {
+            let at = ids.intern(l) as usize;
+            if at == out.counts.len() {
+                out.counts.push(LabelCounts::default());
+            }
+            let c = &mut out.counts[at];
+            c.loads += p.loads;
+            c.stores += p.stores;
+            c.bytes_read += p.bytes_read;
+            c.bytes_written += p.bytes_written;
+            for t in p.threads {
                 c.add_thread(t);
             }
-            *c.pcs.entry(s.pc).or_default() += s.loads + s.stores;
+            for (pc, n) in p.pcs {
+                c.add_pc(pc, n);
+            }
         }
     }
+    out.labels = ids.labels;
     // labels interned but never counted (none expected) are dropped
     let keep: Vec<bool> = out.counts.iter().map(|c| !c.pcs.is_empty()).collect();
     if keep.iter().any(|k| !k) {
