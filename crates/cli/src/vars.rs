@@ -86,18 +86,18 @@ fn site_name(names: &Names, pc: Pc) -> String {
     }
 }
 
-/// Names every access of the trace in one serial pass, or chunk-parallel on every
-/// core when `MEMLENS_NAMES_PARALLEL=1` (both give the same result; the parallel
-/// pass is opt-in because it is still slower on heap-heavy traces: hashtab 18 s
-/// against 13.6 s serial).
+/// Names every access of the trace, chunk-parallel on every core or serially,
+/// whichever is faster for the trace (see `attribute_trace_auto`; both give the
+/// same result). `MEMLENS_NAMES_PARALLEL=0` or `=1` forces one.
 pub fn attribute_all(r: &TraceReader, names: &Names) -> Result<VarReport> {
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let namer = |pc: Pc| site_name(names, pc);
-    let att = if std::env::var_os("MEMLENS_NAMES_PARALLEL").is_none_or(|v| v != "1") {
-        memlens_names::attribute_trace_serial(r, names.symbolizer(), maps, &namer)?
-    } else {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-        memlens_names::attribute_trace(r, names.symbolizer(), maps, &namer, n)?
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let sym = names.symbolizer();
+    let att = match std::env::var("MEMLENS_NAMES_PARALLEL").as_deref() {
+        Ok("0") => memlens_names::attribute_trace_serial(r, sym, maps, &namer)?,
+        Ok("1") => memlens_names::attribute_trace(r, sym, maps, &namer, n)?,
+        _ => memlens_names::attribute_trace_auto(r, sym, maps, &namer, n)?,
     };
     let mut rep = VarReport {
         labels: att.labels,

@@ -43,7 +43,10 @@ mod par;
 
 pub use heap::{Block, HeapIndex};
 pub use maps::{Mapping, Maps};
-pub use par::{attribute_trace, attribute_trace_serial, Attribution, LabelCounts, SiteNamer};
+pub use par::{
+    attribute_trace, attribute_trace_auto, attribute_trace_serial, Attribution, LabelCounts,
+    SiteNamer,
+};
 
 use memlens_format::{Addr, Event, Pc, ThreadId};
 use memlens_symbols::{DataKind, FrameBase, HeapType, Symbolizer, TypeSource};

@@ -99,7 +99,40 @@ pub fn attribute_trace_serial(
     maps: Option<Maps>,
     site_namer: SiteNamer<'_>,
 ) -> Result<Attribution, Error> {
+    serial_with(r, sym, maps, site_namer, HeapIndex::from_trace(r)?)
+}
+
+/// Heap bytes in large blocks above which [`attribute_trace_auto`] stays serial:
+/// every worker of the parallel pass names each field of a large block it touches
+/// again (a 32 MiB hash table of structs: 4 million names per worker).
+const PARALLEL_MAX_BIG_HEAP: u64 = 16 << 20;
+
+/// Names every access of `r` the faster way for this trace: chunk-parallel on
+/// `threads` workers unless there is one worker only or large heap blocks would
+/// have every worker name millions of the same fields; serial otherwise. The
+/// result is the same either way.
+pub fn attribute_trace_auto(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+    threads: usize,
+) -> Result<Attribution, Error> {
     let heap = HeapIndex::from_trace(r)?;
+    let big: u64 = heap.blocks().iter().map(|b| b.end - b.start).filter(|&n| n >= BIG_BLOCK).sum();
+    if threads > 1 && big <= PARALLEL_MAX_BIG_HEAP && r.stream_chunks().len() > 1 {
+        return attribute_trace(r, sym, maps, site_namer, threads);
+    }
+    serial_with(r, sym, maps, site_namer, heap)
+}
+
+fn serial_with(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+    heap: HeapIndex,
+) -> Result<Attribution, Error> {
     let mut a = crate::Attributor::new(sym, heap, maps);
     a.set_site_namer(site_namer);
     let mut acc = Accum::default();

@@ -348,7 +348,7 @@ fn thread_locals_of_dlopened_libraries_are_named() {
 
 /// `report --by variable` names chunks on every core, each from the frames, stack and
 /// heap blocks its thread had at the chunk's start: the result must equal one serial
-/// pass (the default; `MEMLENS_NAMES_PARALLEL=1` selects the parallel one) and the known counts, with frames opened and
+/// pass (`MEMLENS_NAMES_PARALLEL=0`; `=1` forces the parallel one) and the known counts, with frames opened and
 /// closed across many chunk boundaries in three threads.
 #[test]
 fn parallel_naming_equals_the_serial_pass() {
@@ -398,7 +398,7 @@ fn parallel_naming_equals_the_serial_pass() {
             ];
             let serial = std::process::Command::new(memlens())
                 .args(args)
-                .env_remove("MEMLENS_NAMES_PARALLEL")
+                .env("MEMLENS_NAMES_PARALLEL", "0")
                 .output()
                 .unwrap();
             assert!(serial.status.success(), "{}", stderr(&serial));
@@ -412,7 +412,7 @@ fn parallel_naming_equals_the_serial_pass() {
         }
         let serial_info = std::process::Command::new(memlens())
             .args(["info", "--format", "json", t])
-            .env_remove("MEMLENS_NAMES_PARALLEL")
+            .env("MEMLENS_NAMES_PARALLEL", "0")
             .output()
             .unwrap();
         let serial_info: serde_json::Value = serde_json::from_slice(&serial_info.stdout).unwrap();
