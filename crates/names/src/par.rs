@@ -104,7 +104,7 @@ pub fn attribute_trace_serial(
 
 /// Heap bytes in large blocks above which [`attribute_trace_auto`] stays serial:
 /// every worker of the parallel pass names each field of a large block it touches
-/// again (a 32 MiB hash table of structs: 4 million names per worker).
+/// again (a 32 MiB hash table of structs: millions of names per worker).
 const PARALLEL_MAX_BIG_HEAP: u64 = 16 << 20;
 
 /// Names every access of `r` the faster way for this trace: chunk-parallel on
