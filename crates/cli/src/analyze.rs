@@ -314,7 +314,7 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     }
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
-    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+    let namer = crate::vars::TraceNamer::lazy(&r, &names);
     let filter = build_filter(&names, &r, &o)?;
     let opts = render_opts(&o);
     let table = match o.kernel.as_str() {

@@ -18,13 +18,21 @@ pub fn heap_index(r: &TraceReader) -> Result<HeapIndex> {
 /// block at an address).
 pub struct TraceNamer<'a> {
     names: &'a Names,
-    attr: RefCell<Attributor<'a>>,
+    attr: RefCell<Option<Attributor<'a>>>,
+    /// For a lazy namer: the trace whose heap index is read on the first data name.
+    reader: Option<&'a TraceReader>,
 }
 
 impl<'a> TraceNamer<'a> {
-    /// A namer for trace `r`.
+    /// A namer for trace `r`, its heap index read now.
     pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self> {
-        Ok(TraceNamer { names, attr: RefCell::new(attributor(r, names)?) })
+        Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: None })
+    }
+
+    /// A namer for trace `r` that reads the heap index only when a data address is
+    /// first named (most kernels' tables name code only).
+    pub fn lazy(r: &'a TraceReader, names: &'a Names) -> Self {
+        TraceNamer { names, attr: RefCell::new(None), reader: Some(r) }
     }
 }
 
@@ -36,6 +44,14 @@ impl Namer for TraceNamer<'_> {
 
     fn data(&self, addr: Addr) -> Option<DataName> {
         let mut a = self.attr.borrow_mut();
+        let a = a.get_or_insert_with(|| {
+            let r = self.reader.expect("an eager namer has its attributor");
+            attributor(r, self.names).unwrap_or_else(|e| {
+                eprintln!("memlens: warning: heap blocks not named: {e:#}");
+                let maps = r.meta().maps.as_deref().map(Maps::parse);
+                Attributor::new(self.names.symbolizer(), HeapIndex::default(), maps)
+            })
+        });
         let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), addr);
         let l = a.label(id);
         if l.kind == Kind::Unknown {
