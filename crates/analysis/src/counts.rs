@@ -193,32 +193,33 @@ impl Counts {
         self.add(thread, pc, l, st, br, bw);
     }
 
-    /// Counts one event of the address-free scan ([`memlens_format::codec::Counted`]);
-    /// the same sums as [`Kernel::process`] on the full event.
+    /// Counts `n` occurrences of one event of the address-free scan
+    /// ([`memlens_format::codec::Counted`]); the same sums as [`Kernel::process`] on
+    /// the full events. Only plain accesses come with `n > 1`.
     #[inline(always)]
-    pub fn counted(&mut self, thread: ThreadId, ev: Counted) {
+    pub fn counted(&mut self, thread: ThreadId, ev: Counted, n: u64) {
         let (pc, l, st, br, bw) = match ev {
-            Counted::Access { pc, write: false, bytes } => (pc, 1, 0, bytes, 0),
-            Counted::Access { pc, write: true, bytes } => (pc, 0, 1, 0, bytes),
+            Counted::Access { pc, write: false, bytes } => (pc, n, 0, n * bytes, 0),
+            Counted::Access { pc, write: true, bytes } => (pc, 0, n, 0, n * bytes),
             Counted::Rmw { pc, size, stores } => {
-                let w = u64::from(stores);
-                (pc, 1, w, size, w * size)
+                let w = n * u64::from(stores);
+                (pc, n, w, n * size, w * size)
             }
             Counted::Alloc { pc, size, realloc } => {
                 let a = self.allocs.entry(pc).or_default();
-                a.count += 1;
-                a.bytes += size;
+                a.count += n;
+                a.bytes += n * size;
                 let tc = self.thread_counts(thread);
-                tc.allocs += 1;
-                tc.frees += u64::from(realloc);
+                tc.allocs += n;
+                tc.frees += n * u64::from(realloc);
                 return;
             }
             Counted::Free => {
-                self.thread_counts(thread).frees += 1;
+                self.thread_counts(thread).frees += n;
                 return;
             }
             Counted::Call => {
-                self.thread_counts(thread).calls += 1;
+                self.thread_counts(thread).calls += n;
                 return;
             }
             Counted::Other => {

@@ -287,9 +287,9 @@ pub fn drive_counts(
 ) -> Result<counts::Counts, Error> {
     chunk_workers(r, counts::Counts::default(), threads, progress, |dec, shard, c| {
         let mut n = 0u64;
-        dec.scan_counts(r, c, |ev| {
-            shard.counted(c.thread, ev);
-            n += 1;
+        dec.scan_counts(r, c, |ev, k| {
+            shard.counted(c.thread, ev, k);
+            n += k;
         })
         .map_err(|e| (n, e))
     })

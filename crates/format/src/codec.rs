@@ -786,7 +786,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
 }
 
 /// What the counts kernels need of one event: no addresses, no values, no stacks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Counted {
     /// A load/store or range: `bytes` is the size or the range length.
     Access {
@@ -845,21 +845,219 @@ impl Counted {
     }
 }
 
+/// Plain loads and stores of one chunk tallied by (code address, tag), so the
+/// counts scan touches one counter per event and its caller sees each distinct
+/// (pc, size, kind) once per chunk. Reused from chunk to chunk (one per decoding
+/// thread); empty between scans.
+///
+/// It also folds loops: the slot and start of the last [`RING`] accesses are kept,
+/// and when an access meets its (pc, tag) again within them, and the bytes that
+/// follow repeat the bytes since then, every repetition is counted at once. The
+/// fast path's decoding depends only on the bytes and the running code address,
+/// which is the same at both starts, so the repeats decode to the same accesses.
+#[derive(Debug, Default)]
+pub struct AccessTally {
+    /// Open addressing, linear probing; `tag == EMPTY` marks a free slot.
+    slots: Vec<TallySlot>,
+    /// Indices of the used slots, in first-seen order.
+    used: Vec<u32>,
+    /// (slot, start in the chunk) of access number `seq`, at `seq % RING`.
+    ring: Vec<(u32, usize)>,
+    /// Accesses folded in the current chunk.
+    folded: u64,
+    /// Whether the next chunk is scanned with folding.
+    fold_next: bool,
+    /// Chunks scanned without folding since the last try.
+    plain_chunks: u32,
+}
+
+/// Accesses remembered for loop folding.
+const RING: u64 = 64;
+const SKIP: u8 = 0;
+
+#[derive(Clone, Copy, Debug)]
+struct TallySlot {
+    pc: u64,
+    tag: u8,
+    count: u64,
+    /// Event number of this slot's last occurrence; `u64::MAX` for none.
+    last: u64,
+    /// Occurrences left before the next try at folding after one failed (loops
+    /// whose bytes do not repeat, e.g. data-dependent branches, stop paying for it).
+    skip: u8,
+}
+
+impl AccessTally {
+    /// Tags of plain accesses are at most 0x3f.
+    const EMPTY: u8 = 0xff;
+    const EMPTY_SLOT: TallySlot =
+        TallySlot { pc: 0, tag: Self::EMPTY, count: 0, last: u64::MAX, skip: 0 };
+
+    /// Counts one access of (pc, tag).
+    #[inline(always)]
+    fn add(&mut self, pc: u64, tag: u8) {
+        let mask = self.slots.len() - 1;
+        let mut i = Self::hash(pc, tag) & mask;
+        loop {
+            let s = &mut self.slots[i];
+            if s.pc == pc && s.tag == tag {
+                s.count += 1;
+                return;
+            }
+            if s.tag == Self::EMPTY {
+                let (i, _) = self.insert(i, pc, tag);
+                self.slots[i].count = 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The slot of (pc, tag), inserted with count 0 if new; `None` for the index
+    /// when the table grew (slot indices changed).
+    #[inline(always)]
+    fn find(&mut self, pc: u64, tag: u8) -> (usize, bool) {
+        // never empty here: `ready` runs before a scan; at most half full
+        let mask = self.slots.len() - 1;
+        let mut i = Self::hash(pc, tag) & mask;
+        loop {
+            let s = &self.slots[i];
+            if s.pc == pc && s.tag == tag {
+                return (i, false);
+            }
+            if s.tag == Self::EMPTY {
+                return self.insert(i, pc, tag);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Fills the free slot `i`; grows the table when half full.
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, i: usize, pc: u64, tag: u8) -> (usize, bool) {
+        self.slots[i] = TallySlot { pc, tag, count: 0, last: u64::MAX, skip: 0 };
+        self.used.push(i as u32);
+        if self.used.len() * 2 < self.slots.len() {
+            return (i, false);
+        }
+        self.grow();
+        let mask = self.slots.len() - 1;
+        let mut i = Self::hash(pc, tag) & mask;
+        while self.slots[i].pc != pc || self.slots[i].tag != tag {
+            i = (i + 1) & mask;
+        }
+        (i, true)
+    }
+
+    #[inline(always)]
+    fn hash(pc: u64, tag: u8) -> usize {
+        ((pc ^ u64::from(tag)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize
+    }
+
+    /// Makes room before a scan.
+    fn ready(&mut self) {
+        if self.slots.is_empty() {
+            self.slots = vec![Self::EMPTY_SLOT; 256];
+            self.ring = vec![(0, 0); RING as usize];
+            self.fold_next = true;
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let old: Vec<TallySlot> = self.used.iter().map(|&i| self.slots[i as usize]).collect();
+        self.slots = vec![Self::EMPTY_SLOT; self.slots.len() * 2];
+        self.used.clear();
+        let mask = self.slots.len() - 1;
+        for s in old {
+            let mut i = Self::hash(s.pc, s.tag) & mask;
+            while self.slots[i].tag != Self::EMPTY {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = s;
+            self.used.push(i as u32);
+        }
+    }
+
+    /// Hands every tallied access to `f` with its count and empties the tally.
+    fn drain(&mut self, f: &mut impl FnMut(Counted, u64)) {
+        for &i in &self.used {
+            let s = std::mem::replace(&mut self.slots[i as usize], Self::EMPTY_SLOT);
+            f(
+                Counted::Access {
+                    pc: Pc(s.pc),
+                    write: s.tag & tag::ACCESS_WRITE != 0,
+                    bytes: 1 << (s.tag & 7),
+                },
+                s.count,
+            );
+        }
+        self.used.clear();
+    }
+}
+
 impl<B: AsRef<[u8]>> Decoder<B> {
-    /// Scans the rest of the chunk for the counts kernels, calling `f` once per event
-    /// with its [`Counted`] view. Plain loads/stores (nearly every event) are parsed
-    /// without reconstructing their address or touching the prediction table, and no
-    /// [`Event`] is built for them; everything else takes the full decoder's path,
-    /// so errors are exactly the full decoder's. Returns the number of events; on an
-    /// error, `f` has seen every event before it.
-    pub fn scan_counts(&mut self, mut f: impl FnMut(Counted)) -> Result<u64, DecodeError> {
-        const NEED: usize = 1 + 2 * MAX_VARINT;
+    /// Scans the rest of the chunk for the counts kernels, calling `f` with the
+    /// [`Counted`] view of its events and how many times it occurred. Plain
+    /// loads/stores (nearly every event) are parsed without reconstructing their
+    /// address or touching the prediction table, tallied in `tally` and handed to
+    /// `f` once per distinct (pc, size, kind) at the end; function entries and
+    /// exits are counted the same way (one call each for the chunk); everything else takes the
+    /// full decoder's path, one call each, so errors are exactly the full decoder's.
+    /// Order is not kept. Returns the number of events; on an error, `f` has seen
+    /// every event before it.
+    pub fn scan_counts(
+        &mut self,
+        tally: &mut AccessTally,
+        mut f: impl FnMut(Counted, u64),
+    ) -> Result<u64, DecodeError> {
         if self.failed {
             return Ok(0);
         }
+        tally.ready();
+        let (mut enters, mut exits) = (0u64, 0u64);
+        // loop folding pays when the bytes repeat; chunks where it did not try
+        // again only now and then
+        let res = if tally.fold_next {
+            tally.folded = 0;
+            let r = self.scan_loop::<true>(tally, &mut f, &mut enters, &mut exits);
+            if let Ok(n) = r {
+                tally.fold_next = tally.folded * 4 >= n;
+            }
+            tally.plain_chunks = 0;
+            r
+        } else {
+            tally.plain_chunks += 1;
+            tally.fold_next = tally.plain_chunks >= 16;
+            self.scan_loop::<false>(tally, &mut f, &mut enters, &mut exits)
+        };
+        tally.drain(&mut f);
+        if enters > 0 {
+            f(Counted::Call, enters);
+        }
+        if exits > 0 {
+            f(Counted::Other, exits);
+        }
+        res
+    }
+
+    /// The scan of [`Decoder::scan_counts`], with or without loop folding.
+    #[inline(always)]
+    fn scan_loop<const FOLD: bool>(
+        &mut self,
+        tally: &mut AccessTally,
+        f: &mut impl FnMut(Counted, u64),
+        enters: &mut u64,
+        exits: &mut u64,
+    ) -> Result<u64, DecodeError> {
+        // the longest event of the fast path: a function entry (pc, call site, frame)
+        const NEED: usize = 1 + 3 * MAX_VARINT;
         let mut n = 0u64;
+        // the first event number loop folding may look back to
+        let mut ring_start = 0u64;
         let mut pc = self.pred.prev_pc;
-        loop {
+        let res = loop {
             let buf = self.buf.as_ref();
             // the fast path: every byte of the event present, no per-byte bounds checks
             if let Some(s) = buf.get(self.pos..self.pos + NEED) {
@@ -869,35 +1067,115 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                     if let Some((dpc, n1)) = varint_at(s, 1) {
                         // the address is skipped, but must be a well-formed varint
                         if let Some(n2) = varint_len_at(s, 1 + n1) {
+                            let start = self.pos;
+                            let pc_before = pc;
+                            pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                            if !FOLD {
+                                tally.add(pc, t);
+                                self.pos += 1 + n1 + n2;
+                                n += 1;
+                                continue;
+                            }
+                            let (i, grew) = tally.find(pc, t);
+                            if grew {
+                                ring_start = n;
+                            }
+                            let prev = tally.slots[i].last;
+                            if tally.slots[i].skip > 0 {
+                                tally.slots[i].skip -= 1;
+                            } else if prev < n && prev >= ring_start && n - prev <= RING {
+                                // accesses prev..n run from q to start and end where
+                                // they began: fold the repeats that follow
+                                let q = tally.ring[(prev % RING) as usize].1;
+                                let len = start - q;
+                                let reps = (repeat_len(buf, q, start) / len) as u64;
+                                if reps > 0 {
+                                    for k in prev..n {
+                                        let slot = tally.ring[(k % RING) as usize].0;
+                                        tally.slots[slot as usize].count += reps;
+                                    }
+                                    tally.folded += reps * (n - prev);
+                                    n += reps * (n - prev);
+                                    self.pos = start + reps as usize * len;
+                                    pc = pc_before;
+                                    // positions in the ring no longer line up
+                                    ring_start = n;
+                                    continue;
+                                }
+                                tally.slots[i].skip = SKIP;
+                            }
+                            let sl = &mut tally.slots[i];
+                            sl.count += 1;
+                            sl.last = n;
+                            tally.ring[(n % RING) as usize] = (i as u32, start);
                             self.pos += 1 + n1 + n2;
+                            n += 1;
+                            continue;
+                        }
+                    }
+                } else if t == tag::FUNC_ENTER || t == tag::FUNC_EXIT {
+                    // only counted: the call site and frame are checked, not kept
+                    if let Some((dpc, n1)) = varint_at(s, 1) {
+                        let rest = if t == tag::FUNC_ENTER {
+                            varint_len_at(s, 1 + n1)
+                                .and_then(|n2| Some(n2 + varint_len_at(s, 1 + n1 + n2)?))
+                        } else {
+                            Some(0)
+                        };
+                        if let Some(more) = rest {
+                            self.pos += 1 + n1 + more;
                             pc = pc.wrapping_add(unzigzag(dpc) as u64);
                             n += 1;
-                            f(Counted::Access {
-                                pc: Pc(pc),
-                                write: t & tag::ACCESS_WRITE != 0,
-                                bytes: 1 << (t & 7),
-                            });
+                            ring_start = n;
+                            if t == tag::FUNC_ENTER {
+                                *enters += 1;
+                            } else {
+                                *exits += 1;
+                            }
                             continue;
                         }
                     }
                 }
             } else if self.pos >= buf.len() {
-                break;
+                break Ok(n);
             }
             self.pred.prev_pc = pc;
             let r = self.next_slow();
             pc = self.pred.prev_pc;
-            match r? {
-                Some(e) => {
+            match r {
+                Ok(Some(e)) => {
                     n += 1;
-                    f(Counted::of(&e));
+                    ring_start = n;
+                    f(Counted::of(&e), 1);
                 }
-                None => break,
+                Ok(None) => break Ok(n),
+                Err(e) => break Err(e),
             }
-        }
+        };
         self.pred.prev_pc = pc;
-        Ok(n)
+        res
     }
+}
+
+/// How many bytes from `start` on repeat the bytes `start - q` earlier
+/// (`q < start`): the longest `m` with `buf[start + j] == buf[q + j]` for `j < m`.
+/// Zero unless at least 8 bytes repeat, so a failed try costs one comparison.
+#[inline(always)]
+fn repeat_len(buf: &[u8], q: usize, start: usize) -> usize {
+    let word = |i: usize| buf.get(i..i + 8).map(|w| u64::from_le_bytes(w.try_into().expect("8")));
+    match (word(q), word(start)) {
+        (Some(a), Some(b)) if a == b => {}
+        _ => return 0,
+    }
+    let (a, b) = (&buf[q..], &buf[start..]);
+    let mut m = 8;
+    while m + 32 <= b.len() && a[m..m + 32] == b[m..m + 32] {
+        m += 32;
+    }
+    while m < b.len() && a[m] == b[m] {
+        m += 1;
+    }
+    m
 }
 
 /// Length of the varint starting at `s[i]` (`i + MAX_VARINT <= s.len()`); `None`
@@ -950,6 +1228,76 @@ impl<B: AsRef<[u8]>> Iterator for Decoder<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    /// Loops whose bytes repeat are folded; the sums stay those of the decoder,
+    /// including across the breaks (a call, an atomic, a changed stride) and with
+    /// loop bodies of one to many accesses.
+    #[test]
+    fn folded_loops_count_like_the_decoder() {
+        let acc = |pc: u64, addr: u64, write: bool, size: u8| Event::Access {
+            pc: Pc(pc),
+            addr: Addr(addr),
+            size,
+            kind: if write { AccessKind::Write } else { AccessKind::Read },
+            atomic: false,
+            value: None,
+        };
+        let mut evs = Vec::new();
+        for i in 0..20_000u64 {
+            evs.push(acc(0x1000, 0x10_0000 + 8 * i, false, 8));
+            evs.push(acc(0x1008, 0x20_0000 + 4 * i, true, 4));
+            if i % 97 == 0 {
+                evs.push(Event::FuncEnter {
+                    pc: Pc(0x3000),
+                    call_site: Pc(0x1010),
+                    frame: Addr(0),
+                });
+                evs.push(Event::FuncExit { pc: Pc(0x3000) });
+            }
+            if i % 1000 == 0 {
+                evs.push(Event::Rmw {
+                    pc: Pc(0x1020),
+                    addr: Addr(0x30_0000),
+                    size: 8,
+                    op: RmwOp::FetchAdd,
+                    value: None,
+                });
+            }
+            // a body of 1 access, and one of 70 (longer than the ring)
+            if i % 5000 == 0 {
+                for k in 0..300 {
+                    evs.push(acc(0x2000, 0x40_0000 + 16 * k, false, 2));
+                }
+                for k in 0..3 {
+                    for j in 0..70 {
+                        evs.push(acc(0x5000 + 4 * j, 0x50_0000 + 8 * j + k, j % 3 == 0, 1));
+                    }
+                }
+            }
+            // the stride changes midway
+            if i == 12_345 {
+                evs.push(acc(0x1000, 0x70_0000, false, 8));
+            }
+        }
+        let mut enc = Encoder::new();
+        let mut buf = Vec::new();
+        for e in &evs {
+            enc.push(&mut buf, e);
+        }
+        let mut want: HashMap<Counted, u64> = HashMap::new();
+        for e in Decoder::new(&buf[..]) {
+            *want.entry(Counted::of(&e.unwrap())).or_default() += 1;
+        }
+        let mut tally = AccessTally::default();
+        let mut got: HashMap<Counted, u64> = HashMap::new();
+        let n = Decoder::new(&buf[..])
+            .scan_counts(&mut tally, |c, k| *got.entry(c).or_default() += k)
+            .unwrap();
+        assert_eq!(n, evs.len() as u64);
+        assert_eq!(got, want);
+        assert!(tally.folded > n / 2, "folded {} of {n}", tally.folded);
+    }
 
     fn sample() -> Vec<Event> {
         vec![

@@ -363,6 +363,7 @@ pub const BATCH: usize = 1024;
 pub struct ChunkDecoder {
     buf: PayloadBuf,
     batch: Vec<Event>,
+    tally: crate::codec::AccessTally,
 }
 
 impl ChunkDecoder {
@@ -400,20 +401,21 @@ impl ChunkDecoder {
     }
 
     /// Reads and verifies one chunk and scans it for the counts kernels (see
-    /// [`Decoder::scan_counts`]): no addresses, no [`Event`]s. Returns the number of
-    /// events. A corrupt chunk is an error after the events before the damage were
+    /// [`Decoder::scan_counts`]): no addresses, no [`Event`]s; `f` gets each distinct
+    /// plain access once with its count. Returns the number of events. A corrupt chunk is an error after the events before the damage were
     /// handed to `f`.
     pub fn scan_counts(
         &mut self,
         r: &TraceReader,
         c: &StreamChunk,
-        f: impl FnMut(crate::codec::Counted),
+        f: impl FnMut(crate::codec::Counted, u64),
     ) -> Result<u64, Error> {
         let ci =
             r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
         r.read_chunk_into(ci, &mut self.buf)?;
         let mut dec = Decoder::new(&self.buf.raw[..]);
-        dec.scan_counts(f).map_err(|e| Error::Decode { chunk_offset: ci.offset, source: e })
+        dec.scan_counts(&mut self.tally, f)
+            .map_err(|e| Error::Decode { chunk_offset: ci.offset, source: e })
     }
 }
 

@@ -82,6 +82,15 @@ fn arb_event() -> impl Strategy<Value = Event> {
     ]
 }
 
+/// Occurrences per distinct counted event.
+fn sums(evs: &[(codec::Counted, u64)]) -> std::collections::HashMap<codec::Counted, u64> {
+    let mut m = std::collections::HashMap::new();
+    for &(c, n) in evs {
+        *m.entry(c).or_default() += n;
+    }
+    m
+}
+
 fn sample_trace() -> Vec<u8> {
     let mut w = TraceWriter::new(std::io::Cursor::new(Vec::new()), 7, 1).unwrap();
     w.write_meta(&[MetaRecord::Process { pid: 7, exe: "/x".into(), argv: vec!["x".into()] }])
@@ -145,19 +154,26 @@ proptest! {
             enc.push(&mut buf, e);
         }
         // whole and cut short: the same events, then the same error
+        let mut tally = codec::AccessTally::default();
         for b in [&buf[..], &buf[..cut % (buf.len() + 1)]] {
             let mut full = Vec::new();
             let mut d = Decoder::new(b);
             let want_err = loop {
                 match d.next() {
-                    Ok(Some(e)) => full.push(codec::Counted::of(&e)),
+                    Ok(Some(e)) => full.push((codec::Counted::of(&e), 1)),
                     Ok(None) => break None,
                     Err(e) => break Some(e),
                 }
             };
+            // the scan tallies plain accesses: compare sums per distinct event
             let mut got = Vec::new();
-            let r = Decoder::new(b).scan_counts(|c| got.push(c));
-            prop_assert_eq!(&got, &full);
+            let r = Decoder::new(b).scan_counts(&mut tally, |c, n| got.push((c, n)));
+            prop_assert_eq!(sums(&got), sums(&full));
+            let total: u64 = got.iter().map(|&(_, n)| n).sum();
+            prop_assert_eq!(total, full.len() as u64);
+            if let Ok(n) = &r {
+                prop_assert_eq!(total, *n);
+            }
             prop_assert_eq!(r.err(), want_err);
         }
     }
@@ -165,7 +181,7 @@ proptest! {
     #[test]
     fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         for _ in Decoder::new(&bytes[..]) {}
-        let _ = Decoder::new(&bytes[..]).scan_counts(|_| {});
+        let _ = Decoder::new(&bytes[..]).scan_counts(&mut codec::AccessTally::default(), |_, _| {});
         let _ = MetaRecord::decode_all(&bytes);
     }
 
