@@ -494,6 +494,24 @@ pub(crate) fn global() {
     crate::record::clock(t);
 }
 
+/// In the child of `fork`, which has one thread: a stripe another parent thread
+/// held at the fork would never be released (the child would wait for it forever
+/// in `sync` mode, 0.5 s then steal it in `atomic` mode), so every stripe is freed.
+/// Clocks are kept, so the child's order stays after what it inherited. Only used
+/// stripes are visited, and only held ones written (no copy-on-write of the rest).
+pub(crate) fn after_fork_in_child(st: &ThreadState) {
+    if mode() == NONE {
+        return;
+    }
+    st.held.set([0; 8]);
+    let n = (MASK.load(Relaxed) + 1).min(MAX_LOCKS);
+    for s in STRIPES[..n].iter().chain(core::iter::once(&GLOBAL)) {
+        if s.lock.load(Relaxed) != 0 {
+            s.lock.store(0, Release);
+        }
+    }
+}
+
 /// The clock a new thread inherits from its creator (the creator ticks first).
 pub(crate) fn fork_clock() -> u64 {
     if mode() == NONE {

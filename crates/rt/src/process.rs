@@ -340,6 +340,7 @@ extern "C" fn atfork_child() {
     let st = ts();
     guard_on(st);
     FINISHING.store(false, SeqCst);
+    crate::order::after_fork_in_child(st);
     state::reset_after_fork(st);
     let opts = options::get();
     let modules = session()

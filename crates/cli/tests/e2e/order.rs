@@ -460,3 +460,34 @@ fn a_lock_held_by_a_blocked_thread_is_taken_over_and_reported() {
         assert_eq!(text.contains("line lock(s) taken over"), steals > 0, "{text}");
     }
 }
+
+/// A stripe another thread held at `fork` is freed in the child: the child's own
+/// atomic on that line neither hangs (`sync`) nor waits to take it over (`atomic`).
+#[test]
+fn a_forked_child_does_not_wait_for_stripes_held_at_the_fork() {
+    let dir = scratch("order-fork");
+    let exe = build(Cc::Gcc, "fork_stripes.c", &dir, &[]);
+    let src = "fork_stripes.c";
+    for mode in ["atomic", "sync"] {
+        let trace = dir.join(format!("{mode}.trace"));
+        let (t, e) = (trace.to_str().unwrap(), exe.to_str().unwrap());
+        // a child stuck on a stripe would hang the test: bound it
+        let out = std::process::Command::new("timeout")
+            .arg("120")
+            .arg(memlens())
+            .args(["record", "-q", "--order", mode, "-o", t, "--", e])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "record --order {mode}: {:?} {}", out.status, stderr(&out));
+        assert_eq!(stdout(&out).trim(), "children=5", "--order {mode}");
+        let i = info(&trace);
+        let children = i["children"].as_array().unwrap();
+        assert_eq!(children.len(), 5, "{i}");
+        for c in children {
+            let child = Path::new(c["trace"].as_str().unwrap());
+            assert_eq!(info(child)["order_steals"], 0, "--order {mode}: {}", child.display());
+            let rows = report(child, "line");
+            assert_eq!(at_line(&rows, src, line_of(src, "child-rmw"), "loads"), 1, "{mode}");
+        }
+    }
+}
