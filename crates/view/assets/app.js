@@ -26,7 +26,7 @@
     file: null,
   };
   const hooks = {
-    ready: false, rowsDrawn: 0, linesDrawn: 0, highlighted: 0, level: -1, firstPaintMs: 0, lastRedrawMs: 0, draws: 0,
+    ready: false, rowsDrawn: 0, linesDrawn: 0, highlighted: 0, level: -1, firstPaintMs: 0, lastRedrawMs: 0, lastPreviewMs: 0, previewLevel: -1, previews: 0, draws: 0,
     lastLoadMs: 0, lastMapMs: 0, lastFlameMs: 0,
   };
   window.memlens = hooks;
@@ -89,6 +89,7 @@
       p = api("api/tiles", { level, b0, b1, mode, fields: "draw" }).then((r) => r.arrayBuffer()).then((buf) => {
         const T = parseDraw(buf, level, bs);
         T.query = { level, b0, b1, mode };
+        p.T = T; // settled: a preview may draw it without waiting
         return T;
       });
       p.catch(() => chunkCache.delete(key));
@@ -119,6 +120,30 @@
     const cs = [];
     for (let c = Math.floor(b0 / CHUNK); c * CHUNK < Math.max(b1, b0 + 1); c++) cs.push(c);
     return { b0, b1, cs };
+  }
+
+  // Chunks of `level` covering [t0, t1) that have arrived, or null if one is missing.
+  function cachedAt(level, t0, t1, mode) {
+    const { b0, b1, cs } = chunksFor(level, t0, t1);
+    const chunks = [];
+    for (const c of cs) {
+      const p = chunkCache.get(level + ":" + c + ":" + mode);
+      if (!p || !p.T) return null;
+      chunks.push(p.T);
+    }
+    return { key: level + ":" + b0 + ":" + b1 + ":" + mode, level, bsize: meta.levels[level].bucket, chunks };
+  }
+  // For a view whose tiles are not all here: the finest coarser level that is (a zoom
+  // in has the level it came from; a zoom out or a jump often has the prefetched
+  // coarser one). Drawn at once, then replaced when the right tiles land.
+  function previewTiles() {
+    const level = pickLevel($("map").clientWidth || 800);
+    if (cachedAt(level, st.t0, st.t1, st.ymode)) return null;
+    for (let l = level + 1; l < meta.levels.length; l++) {
+      const T = cachedAt(l, st.t0, st.t1, st.ymode);
+      if (T) { T.preview = true; return T; }
+    }
+    return null;
   }
 
   let fetchSeq = 0;
@@ -357,7 +382,17 @@
   async function redraw() {
     const t = performance.now();
     const my = (pending = {});
-    await Promise.all([loadTiles(), loadSpans()]);
+    const pv = previewTiles();
+    const loads = Promise.all([loadTiles(), loadSpans()]);
+    hooks.lastPreviewMs = 0;
+    if (pv) {
+      // coarse frame first (the map and the flame chart on the new time axis)
+      st.tiles = pv;
+      drawMap();
+      drawFlame();
+      hooks.lastPreviewMs = performance.now() - t; hooks.previewLevel = pv.level; hooks.previews++;
+    }
+    await loads;
     if (my !== pending) return;
     // Where a redraw's time goes (bench/perf.py prints it): fetch + decode, map pixels, flame.
     const tl = performance.now();
@@ -432,6 +467,10 @@
   hooks.flameFunctions = () => hooks._flameNames || [];
   hooks.flameLanes = () => ({ lanes: hooks._flameLanes || [], canvasHeight: $("flame").clientHeight });
   hooks.view = () => ({ t0: st.t0, t1: st.t1, ymode: st.ymode });
+  // Tests: drop the cached chunks of levels finer than `level` (a zoom then has to fetch).
+  hooks.forgetFinerThan = (level) => {
+    for (const k of [...chunkCache.keys()]) if (+k.split(":")[0] < level) chunkCache.delete(k);
+  };
   hooks.setView = async (t0, t1) => { st.t0 = t0; st.t1 = t1; await redraw(); return hooks.lastRedrawMs; };
   hooks.setYMode = async (m) => { st.ymode = m; $("ymode").value = m; await redraw(); return hooks.rowsDrawn; };
 

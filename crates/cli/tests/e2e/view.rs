@@ -546,3 +546,57 @@ fn viewer_source_columns_show_cache_misses_and_follow_the_time_filter() {
     assert_eq!(v.cols(load_b)[0..4], ["0", "0", "0", "0"]);
     eprintln!("screenshots in {}", dir.display());
 }
+
+/// A zoom to tiles that are not here yet draws the cached coarser level at once,
+/// then the right level: the final frame is pixel for pixel the one drawn directly.
+#[test]
+fn viewer_draws_a_coarse_frame_first_then_the_fine_one() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("view-zoom");
+    let exe = build(Cc::Gcc, "viewer_zoom.c", &dir, &[]);
+    let trace = dir.join("z.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    let v = Viewer::open(&trace);
+    let b = &v.b;
+    let ops = b.js("return memlens.meta.ops").as_u64().unwrap();
+    assert!(ops > 200_000, "{ops} operations");
+    let whole = b.js("return memlens.level").as_i64().unwrap();
+    assert!(whole >= 1, "the whole trace is drawn from a coarser level: {whole}");
+    // a window of 600 operations a third of the way in: drawn from the finest level
+    let (t0, t1) = (ops / 3, ops / 3 + 600);
+    // the map's pixels, hashed, with what drew them
+    let frame = "const c = document.getElementById('map'); const d = c.getContext('2d')
+        .getImageData(0, 0, c.width, c.height).data; let h = 0;
+        for (let i = 0; i < d.length; i++) h = (Math.imul(h, 31) + d[i]) | 0;
+        return [memlens.previews - n, memlens.level, memlens.rowsDrawn, memlens.linesDrawn, h];";
+    let zoom = |forget: bool| {
+        let f = if forget { format!("memlens.forgetFinerThan({whole});") } else { String::new() };
+        b.js_async(&format!(
+            "const done = arguments[0]; {f} const n = memlens.previews;
+             memlens.setView({t0}, {t1}).then(() => done((() => {{ {frame} }})()));"
+        ))
+    };
+    let fresh = zoom(true);
+    assert_eq!(fresh[0], json!(1), "one coarse frame first: {fresh}");
+    assert!(b.js("return memlens.previewLevel").as_i64().unwrap() >= whole);
+    assert_eq!(fresh[1], json!(0), "then the finest level: {fresh}");
+    assert!(fresh[3].as_u64().unwrap() > 0, "{fresh}");
+    eprintln!(
+        "coarse frame {} ms, fine frame {} ms",
+        b.js("return memlens.lastPreviewMs"),
+        b.js("return memlens.lastRedrawMs")
+    );
+    b.screenshot(&dir.join("01-zoomed.png"));
+    // The same view again from the cache: no coarse frame, the same pixels.
+    v.idle();
+    let cached = zoom(false);
+    assert_eq!(cached[0], json!(0), "{cached}");
+    assert_eq!(
+        cached.as_array().unwrap()[1..],
+        fresh.as_array().unwrap()[1..],
+        "{fresh} vs {cached}"
+    );
+}
