@@ -41,13 +41,17 @@ try:
         c = a + (b - a) * 0.6; a, b = int(c - (c - a) * 0.8), int(c + (b - c) * 0.8); views.append((a, b))
     for _ in range(4):
         d = (b - a) // 4; a, b = a + d, b + d; views.append((a, b))
-    worst = 0
+    worst = worst_first = 0
     for (a, b) in views:
         if pause: time.sleep(pause)
-        ms = jsa(f"const d = arguments[0]; memlens.setView({a}, {b}).then(ms => d([ms, memlens.level, memlens.rowsDrawn, memlens.lastLoadMs, memlens.lastMapMs, memlens.lastFlameMs]))")
+        ms = jsa(f"const d = arguments[0]; memlens.setView({a}, {b}).then(ms => d([ms, memlens.level, memlens.rowsDrawn, memlens.lastLoadMs, memlens.lastMapMs, memlens.lastFlameMs, memlens.lastPreviewMs, memlens.previewLevel]))")
         worst = max(worst, ms[0])
-        print("view %d..%d: redraw %.0f ms (level %d, %d rows; fetch+decode %.0f, map %.0f, flame %.0f)" % (a, b, *ms))
-    print("worst redraw %.0f ms (pause %.2f s)" % (worst, pause))
+        # the first frame on screen: the coarse one when the tiles had to be fetched
+        first = ms[6] if ms[6] > 0 else ms[0]
+        worst_first = max(worst_first, first)
+        pv = (", coarse frame %.0f ms from level %d" % (ms[6], ms[7])) if ms[6] > 0 else ""
+        print("view %d..%d: redraw %.0f ms (level %d, %d rows; fetch+decode %.0f, map %.0f, flame %.0f)%s" % (a, b, *ms[:6], pv))
+    print("worst redraw %.0f ms, worst first frame %.0f ms (pause %.2f s)" % (worst, worst_first, pause))
     print("server after the session:", rss())
     req("DELETE", f"/session/{sid}")
 finally:
