@@ -286,8 +286,10 @@ impl DataCounters {
         let c = &mut self.arena[base..base + self.stride];
         c[0] += 1;
         c[1] += u64::from(write);
-        for m in &mut c[2..2 + level.min(self.levels)] {
-            *m += 1;
+        // a fixed trip count (the levels), not one that depends on the outcome: the
+        // outcome's branch would be mispredicted on every miss
+        for (l, m) in c[2..].iter_mut().enumerate() {
+            *m += u64::from(level > l);
         }
     }
 
