@@ -241,22 +241,38 @@ pub fn merge_file_order(path: &Path, out: impl Write) -> Result<FileOrderStats> 
 
 /// The functions traced with `record --trace-calls`, by runtime entry address, from
 /// the `trace_calls` option (`<vaddr> <pad vaddr> <name>` lines in the executable's
-/// file addresses) and the executable's load bias.
+/// file addresses, then those of the shared library named by each `@<path>` line)
+/// and the modules' load biases.
 fn traced_functions(r: &memlens_format::TraceReader) -> HashMap<u64, String> {
     let m = r.meta();
     let Some((_, spec)) = m.options.iter().rev().find(|(k, _)| k == "trace_calls") else {
         return HashMap::new();
     };
-    let bias =
+    let exe_bias =
         m.modules.iter().find(|md| md.path == m.exe).or(m.modules.first()).map_or(0, |md| md.bias);
-    spec.lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ' ');
-            let a = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _pad = f.next()?;
-            Some((a.wrapping_add(bias), f.next()?.to_string()))
-        })
-        .collect()
+    let lib_bias = |path: &str| {
+        let want = std::fs::canonicalize(path).ok();
+        m.modules
+            .iter()
+            .find(|md| {
+                md.path == path || (want.is_some() && std::fs::canonicalize(&md.path).ok() == want)
+            })
+            .map(|md| md.bias)
+    };
+    let mut bias = Some(exe_bias);
+    let mut out = HashMap::new();
+    for l in spec.lines() {
+        if let Some(path) = l.strip_prefix('@') {
+            bias = lib_bias(path);
+            continue;
+        }
+        let Some(b) = bias else { continue };
+        let mut f = l.splitn(3, ' ');
+        let (Some(a), Some(_pad), Some(name)) = (f.next(), f.next(), f.next()) else { continue };
+        let Ok(a) = u64::from_str_radix(a, 16) else { continue };
+        out.insert(a.wrapping_add(b), name.to_string());
+    }
+    out
 }
 
 /// Converts events to atomic-memory-trace lines. `tid` is the id the thread gave

@@ -109,20 +109,88 @@ pub(crate) fn patch_pad(code: &[u8]) -> Option<u64> {
     (pad == [0x90; 5] || pad[..4] == [0x0f, 0x1f, 0x44, 0x00]).then_some(skip as u64)
 }
 
-/// `MEMLENS_TRACE_CALLS` for the listed functions of `exe`: lines
-/// `<function vaddr> <pad vaddr> <name>` (hex file addresses; see the runtime's
-/// `calls.rs`). A name matches a symbol's raw or demangled name, or the demangled
-/// name without its parameter list; every match is traced (static functions may
-/// share a name).
+/// `MEMLENS_TRACE_CALLS` for the listed functions of `exe` and of the shared
+/// libraries it loads: lines `<function vaddr> <pad vaddr> <name>` (hex file
+/// addresses; see the runtime's `calls.rs`), the executable's first, then per
+/// library an `@<canonical path>` line followed by its functions. A name matches a
+/// symbol's raw or demangled name, or the demangled name without its parameter
+/// list; every match is traced (static functions may share a name). A library
+/// match without a pad (a system library's function of the same name) is skipped.
 fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
-    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
     let names = read_function_list(list)?;
-    let data = std::fs::read(exe).with_context(|| format!("cannot read {}", exe.display()))?;
-    let file = object::File::parse(&*data)
-        .with_context(|| format!("{} is not a readable ELF file", exe.display()))?;
+    let mut found = vec![0usize; names.len()];
+    let mut unpadded: Vec<Option<PathBuf>> = vec![None; names.len()];
     let mut spec = String::new();
-    for name in &names {
-        let mut found = 0;
+    for (i, m) in module_functions(exe, &names)? {
+        match m {
+            Some(line) => {
+                spec.push_str(&line);
+                found[i] += 1;
+            }
+            None => bail!(
+                "function {} in {} has no patchable entry; rebuild it with `memlens cc` (which compiles with -fpatchable-function-entry=5)",
+                names[i],
+                exe.display()
+            ),
+        }
+    }
+    for lib in shared_libraries(exe) {
+        let Ok(fns) = module_functions(&lib, &names) else { continue };
+        let mut head = false;
+        for (i, m) in fns {
+            let Some(line) = m else {
+                unpadded[i].get_or_insert(lib.clone());
+                continue;
+            };
+            if !head {
+                spec.push_str(&format!("@{}\n", lib.display()));
+                head = true;
+            }
+            spec.push_str(&line);
+            found[i] += 1;
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        if found[i] > 0 {
+            continue;
+        }
+        if let Some(lib) = &unpadded[i] {
+            bail!(
+                "function {name} in {} has no patchable entry; rebuild it with `memlens cc -shared` (which compiles with -fpatchable-function-entry=5)",
+                lib.display()
+            );
+        }
+        bail!(
+            "function {name} (from {}) is not in the symbol table of {} or of its shared libraries",
+            list.display(),
+            exe.display()
+        );
+    }
+    Ok(spec)
+}
+
+/// The shared libraries `exe` loads at start-up, canonical paths, as `ldd` lists
+/// them (none when `ldd` is missing or fails).
+fn shared_libraries(exe: &Path) -> Vec<PathBuf> {
+    let Ok(out) = Command::new("ldd").arg(exe).output() else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let path = l.split("=>").nth(1)?.split(" (").next()?.trim();
+            path.starts_with('/').then(|| std::fs::canonicalize(path).ok()).flatten()
+        })
+        .collect()
+}
+
+/// The defined functions of the ELF file `path` named in `names`: per match the
+/// index of the name and its spec line, or `None` when it has no patchable entry.
+fn module_functions(path: &Path, names: &[String]) -> Result<Vec<(usize, Option<String>)>> {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not a readable ELF file", path.display()))?;
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
         let mut seen = std::collections::BTreeSet::new();
         for sym in file.symbols().chain(file.dynamic_symbols()) {
             if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.size() == 0 {
@@ -142,25 +210,11 @@ fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
                     let d = s.data().ok()?;
                     d.get((sym.address() - s.address()) as usize..)
                 });
-            let Some(skip) = code.and_then(patch_pad) else {
-                bail!(
-                    "function {name} in {} has no patchable entry; rebuild it with `memlens cc` (which compiles with -fpatchable-function-entry=5)",
-                    exe.display()
-                );
-            };
             let a = sym.address();
-            spec.push_str(&format!("{a:x} {:x} {name}\n", a + skip));
-            found += 1;
-        }
-        if found == 0 {
-            bail!(
-                "function {name} (from {}) is not in the symbol table of {}",
-                list.display(),
-                exe.display()
-            );
+            out.push((i, code.and_then(patch_pad).map(|skip| format!("{a:x} {:x} {name}\n", a + skip))));
         }
     }
-    Ok(spec)
+    Ok(out)
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

@@ -17,7 +17,11 @@
 //! the executable's file addresses. The same text is kept as the trace option
 //! `trace_calls`, from which `dump --format amt` names the functions.
 //!
-//! Limits: only functions of the executable; a C++ exception unwinding through a
+//! Lines after `@<path>` are functions of that shared library (built with `memlens
+//! cc -shared`): its pads call a `jmp fentry` stub mapped within 2 GiB of it.
+//!
+//! Limits: only the executable and the libraries loaded at start-up (not
+//! `dlopen`ed ones); a C++ exception unwinding through a
 //! traced call finds no unwind information for `fret` and terminates the program;
 //! frames left by `longjmp` are dropped (no return event) when the stack moves
 //! past them; allocation stacks and `FuncEnter` call sites of traced functions see
@@ -59,12 +63,23 @@ pub(crate) struct Frame {
 /// Open traced calls per thread.
 pub(crate) const CALLS_CAP: usize = 4096;
 
-/// Parses `MEMLENS_TRACE_CALLS` and patches the listed functions of the executable
-/// (load bias `bias`). Called once at start-up, before `main`. Returns how many
-/// were patched.
-pub(crate) fn install(spec: &str, bias: u64) -> usize {
+/// Parses `MEMLENS_TRACE_CALLS` and patches the listed functions. Lines before any
+/// `@<path>` line are in the executable's file addresses (load bias `bias`); lines
+/// after `@<path>` in those of the shared library at that (canonical) path, whose
+/// bias `modules` gives (`(path, bias)` of every mapped module). Called once at
+/// start-up, before `main`. Returns how many were patched.
+pub(crate) fn install(spec: &str, bias: u64, modules: &[(String, u64)]) -> usize {
     let mut targets = Vec::new();
+    let mut cur = Some(bias);
     for line in spec.lines() {
+        if let Some(path) = line.strip_prefix('@') {
+            cur = module_bias(path, modules);
+            if cur.is_none() {
+                sys::warn(&["trace-calls: ", path, " is not loaded; its functions are not traced"]);
+            }
+            continue;
+        }
+        let Some(bias) = cur else { continue };
         let mut f = line.split_whitespace();
         let (Some(func), Some(pad)) = (f.next(), f.next()) else { continue };
         let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
@@ -73,7 +88,7 @@ pub(crate) fn install(spec: &str, bias: u64) -> usize {
             continue;
         };
         let (func, pad) = (func.wrapping_add(bias), pad.wrapping_add(bias));
-        // SAFETY: the CLI found this pad inside the executable's text.
+        // SAFETY: the CLI found this pad inside the module's text.
         if unsafe { patch(pad) } {
             targets.push(Target { pad_end: pad + 5, func });
         } else {
@@ -88,6 +103,67 @@ pub(crate) fn install(spec: &str, bias: u64) -> usize {
         FRET.store(fret as *const () as usize, Relaxed);
     }
     n
+}
+
+/// The bias of the mapped module whose path is `path` (the CLI writes canonical
+/// paths; the loader's may go through symbolic links or `..`).
+fn module_bias(path: &str, modules: &[(String, u64)]) -> Option<u64> {
+    let canon = |p: &str| std::fs::canonicalize(p).ok();
+    let want = canon(path);
+    modules.iter().find(|(p, _)| p == path || (want.is_some() && canon(p) == want)).map(|m| m.1)
+}
+
+/// Stubs `jmp [rip]; .quad fentry`, 16 bytes each, in pages mapped near the
+/// shared libraries whose functions are traced (start-up only, one thread).
+static STUBS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// A stub jumping to `fentry` within ±2 GiB of `pad` (a `call rel32` reaches it).
+fn trampoline_near(pad: u64) -> Option<u64> {
+    let ok = |s: u64| (s as i64).wrapping_sub(pad as i64 + 5).unsigned_abs() < (1 << 31) - 4096;
+    let mut stubs = STUBS.lock().ok()?;
+    if let Some(&s) = stubs.iter().find(|&&s| ok(s)) {
+        return Some(s);
+    }
+    const PAGE: u64 = 4096;
+    // Libraries are mapped top-down, so the room below them is usually free; the
+    // address is a hint, checked after the call.
+    for k in 1..32u64 {
+        let hint = (pad & !(PAGE - 1)).checked_sub(k * (32 << 20))?;
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let m = unsafe {
+            libc::mmap(
+                hint as *mut libc::c_void,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if m == libc::MAP_FAILED {
+            continue;
+        }
+        let at = m as u64;
+        if !ok(at) {
+            // SAFETY: the mapping made just above.
+            unsafe { libc::munmap(m, PAGE as usize) };
+            continue;
+        }
+        let mut code = [0u8; 16];
+        code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+        code[6..14].copy_from_slice(&(fentry as *const () as usize as u64).to_le_bytes());
+        // SAFETY: the page is ours, writable, then made read-execute.
+        unsafe {
+            core::ptr::copy_nonoverlapping(code.as_ptr(), m.cast::<u8>(), code.len());
+            if libc::mprotect(m, PAGE as usize, libc::PROT_READ | libc::PROT_EXEC) != 0 {
+                libc::munmap(m, PAGE as usize);
+                return None;
+            }
+        }
+        stubs.push(at);
+        return Some(at);
+    }
+    None
 }
 
 /// The NOP pads `-fpatchable-function-entry=5` leaves: gcc's five `nop`s, clang's
@@ -105,8 +181,16 @@ unsafe fn patch(pad: u64) -> bool {
     if !is_pad(&cur) {
         return false;
     }
-    let rel = (fentry as *const () as usize as i64).wrapping_sub(pad as i64 + 5);
-    let Ok(rel) = i32::try_from(rel) else { return false };
+    let near = |to: u64| i32::try_from((to as i64).wrapping_sub(pad as i64 + 5)).ok();
+    // The runtime lives in the executable; a shared library is usually more than
+    // 2 GiB away, so its pads call a `jmp fentry` stub mapped near it instead.
+    let rel = match near(fentry as *const () as usize as u64) {
+        Some(r) => r,
+        None => match trampoline_near(pad).and_then(near) {
+            Some(r) => r,
+            None => return false,
+        },
+    };
     let mut code = [0xe8u8; 5];
     code[1..].copy_from_slice(&rel.to_le_bytes());
     write_text(pad as usize, &code)

@@ -121,10 +121,16 @@ fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
         FILTER_ON.store(true, SeqCst);
     }
     let exe_bias = modules.first().map_or(0, |m| m.bias);
+    let libs: Vec<(String, u64)> = match &opts.trace_calls {
+        Some(spec) if spec.contains('@') => {
+            modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
+        }
+        _ => Vec::new(),
+    };
     match Session::start(opts, base, owner, modules) {
         Ok(_) => {
             if let Some(spec) = &opts.trace_calls {
-                crate::calls::install(spec, exe_bias);
+                crate::calls::install(spec, exe_bias, &libs);
             }
             crate::order::configure(
                 opts.order,

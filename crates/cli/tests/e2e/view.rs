@@ -5,7 +5,7 @@ use crate::util::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -165,6 +165,20 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// Builds `src` with gcc and records it into `t.trace` in a scratch directory `name`;
+/// `None` when no browser can run the test.
+fn browser_trace(name: &str, src: &str) -> Option<(PathBuf, PathBuf)> {
+    if !browser_available() {
+        return None;
+    }
+    let dir = scratch(name);
+    let exe = build(Cc::Gcc, src, &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    Some((dir, trace))
 }
 
 fn free_port() -> u16 {
@@ -428,14 +442,9 @@ fn viewer_draws_the_map_hovers_highlights_and_shows_the_flame_chart() {
 
 #[test]
 fn viewer_shows_one_flame_lane_per_thread_with_its_functions() {
-    if !browser_available() {
+    let Some((dir, trace)) = browser_trace("view-threads", "threads.c") else {
         return;
-    }
-    let dir = scratch("view-threads");
-    let exe = build(Cc::Gcc, "threads.c", &dir, &[]);
-    let trace = dir.join("t.trace");
-    let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    };
     // From the trace: the functions each thread entered.
     let mut want: std::collections::BTreeMap<u64, std::collections::BTreeSet<String>> =
         Default::default();
@@ -472,14 +481,9 @@ fn viewer_shows_one_flame_lane_per_thread_with_its_functions() {
 
 #[test]
 fn viewer_source_columns_show_cache_misses_and_follow_the_time_filter() {
-    if !browser_available() {
+    let Some((dir, trace)) = browser_trace("view-cachesim", "viewer.c") else {
         return;
-    }
-    let dir = scratch("view-cachesim");
-    let exe = build(Cc::Gcc, "viewer.c", &dir, &[]);
-    let trace = dir.join("c.trace");
-    let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    };
     let src = "viewer.c";
     let (store_a, load_b) = (line_of(src, "store-a"), line_of(src, "load-b"));
     // The cache simulation, with its per-access annotation next to the trace.
@@ -551,14 +555,9 @@ fn viewer_source_columns_show_cache_misses_and_follow_the_time_filter() {
 /// then the right level: the final frame is pixel for pixel the one drawn directly.
 #[test]
 fn viewer_draws_a_coarse_frame_first_then_the_fine_one() {
-    if !browser_available() {
+    let Some((dir, trace)) = browser_trace("view-zoom", "viewer_zoom.c") else {
         return;
-    }
-    let dir = scratch("view-zoom");
-    let exe = build(Cc::Gcc, "viewer_zoom.c", &dir, &[]);
-    let trace = dir.join("z.trace");
-    let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    };
     let v = Viewer::open(&trace);
     let b = &v.b;
     let ops = b.js("return memlens.meta.ops").as_u64().unwrap();
