@@ -211,7 +211,10 @@ fn module_functions(path: &Path, names: &[String]) -> Result<Vec<(usize, Option<
                     d.get((sym.address() - s.address()) as usize..)
                 });
             let a = sym.address();
-            out.push((i, code.and_then(patch_pad).map(|skip| format!("{a:x} {:x} {name}\n", a + skip))));
+            out.push((
+                i,
+                code.and_then(patch_pad).map(|skip| format!("{a:x} {:x} {name}\n", a + skip)),
+            ));
         }
     }
     Ok(out)

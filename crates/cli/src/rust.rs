@@ -16,6 +16,8 @@
 //!   the program never names the runtime. `force:` is behind `-Z unstable-options`,
 //!   so only these rustc invocations run with `RUSTC_BOOTSTRAP=1`; nothing else
 //!   about the build changes.
+//! - `-Z patchable-function-entry=5` (also behind `RUSTC_BOOTSTRAP=1`): the NOP
+//!   pad `record --trace-calls` patches, as `memlens cc` leaves in C code.
 
 use crate::runtime::Runtime;
 use anyhow::{bail, Context, Result};
@@ -100,6 +102,10 @@ pub fn wrapper(args: Vec<String>) -> Result<i32> {
     // `rustc -vV` and `--print` probes pass through untouched.
     if target && !host_only && !has("-vV") && !rest.iter().any(|a| a == "--print") {
         cmd.args(instrument_flags());
+        // A 5-byte NOP pad at every function entry, as `memlens cc` gives C, so
+        // `record --trace-calls` can patch Rust functions too (a `-Z` flag, hence
+        // RUSTC_BOOTSTRAP).
+        cmd.args(["-Z", "patchable-function-entry=5"]).env("RUSTC_BOOTSTRAP", "1");
         if !rest.iter().any(|a| a.starts_with("debuginfo=") || a == "-g") {
             cmd.args(["-C", "debuginfo=2"]);
         }

@@ -127,3 +127,103 @@ fn unknown_traced_function_is_a_clear_error() {
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.contains("no_such_function") && e.contains("symbol table"), "{e}");
 }
+
+#[test]
+fn functions_of_shared_libraries_are_traced() {
+    let dir = scratch("calls-lib");
+    let list = dir.join("functions.txt");
+    std::fs::write(&list, "lib_mix\nlib_sum\n").unwrap();
+    let p = programs();
+    for cc in Cc::all() {
+        let lib = dir.join(format!("{cc:?}")).join("libtraced.so");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        let d = lib.parent().unwrap().to_str().unwrap();
+        let src = p.join("libtraced.c");
+        let l = lib.to_str().unwrap();
+        memlens_cc(cc, false, &["-O2", "-shared", "-fPIC", src.to_str().unwrap(), "-o", l]);
+        let exe = dir.join(format!("tracelib-{cc:?}"));
+        let rpath = format!("-Wl,-rpath,{d}");
+        let main = p.join("tracelib.c");
+        let e = exe.to_str().unwrap();
+        memlens_cc(
+            cc,
+            false,
+            &["-O2", main.to_str().unwrap(), "-L", d, "-ltraced", &rpath, "-o", e],
+        );
+        let trace = dir.join(format!("{cc:?}.trace"));
+        let out = run_memlens(&[
+            "record",
+            "-q",
+            "--trace-calls",
+            list.to_str().unwrap(),
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            e,
+            "5",
+        ]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "mix 555 sum 15\n", "{cc:?}");
+        let got = calls(&amt(&trace));
+        // (kind, name, numbers): lib_mix(5, 6, -5) = 555, lib_sum(5) = 15.
+        let seq: Vec<(&str, &str, u64)> =
+            got.iter().map(|c| (c.1.as_str(), c.2.as_str(), c.4[0])).collect();
+        assert_eq!(
+            seq,
+            vec![
+                ("fc", "lib_mix", 5),
+                ("fr", "lib_mix", 555),
+                ("fc", "lib_sum", 5),
+                ("fr", "lib_sum", 15)
+            ],
+            "{cc:?}"
+        );
+        assert_eq!(got[0].4, vec![5, 6, 5u64.wrapping_neg()], "{cc:?}: lib_mix's arguments");
+        assert!(got.iter().all(|c| c.0 == 0 && c.3 == got[0].3), "{cc:?}: {got:?}");
+    }
+}
+
+#[test]
+fn functions_of_rust_programs_are_traced() {
+    require_runtime();
+    let dir = scratch("calls-rust");
+    // Build a copy, so the source tree stays clean.
+    let proj = dir.join("rscalls");
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    let src = programs().join("rscalls");
+    std::fs::copy(src.join("Cargo.toml"), proj.join("Cargo.toml")).unwrap();
+    std::fs::copy(src.join("src/main.rs"), proj.join("src/main.rs")).unwrap();
+    let out = std::process::Command::new(memlens())
+        .args(["cargo", "build", "--release", "--quiet"])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cargo failed:\n{}", stderr(&out));
+    let exe = proj.join("target/memlens/x86_64-unknown-linux-gnu/release/rscalls");
+    let list = dir.join("functions.txt");
+    std::fs::write(&list, "rs_mix\nrs_sum\n").unwrap();
+    let trace = dir.join("t.trace");
+    let out = run_memlens(&[
+        "record",
+        "-q",
+        "--trace-calls",
+        list.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "mix 555 sum 15\n");
+    let got = calls(&amt(&trace));
+    let seq: Vec<(&str, &str, u64)> =
+        got.iter().map(|c| (c.1.as_str(), c.2.as_str(), c.4[0])).collect();
+    assert_eq!(
+        seq,
+        vec![("fc", "rs_mix", 5), ("fr", "rs_mix", 555), ("fc", "rs_sum", 5), ("fr", "rs_sum", 15)]
+    );
+    assert_eq!(got[0].4, vec![5, 6, 5u64.wrapping_neg()], "rs_mix's arguments");
+}
