@@ -19,6 +19,12 @@ fn calls(amt: &str) -> Vec<(i64, String, String, u64, Vec<u64>)> {
         .collect()
 }
 
+/// `memlens record -q --trace-calls LIST -o TRACE -- EXE ARG`.
+fn record_calls(list: &Path, trace: &Path, exe: &Path, arg: &str) -> std::process::Output {
+    let (l, t, e) = (list.to_str().unwrap(), trace.to_str().unwrap(), exe.to_str().unwrap());
+    run_memlens(&["record", "-q", "--trace-calls", l, "-o", t, "--", e, arg])
+}
+
 fn amt(trace: &Path) -> String {
     let out = run_memlens(&["dump", "--merged", "--format", "amt", trace.to_str().unwrap()]);
     assert!(out.status.success(), "dump: {}", stderr(&out));
@@ -33,17 +39,7 @@ fn listed_functions_are_traced_with_arguments_and_return_values() {
     for cc in Cc::all() {
         let exe = build(cc, "traced.c", &dir, &[]);
         let trace = dir.join(format!("{cc:?}.trace"));
-        let out = run_memlens(&[
-            "record",
-            "-q",
-            "--trace-calls",
-            list.to_str().unwrap(),
-            "-o",
-            trace.to_str().unwrap(),
-            "--",
-            exe.to_str().unwrap(),
-            "3",
-        ]);
+        let out = record_calls(&list, &trace, &exe, "3");
         assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
         assert_eq!(stdout(&out), "sum 66\n", "{cc:?}");
         let got = calls(&amt(&trace));
@@ -151,17 +147,7 @@ fn functions_of_shared_libraries_are_traced() {
             &["-O2", main.to_str().unwrap(), "-L", d, "-ltraced", &rpath, "-o", e],
         );
         let trace = dir.join(format!("{cc:?}.trace"));
-        let out = run_memlens(&[
-            "record",
-            "-q",
-            "--trace-calls",
-            list.to_str().unwrap(),
-            "-o",
-            trace.to_str().unwrap(),
-            "--",
-            e,
-            "5",
-        ]);
+        let out = record_calls(&list, &trace, &exe, "5");
         assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
         assert_eq!(stdout(&out), "mix 555 sum 15\n", "{cc:?}");
         let got = calls(&amt(&trace));
@@ -185,37 +171,11 @@ fn functions_of_shared_libraries_are_traced() {
 
 #[test]
 fn functions_of_rust_programs_are_traced() {
-    require_runtime();
-    let dir = scratch("calls-rust");
-    // Build a copy, so the source tree stays clean.
-    let proj = dir.join("rscalls");
-    std::fs::create_dir_all(proj.join("src")).unwrap();
-    let src = programs().join("rscalls");
-    std::fs::copy(src.join("Cargo.toml"), proj.join("Cargo.toml")).unwrap();
-    std::fs::copy(src.join("src/main.rs"), proj.join("src/main.rs")).unwrap();
-    let out = std::process::Command::new(memlens())
-        .args(["cargo", "build", "--release", "--quiet"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "memlens cargo failed:\n{}", stderr(&out));
-    let exe = proj.join("target/memlens/x86_64-unknown-linux-gnu/release/rscalls");
+    let (dir, exe) = memlens_cargo_build("rscalls");
     let list = dir.join("functions.txt");
     std::fs::write(&list, "rs_mix\nrs_sum\n").unwrap();
     let trace = dir.join("t.trace");
-    let out = run_memlens(&[
-        "record",
-        "-q",
-        "--trace-calls",
-        list.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        exe.to_str().unwrap(),
-        "5",
-    ]);
+    let out = record_calls(&list, &trace, &exe, "5");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "mix 555 sum 15\n");
     let got = calls(&amt(&trace));

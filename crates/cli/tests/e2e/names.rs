@@ -199,22 +199,7 @@ fn cxx_new_is_typed_from_the_allocating_line() {
 
 #[test]
 fn rust_box_and_vec_blocks_are_named_after_their_element_type() {
-    require_runtime();
-    let dir = scratch("rsnames");
-    let proj = dir.join("rsnames");
-    std::fs::create_dir_all(proj.join("src")).unwrap();
-    let src = programs().join("rsnames");
-    std::fs::copy(src.join("Cargo.toml"), proj.join("Cargo.toml")).unwrap();
-    std::fs::copy(src.join("src/main.rs"), proj.join("src/main.rs")).unwrap();
-    let out = std::process::Command::new(memlens())
-        .args(["cargo", "build", "--release", "--quiet"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "memlens cargo failed:\n{}", stderr(&out));
-    let exe = proj.join("target/memlens/x86_64-unknown-linux-gnu/release/rsnames");
+    let (dir, exe) = memlens_cargo_build("rsnames");
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -1,28 +1,10 @@
 //! Rust programs built with `memlens cargo`.
 
 use crate::util::*;
-use std::process::Command;
 
 #[test]
 fn cargo_project_is_instrumented_and_recorded() {
-    require_runtime();
-    let dir = scratch("rust");
-    // Build a copy, so the source tree stays clean.
-    let proj = dir.join("rsprog");
-    std::fs::create_dir_all(proj.join("src")).unwrap();
-    let src = programs().join("rsprog");
-    std::fs::copy(src.join("Cargo.toml"), proj.join("Cargo.toml")).unwrap();
-    std::fs::copy(src.join("src/main.rs"), proj.join("src/main.rs")).unwrap();
-    let out = Command::new(memlens())
-        .args(["cargo", "build", "--release", "--quiet"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "memlens cargo failed:\n{}", stderr(&out));
-    let exe = proj.join("target/memlens/x86_64-unknown-linux-gnu/release/rsprog");
-    assert!(exe.is_file());
+    let (dir, exe) = memlens_cargo_build("rsprog");
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
     assert!(out.status.success(), "{}", stderr(&out));

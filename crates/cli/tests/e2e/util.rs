@@ -227,3 +227,27 @@ pub fn build_and_record(cc: Cc, name: &str, src: &str) -> Traced {
     assert!(out.status.success(), "{cc:?} {src}: {}", stderr(&out));
     Traced { dir, exe, trace, out }
 }
+
+/// Builds a copy of the Rust program `tests/programs/<name>` (so the source tree
+/// stays clean) with `memlens cargo build --release` in a scratch directory;
+/// returns the directory and the executable.
+pub fn memlens_cargo_build(name: &str) -> (PathBuf, PathBuf) {
+    require_runtime();
+    let dir = scratch(name);
+    let proj = dir.join(name);
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    let src = programs().join(name);
+    std::fs::copy(src.join("Cargo.toml"), proj.join("Cargo.toml")).unwrap();
+    std::fs::copy(src.join("src/main.rs"), proj.join("src/main.rs")).unwrap();
+    let out = Command::new(memlens())
+        .args(["cargo", "build", "--release", "--quiet"])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cargo failed:\n{}", stderr(&out));
+    let exe = proj.join(format!("target/memlens/x86_64-unknown-linux-gnu/release/{name}"));
+    assert!(exe.is_file(), "{}", exe.display());
+    (dir, exe)
+}
