@@ -873,7 +873,6 @@ pub struct AccessTally {
 
 /// Accesses remembered for loop folding.
 const RING: u64 = 64;
-const SKIP: u8 = 0;
 
 #[derive(Clone, Copy, Debug)]
 struct TallySlot {
@@ -882,16 +881,12 @@ struct TallySlot {
     count: u64,
     /// Event number of this slot's last occurrence; `u64::MAX` for none.
     last: u64,
-    /// Occurrences left before the next try at folding after one failed (loops
-    /// whose bytes do not repeat, e.g. data-dependent branches, stop paying for it).
-    skip: u8,
 }
 
 impl AccessTally {
     /// Tags of plain accesses are at most 0x3f.
     const EMPTY: u8 = 0xff;
-    const EMPTY_SLOT: TallySlot =
-        TallySlot { pc: 0, tag: Self::EMPTY, count: 0, last: u64::MAX, skip: 0 };
+    const EMPTY_SLOT: TallySlot = TallySlot { pc: 0, tag: Self::EMPTY, count: 0, last: u64::MAX };
 
     /// Counts one access of (pc, tag).
     #[inline(always)]
@@ -936,7 +931,7 @@ impl AccessTally {
     #[cold]
     #[inline(never)]
     fn insert(&mut self, i: usize, pc: u64, tag: u8) -> (usize, bool) {
-        self.slots[i] = TallySlot { pc, tag, count: 0, last: u64::MAX, skip: 0 };
+        self.slots[i] = TallySlot { pc, tag, count: 0, last: u64::MAX };
         self.used.push(i as u32);
         if self.used.len() * 2 < self.slots.len() {
             return (i, false);
@@ -1081,9 +1076,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                                 ring_start = n;
                             }
                             let prev = tally.slots[i].last;
-                            if tally.slots[i].skip > 0 {
-                                tally.slots[i].skip -= 1;
-                            } else if prev < n && prev >= ring_start && n - prev <= RING {
+                            if prev < n && prev >= ring_start && n - prev <= RING {
                                 // accesses prev..n run from q to start and end where
                                 // they began: fold the repeats that follow
                                 let q = tally.ring[(prev % RING) as usize].1;
@@ -1102,7 +1095,6 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                                     ring_start = n;
                                     continue;
                                 }
-                                tally.slots[i].skip = SKIP;
                             }
                             let sl = &mut tally.slots[i];
                             sl.count += 1;
