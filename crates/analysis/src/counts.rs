@@ -201,6 +201,8 @@ impl Counts {
         let (pc, l, st, br, bw) = match ev {
             Counted::Access { pc, write: false, bytes } => (pc, n, 0, n * bytes, 0),
             Counted::Access { pc, write: true, bytes } => (pc, 0, n, 0, n * bytes),
+            Counted::Range { pc, write: false, bytes } => (pc, n, 0, bytes, 0),
+            Counted::Range { pc, write: true, bytes } => (pc, 0, n, 0, bytes),
             Counted::Rmw { pc, size, stores } => {
                 let w = n * u64::from(stores);
                 (pc, n, w, n * size, w * size)

@@ -815,6 +815,17 @@ pub enum Counted {
         /// A realloc.
         realloc: bool,
     },
+    /// Loads or stores of a byte range (`memcpy` and the like); unlike
+    /// [`Counted::Access`], `bytes` is the total over all of them, as their
+    /// lengths differ.
+    Range {
+        /// Code address.
+        pc: Pc,
+        /// Stores (else loads).
+        write: bool,
+        /// Bytes of all of them together.
+        bytes: u64,
+    },
     /// A free.
     Free,
     /// A function entry.
@@ -831,7 +842,7 @@ impl Counted {
                 Counted::Access { pc, write: kind == AccessKind::Write, bytes: u64::from(size) }
             }
             Event::Range { pc, len, kind, .. } => {
-                Counted::Access { pc, write: kind == AccessKind::Write, bytes: len }
+                Counted::Range { pc, write: kind == AccessKind::Write, bytes: len }
             }
             Event::Rmw { pc, size, op, .. } => {
                 Counted::Rmw { pc, size: u64::from(size), stores: op.stores() }
@@ -867,26 +878,40 @@ pub struct AccessTally {
     folded: u64,
     /// Whether the next chunk is scanned with folding.
     fold_next: bool,
+    /// Folds (each of one or more repetitions) in the current chunk.
+    folds: u64,
     /// Chunks scanned without folding since the last try.
     plain_chunks: u32,
 }
 
+/// The longest event of the counts scan's fast path: a function entry (pc, call
+/// site, frame).
+const NEED: usize = 1 + 3 * MAX_VARINT;
+
 /// Accesses remembered for loop folding.
 const RING: u64 = 64;
+/// Fewest accesses a fold must count on average for folding to go on in the
+/// next chunk: below it (a merge loop's branches alternating every few
+/// iterations) the byte comparisons cost more than decoding.
+const FOLD_MIN: u64 = 16;
 
 #[derive(Clone, Copy, Debug)]
 struct TallySlot {
     pc: u64,
-    tag: u8,
     count: u64,
-    /// Event number of this slot's last occurrence; `u64::MAX` for none.
-    last: u64,
+    /// Bytes of range events (plain accesses have theirs in the tag).
+    bytes: u64,
+    /// Event number of this slot's last occurrence; `u32::MAX` for none (a chunk
+    /// holds fewer events than bytes, and at most 4 GiB).
+    last: u32,
+    tag: u8,
 }
 
 impl AccessTally {
-    /// Tags of plain accesses are at most 0x3f.
+    /// Tags of plain accesses are at most 0x3f, of ranges 0x40 and 0x41.
     const EMPTY: u8 = 0xff;
-    const EMPTY_SLOT: TallySlot = TallySlot { pc: 0, tag: Self::EMPTY, count: 0, last: u64::MAX };
+    const EMPTY_SLOT: TallySlot =
+        TallySlot { pc: 0, tag: Self::EMPTY, count: 0, bytes: 0, last: u32::MAX };
 
     /// Counts one access of (pc, tag).
     #[inline(always)]
@@ -906,6 +931,15 @@ impl AccessTally {
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Counts one range event of (pc, tag) over `len` bytes.
+    #[inline(always)]
+    fn add_range(&mut self, pc: u64, tag: u8, len: u64) {
+        let (i, _) = self.find(pc, tag);
+        let s = &mut self.slots[i];
+        s.count += 1;
+        s.bytes = s.bytes.wrapping_add(len);
     }
 
     /// The slot of (pc, tag), inserted with count 0 if new; `None` for the index
@@ -931,7 +965,7 @@ impl AccessTally {
     #[cold]
     #[inline(never)]
     fn insert(&mut self, i: usize, pc: u64, tag: u8) -> (usize, bool) {
-        self.slots[i] = TallySlot { pc, tag, count: 0, last: u64::MAX };
+        self.slots[i] = TallySlot { pc, tag, count: 0, bytes: 0, last: u32::MAX };
         self.used.push(i as u32);
         if self.used.len() * 2 < self.slots.len() {
             return (i, false);
@@ -979,14 +1013,16 @@ impl AccessTally {
     fn drain(&mut self, f: &mut impl FnMut(Counted, u64)) {
         for &i in &self.used {
             let s = std::mem::replace(&mut self.slots[i as usize], Self::EMPTY_SLOT);
-            f(
+            let c = if s.tag <= tag::ACCESS_MAX {
                 Counted::Access {
                     pc: Pc(s.pc),
                     write: s.tag & tag::ACCESS_WRITE != 0,
                     bytes: 1 << (s.tag & 7),
-                },
-                s.count,
-            );
+                }
+            } else {
+                Counted::Range { pc: Pc(s.pc), write: s.tag == tag::RANGE_WRITE, bytes: s.bytes }
+            };
+            f(c, s.count);
         }
         self.used.clear();
     }
@@ -1016,9 +1052,10 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         // again only now and then
         let res = if tally.fold_next {
             tally.folded = 0;
+            tally.folds = 0;
             let r = self.scan_loop::<true>(tally, &mut f, &mut enters, &mut exits);
             if let Ok(n) = r {
-                tally.fold_next = tally.folded * 4 >= n;
+                tally.fold_next = tally.folded * 4 >= n && tally.folded >= FOLD_MIN * tally.folds;
             }
             tally.plain_chunks = 0;
             r
@@ -1046,8 +1083,6 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         enters: &mut u64,
         exits: &mut u64,
     ) -> Result<u64, DecodeError> {
-        // the longest event of the fast path: a function entry (pc, call site, frame)
-        const NEED: usize = 1 + 3 * MAX_VARINT;
         let mut n = 0u64;
         // the first event number loop folding may look back to
         let mut ring_start = 0u64;
@@ -1075,7 +1110,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                             if grew {
                                 ring_start = n;
                             }
-                            let prev = tally.slots[i].last;
+                            let prev = u64::from(tally.slots[i].last);
                             if prev < n && prev >= ring_start && n - prev <= RING {
                                 // accesses prev..n run from q to start and end where
                                 // they began: fold the repeats that follow
@@ -1088,6 +1123,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                                         tally.slots[slot as usize].count += reps;
                                     }
                                     tally.folded += reps * (n - prev);
+                                    tally.folds += 1;
                                     n += reps * (n - prev);
                                     self.pos = start + reps as usize * len;
                                     pc = pc_before;
@@ -1098,11 +1134,25 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                             }
                             let sl = &mut tally.slots[i];
                             sl.count += 1;
-                            sl.last = n;
+                            sl.last = n as u32;
                             tally.ring[(n % RING) as usize] = (i as u32, start);
                             self.pos += 1 + n1 + n2;
                             n += 1;
                             continue;
+                        }
+                    }
+                } else if t == tag::RANGE_READ || t == tag::RANGE_WRITE {
+                    // tallied like plain accesses, with their lengths summed
+                    if let Some((dpc, n1)) = varint_at(s, 1) {
+                        if let Some(n2) = varint_len_at(s, 1 + n1) {
+                            if let Some((len, n3)) = varint_at(s, 1 + n1 + n2) {
+                                pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                                tally.add_range(pc, t, len);
+                                self.pos += 1 + n1 + n2 + n3;
+                                n += 1;
+                                ring_start = n;
+                                continue;
+                            }
                         }
                     }
                 } else if t == tag::FUNC_ENTER || t == tag::FUNC_EXIT {
@@ -1289,6 +1339,106 @@ mod tests {
         assert_eq!(n, evs.len() as u64);
         assert_eq!(got, want);
         assert!(tally.folded > n / 2, "folded {} of {n}", tally.folded);
+    }
+
+    fn encode(evs: &[Event]) -> Vec<u8> {
+        let mut enc = Encoder::new();
+        let mut buf = Vec::new();
+        for e in evs {
+            enc.push(&mut buf, e);
+        }
+        buf
+    }
+
+    /// Ranges of varying lengths are tallied per (pc, kind) with their bytes
+    /// summed: the counts kernel's loads, stores and bytes stay the decoder's.
+    #[test]
+    fn ranges_are_tallied_with_their_bytes() {
+        let mut evs = Vec::new();
+        for i in 0..5_000u64 {
+            let kind = if i % 3 == 0 { AccessKind::Write } else { AccessKind::Read };
+            let pc = Pc(0x2000 + 16 * (i % 2));
+            evs.push(Event::Range { pc, addr: Addr(0x40_0000 + 64 * i), len: 1 + i % 200, kind });
+            evs.push(Event::Access {
+                pc: Pc(0x2100),
+                addr: Addr(0x50_0000 + 8 * i),
+                size: 8,
+                kind: AccessKind::Read,
+                atomic: false,
+                value: None,
+            });
+        }
+        let buf = encode(&evs);
+        // (pc, write) -> (events, bytes), from the decoder and from the scan
+        let mut want: HashMap<(u64, bool), (u64, u64)> = HashMap::new();
+        for e in &evs {
+            let (pc, write, len) = match *e {
+                Event::Range { pc, len, kind, .. } => (pc.0, kind == AccessKind::Write, len),
+                Event::Access { pc, size, .. } => (pc.0, false, u64::from(size)),
+                _ => unreachable!(),
+            };
+            let w = want.entry((pc, write)).or_default();
+            w.0 += 1;
+            w.1 += len;
+        }
+        let mut got: HashMap<(u64, bool), (u64, u64)> = HashMap::new();
+        let mut ranges = 0;
+        let n = Decoder::new(&buf[..])
+            .scan_counts(&mut AccessTally::default(), |c, k| {
+                let (pc, write, bytes) = match c {
+                    Counted::Range { pc, write, bytes } => {
+                        ranges += 1;
+                        (pc.0, write, bytes)
+                    }
+                    Counted::Access { pc, write, bytes } => (pc.0, write, k * bytes),
+                    c => panic!("unexpected {c:?}"),
+                };
+                let g = got.entry((pc, write)).or_default();
+                g.0 += k;
+                g.1 += bytes;
+            })
+            .unwrap();
+        assert_eq!(n, evs.len() as u64);
+        assert_eq!(got, want);
+        // one call per distinct (pc, kind), not one per range (plus one each for
+        // the last few events, within a longest event of the end: the full decoder's)
+        assert!((4..=12).contains(&ranges), "{ranges} calls");
+    }
+
+    /// A loop whose two branches alternate every few iterations folds often, but
+    /// each fold is short: the next chunk is scanned without folding.
+    #[test]
+    fn short_folds_turn_folding_off() {
+        let mut evs = Vec::new();
+        let (mut i, mut j) = (0u64, 0u64);
+        for k in 0..20_000u64 {
+            // runs of 1..=3 iterations of one branch, then of the other
+            let a = (k / (1 + k % 3)) % 2 == 0;
+            let (pc, addr) = if a { (0x1000, &mut i) } else { (0x1010, &mut j) };
+            *addr += 4;
+            evs.push(Event::Access {
+                pc: Pc(pc),
+                addr: Addr(0x10_0000 + *addr),
+                size: 4,
+                kind: AccessKind::Read,
+                atomic: false,
+                value: None,
+            });
+            evs.push(Event::Access {
+                pc: Pc(0x1020),
+                addr: Addr(0x90_0000 + 4 * k),
+                size: 4,
+                kind: AccessKind::Write,
+                atomic: false,
+                value: None,
+            });
+        }
+        let buf = encode(&evs);
+        let mut tally = AccessTally::default();
+        let n = Decoder::new(&buf[..]).scan_counts(&mut tally, |_, _| {}).unwrap();
+        assert_eq!(n, evs.len() as u64);
+        assert!(tally.folds > 0 && tally.folded < FOLD_MIN * tally.folds);
+        assert!(!tally.fold_next);
     }
 
     fn sample() -> Vec<Event> {

@@ -83,10 +83,20 @@ fn arb_event() -> impl Strategy<Value = Event> {
 }
 
 /// Occurrences per distinct counted event.
-fn sums(evs: &[(codec::Counted, u64)]) -> std::collections::HashMap<codec::Counted, u64> {
+/// Occurrences and bytes per distinct counted event (a range's bytes are its total,
+/// so ranges are keyed without them).
+fn sums(evs: &[(codec::Counted, u64)]) -> std::collections::HashMap<codec::Counted, (u64, u64)> {
     let mut m = std::collections::HashMap::new();
     for &(c, n) in evs {
-        *m.entry(c).or_default() += n;
+        let (key, bytes) = match c {
+            codec::Counted::Range { pc, write, bytes } => {
+                (codec::Counted::Range { pc, write, bytes: 0 }, bytes)
+            }
+            c => (c, 0),
+        };
+        let e: &mut (u64, u64) = m.entry(key).or_default();
+        e.0 += n;
+        e.1 += bytes;
     }
     m
 }
