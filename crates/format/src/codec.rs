@@ -868,8 +868,15 @@ impl Counted {
 /// which is the same at both starts, so the repeats decode to the same accesses.
 #[derive(Debug, Default)]
 pub struct AccessTally {
-    /// Open addressing, linear probing; `tag == EMPTY` marks a free slot.
+    /// Open addressing, linear probing; `tag == EMPTY` marks a free slot. 16
+    /// bytes a slot, so a chunk's hot slots fit in L1.
     slots: Vec<TallySlot>,
+    /// Per slot, the event number of its last occurrence (`u32::MAX`: none; a
+    /// chunk holds fewer events than bytes, at most 4 GiB), for folding.
+    last: Vec<u32>,
+    /// Per slot, the bytes of its range events (plain accesses have theirs in
+    /// the tag).
+    bytes: Vec<u64>,
     /// Indices of the used slots, in first-seen order.
     used: Vec<u32>,
     /// (slot, start in the chunk) of access number `seq`, at `seq % RING`.
@@ -898,20 +905,15 @@ const FOLD_MIN: u64 = 16;
 #[derive(Clone, Copy, Debug)]
 struct TallySlot {
     pc: u64,
-    count: u64,
-    /// Bytes of range events (plain accesses have theirs in the tag).
-    bytes: u64,
-    /// Event number of this slot's last occurrence; `u32::MAX` for none (a chunk
-    /// holds fewer events than bytes, and at most 4 GiB).
-    last: u32,
+    /// Occurrences in this chunk (fewer than its bytes).
+    count: u32,
     tag: u8,
 }
 
 impl AccessTally {
     /// Tags of plain accesses are at most 0x3f, of ranges 0x40 and 0x41.
     const EMPTY: u8 = 0xff;
-    const EMPTY_SLOT: TallySlot =
-        TallySlot { pc: 0, tag: Self::EMPTY, count: 0, bytes: 0, last: u32::MAX };
+    const EMPTY_SLOT: TallySlot = TallySlot { pc: 0, tag: Self::EMPTY, count: 0 };
 
     /// Counts one access of (pc, tag).
     #[inline(always)]
@@ -937,9 +939,8 @@ impl AccessTally {
     #[inline(always)]
     fn add_range(&mut self, pc: u64, tag: u8, len: u64) {
         let (i, _) = self.find(pc, tag);
-        let s = &mut self.slots[i];
-        s.count += 1;
-        s.bytes = s.bytes.wrapping_add(len);
+        self.slots[i].count += 1;
+        self.bytes[i] = self.bytes[i].wrapping_add(len);
     }
 
     /// The slot of (pc, tag), inserted with count 0 if new; `None` for the index
@@ -965,7 +966,7 @@ impl AccessTally {
     #[cold]
     #[inline(never)]
     fn insert(&mut self, i: usize, pc: u64, tag: u8) -> (usize, bool) {
-        self.slots[i] = TallySlot { pc, tag, count: 0, bytes: 0, last: u32::MAX };
+        self.slots[i] = TallySlot { pc, tag, count: 0 };
         self.used.push(i as u32);
         if self.used.len() * 2 < self.slots.len() {
             return (i, false);
@@ -987,24 +988,37 @@ impl AccessTally {
     /// Makes room before a scan.
     fn ready(&mut self) {
         if self.slots.is_empty() {
-            self.slots = vec![Self::EMPTY_SLOT; 256];
+            self.resize(256);
             self.ring = vec![(0, 0); RING as usize];
             self.fold_next = true;
         }
     }
 
+    /// An empty table of `n` slots.
+    fn resize(&mut self, n: usize) {
+        self.slots = vec![Self::EMPTY_SLOT; n];
+        self.last = vec![u32::MAX; n];
+        self.bytes = vec![0; n];
+    }
+
     #[cold]
     fn grow(&mut self) {
-        let old: Vec<TallySlot> = self.used.iter().map(|&i| self.slots[i as usize]).collect();
-        self.slots = vec![Self::EMPTY_SLOT; self.slots.len() * 2];
+        let old: Vec<(TallySlot, u32, u64)> = self
+            .used
+            .iter()
+            .map(|&i| (self.slots[i as usize], self.last[i as usize], self.bytes[i as usize]))
+            .collect();
+        self.resize(self.slots.len() * 2);
         self.used.clear();
         let mask = self.slots.len() - 1;
-        for s in old {
+        for (s, last, bytes) in old {
             let mut i = Self::hash(s.pc, s.tag) & mask;
             while self.slots[i].tag != Self::EMPTY {
                 i = (i + 1) & mask;
             }
             self.slots[i] = s;
+            self.last[i] = last;
+            self.bytes[i] = bytes;
             self.used.push(i as u32);
         }
     }
@@ -1012,7 +1026,10 @@ impl AccessTally {
     /// Hands every tallied access to `f` with its count and empties the tally.
     fn drain(&mut self, f: &mut impl FnMut(Counted, u64)) {
         for &i in &self.used {
-            let s = std::mem::replace(&mut self.slots[i as usize], Self::EMPTY_SLOT);
+            let i = i as usize;
+            let s = std::mem::replace(&mut self.slots[i], Self::EMPTY_SLOT);
+            self.last[i] = u32::MAX;
+            let bytes = std::mem::take(&mut self.bytes[i]);
             let c = if s.tag <= tag::ACCESS_MAX {
                 Counted::Access {
                     pc: Pc(s.pc),
@@ -1020,9 +1037,15 @@ impl AccessTally {
                     bytes: 1 << (s.tag & 7),
                 }
             } else {
-                Counted::Range { pc: Pc(s.pc), write: s.tag == tag::RANGE_WRITE, bytes: s.bytes }
+                Counted::Range { pc: Pc(s.pc), write: s.tag == tag::RANGE_WRITE, bytes }
             };
-            f(c, s.count);
+            f(c, u64::from(s.count));
+        }
+        // A table grown for one chunk with many code addresses would spread the
+        // next chunks' few hot slots over more cache lines than L1 holds.
+        let want = (self.used.len() * 4).next_power_of_two().max(256);
+        if want * 4 <= self.slots.len() {
+            self.resize(want);
         }
         self.used.clear();
     }
@@ -1110,7 +1133,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                             if grew {
                                 ring_start = n;
                             }
-                            let prev = u64::from(tally.slots[i].last);
+                            let prev = u64::from(tally.last[i]);
                             if prev < n && prev >= ring_start && n - prev <= RING {
                                 // accesses prev..n run from q to start and end where
                                 // they began: fold the repeats that follow
@@ -1120,7 +1143,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                                 if reps > 0 {
                                     for k in prev..n {
                                         let slot = tally.ring[(k % RING) as usize].0;
-                                        tally.slots[slot as usize].count += reps;
+                                        tally.slots[slot as usize].count += reps as u32;
                                     }
                                     tally.folded += reps * (n - prev);
                                     tally.folds += 1;
@@ -1134,7 +1157,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                             }
                             let sl = &mut tally.slots[i];
                             sl.count += 1;
-                            sl.last = n as u32;
+                            tally.last[i] = n as u32;
                             tally.ring[(n % RING) as usize] = (i as u32, start);
                             self.pos += 1 + n1 + n2;
                             n += 1;
