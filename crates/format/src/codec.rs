@@ -1364,6 +1364,12 @@ mod tests {
         assert!(tally.folded > n / 2, "folded {} of {n}", tally.folded);
     }
 
+    /// A plain (non-atomic, no value) load or store.
+    fn plain(pc: u64, addr: u64, size: u8, write: bool) -> Event {
+        let kind = if write { AccessKind::Write } else { AccessKind::Read };
+        Event::Access { pc: Pc(pc), addr: Addr(addr), size, kind, atomic: false, value: None }
+    }
+
     fn encode(evs: &[Event]) -> Vec<u8> {
         let mut enc = Encoder::new();
         let mut buf = Vec::new();
@@ -1382,14 +1388,7 @@ mod tests {
             let kind = if i % 3 == 0 { AccessKind::Write } else { AccessKind::Read };
             let pc = Pc(0x2000 + 16 * (i % 2));
             evs.push(Event::Range { pc, addr: Addr(0x40_0000 + 64 * i), len: 1 + i % 200, kind });
-            evs.push(Event::Access {
-                pc: Pc(0x2100),
-                addr: Addr(0x50_0000 + 8 * i),
-                size: 8,
-                kind: AccessKind::Read,
-                atomic: false,
-                value: None,
-            });
+            evs.push(plain(0x2100, 0x50_0000 + 8 * i, 8, false));
         }
         let buf = encode(&evs);
         // (pc, write) -> (events, bytes), from the decoder and from the scan
@@ -1439,22 +1438,8 @@ mod tests {
             let a = (k / (1 + k % 3)) % 2 == 0;
             let (pc, addr) = if a { (0x1000, &mut i) } else { (0x1010, &mut j) };
             *addr += 4;
-            evs.push(Event::Access {
-                pc: Pc(pc),
-                addr: Addr(0x10_0000 + *addr),
-                size: 4,
-                kind: AccessKind::Read,
-                atomic: false,
-                value: None,
-            });
-            evs.push(Event::Access {
-                pc: Pc(0x1020),
-                addr: Addr(0x90_0000 + 4 * k),
-                size: 4,
-                kind: AccessKind::Write,
-                atomic: false,
-                value: None,
-            });
+            evs.push(plain(pc, 0x10_0000 + *addr, 4, false));
+            evs.push(plain(0x1020, 0x90_0000 + 4 * k, 4, true));
         }
         let buf = encode(&evs);
         let mut tally = AccessTally::default();
