@@ -86,19 +86,37 @@ fn check_program(exe: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Reads a `--trace-calls` list: function names one per line, `#` starts a comment.
-fn read_function_list(path: &Path) -> Result<Vec<String>> {
+/// A `--trace-calls` list: function names one per line, `#` starts a comment; the
+/// names after an `@<library>` line are that library's (one the program opens with
+/// `dlopen`). Returns the names to look up in the executable and its start-up
+/// libraries, and per named library its canonical path and names.
+type FunctionList = (Vec<String>, Vec<(PathBuf, Vec<String>)>);
+
+fn read_function_list(path: &Path) -> Result<FunctionList> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the function list {}", path.display()))?;
-    let names: Vec<String> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
-    if names.is_empty() {
+    let (mut names, mut libs) = (Vec::new(), Vec::<(PathBuf, Vec<String>)>::new());
+    for l in text.lines().map(|l| l.split('#').next().unwrap_or("").trim()) {
+        if let Some(lib) = l.strip_prefix('@') {
+            let lib = lib.trim();
+            let canon = std::fs::canonicalize(lib).with_context(|| {
+                format!(
+                    "the function list {} names the library {lib}, which cannot be opened",
+                    path.display()
+                )
+            })?;
+            libs.push((canon, Vec::new()));
+        } else if !l.is_empty() {
+            match libs.last_mut() {
+                Some((_, v)) => v.push(l.to_string()),
+                None => names.push(l.to_string()),
+            }
+        }
+    }
+    if names.is_empty() && libs.iter().all(|(_, v)| v.is_empty()) {
         bail!("the function list {} names no function (one name per line)", path.display());
     }
-    Ok(names)
+    Ok((names, libs))
 }
 
 /// The entry of a function compiled with `-fpatchable-function-entry=5`: its 5-byte
@@ -117,7 +135,7 @@ pub(crate) fn patch_pad(code: &[u8]) -> Option<u64> {
 /// list; every match is traced (static functions may share a name). A library
 /// match without a pad (a system library's function of the same name) is skipped.
 fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
-    let names = read_function_list(list)?;
+    let (names, named_libs) = read_function_list(list)?;
     let mut found = vec![0usize; names.len()];
     let mut unpadded: Vec<Option<PathBuf>> = vec![None; names.len()];
     let mut spec = String::new();
@@ -161,10 +179,34 @@ fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
             );
         }
         bail!(
-            "function {name} (from {}) is not in the symbol table of {} or of its shared libraries",
+            "function {name} (from {}) is not in the symbol table of {} or of its shared libraries; for a library the program opens with dlopen, put `@<library path>` on a line before its functions",
             list.display(),
             exe.display()
         );
+    }
+    // libraries the list names: patched by the runtime when `dlopen` maps them
+    for (lib, names) in named_libs {
+        let mut found = vec![false; names.len()];
+        spec.push_str(&format!("@{}\n", lib.display()));
+        for (i, m) in module_functions(&lib, &names)? {
+            let Some(line) = m else {
+                bail!(
+                    "function {} in {} has no patchable entry; rebuild it with `memlens cc -shared` (which compiles with -fpatchable-function-entry=5)",
+                    names[i],
+                    lib.display()
+                );
+            };
+            spec.push_str(&line);
+            found[i] = true;
+        }
+        if let Some(i) = found.iter().position(|f| !f) {
+            bail!(
+                "function {} (from {}) is not in the symbol table of {}",
+                names[i],
+                list.display(),
+                lib.display()
+            );
+        }
     }
     Ok(spec)
 }

@@ -18,10 +18,13 @@
 //! `trace_calls`, from which `dump --format amt` names the functions.
 //!
 //! Lines after `@<path>` are functions of that shared library (built with `memlens
-//! cc -shared`): its pads call a `jmp fentry` stub mapped within 2 GiB of it.
+//! cc -shared`): its pads call a `jmp fentry` stub mapped within 2 GiB of it. A
+//! library not mapped at start-up is patched by the `dlopen` interposer that maps
+//! it, before `dlopen` returns (no thread can have called into it yet).
 //!
-//! Limits: only the executable and the libraries loaded at start-up (not
-//! `dlopen`ed ones); a C++ exception unwinding through a
+//! Limits: a library's `dlopen` called from another shared library reaches libc
+//! through the executable's interposer, so `$ORIGIN` and the run path used for
+//! that call are the executable's; a C++ exception unwinding through a
 //! traced call finds no unwind information for `fret` and terminates the program;
 //! frames left by `longjmp` are dropped (no return event) when the stack moves
 //! past them; allocation stacks and `FuncEnter` call sites of traced functions see
@@ -32,9 +35,11 @@
 use crate::record;
 use crate::state::ts;
 use crate::sys;
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicPtr, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use memlens_format::{Addr, Event, Pc};
-use std::sync::OnceLock;
 
 /// One patched function: the address after its pad (what `fentry` sees as its
 /// return address) and its entry address (what the events carry).
@@ -44,7 +49,12 @@ struct Target {
     func: u64,
 }
 
-static TARGETS: OnceLock<Vec<Target>> = OnceLock::new();
+/// The patched functions, sorted by `pad_end`: a leaked vector, replaced (never
+/// freed: `fentry` may be reading the old one) when a `dlopen`ed library adds some.
+static TARGETS: AtomicPtr<Vec<Target>> = AtomicPtr::new(core::ptr::null_mut());
+/// `@<path>` sections of libraries not loaded at start-up: (path, lines), patched
+/// when `dlopen` maps them.
+static PENDING: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
 /// Address of `fret` once patching is on (0: off), for [`real_return`].
 static FRET: AtomicUsize = AtomicUsize::new(0);
 
@@ -69,17 +79,39 @@ pub(crate) const CALLS_CAP: usize = 4096;
 /// bias `modules` gives (`(path, bias)` of every mapped module). Called once at
 /// start-up, before `main`. Returns how many were patched.
 pub(crate) fn install(spec: &str, bias: u64, modules: &[(String, u64)]) -> usize {
-    let mut targets = Vec::new();
-    let mut cur = Some(bias);
+    // (module bias or None when not loaded, section path, lines)
+    let mut sections: Vec<(Option<u64>, Option<&str>, String)> =
+        vec![(Some(bias), None, String::new())];
     for line in spec.lines() {
         if let Some(path) = line.strip_prefix('@') {
-            cur = module_bias(path, modules);
-            if cur.is_none() {
-                sys::warn(&["trace-calls: ", path, " is not loaded; its functions are not traced"]);
-            }
-            continue;
+            sections.push((module_bias(path, modules), Some(path), String::new()));
+        } else if let Some(s) = sections.last_mut() {
+            s.2.push_str(line);
+            s.2.push('\n');
         }
-        let Some(bias) = cur else { continue };
+    }
+    let mut targets = Vec::new();
+    for (bias, path, lines) in sections {
+        match (bias, path) {
+            (Some(bias), _) => patch_lines(&lines, bias, &mut targets),
+            (None, Some(path)) => {
+                if let Ok(mut p) = PENDING.lock() {
+                    p.push((path.to_string(), lines));
+                    crate::process::DLOPEN_HOOK.store(1, Relaxed);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    let n = targets.len();
+    add_targets(targets);
+    n
+}
+
+/// Patches the functions of `lines` (`<func> <pad> <name>`, file addresses of a
+/// module with load bias `bias`), adding them to `targets`.
+fn patch_lines(lines: &str, bias: u64, targets: &mut Vec<Target>) {
+    for line in lines.lines() {
         let mut f = line.split_whitespace();
         let (Some(func), Some(pad)) = (f.next(), f.next()) else { continue };
         let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
@@ -88,7 +120,8 @@ pub(crate) fn install(spec: &str, bias: u64, modules: &[(String, u64)]) -> usize
             continue;
         };
         let (func, pad) = (func.wrapping_add(bias), pad.wrapping_add(bias));
-        // SAFETY: the CLI found this pad inside the module's text.
+        // SAFETY: the CLI found this pad inside the module's text; no thread runs
+        // it yet (start-up, or the library is still inside `dlopen`).
         if unsafe { patch(pad) } {
             targets.push(Target { pad_end: pad + 5, func });
         } else {
@@ -96,13 +129,62 @@ pub(crate) fn install(spec: &str, bias: u64, modules: &[(String, u64)]) -> usize
             sys::warn(&["trace-calls: cannot patch ", &name, " (no 5-byte NOP pad at its entry)"]);
         }
     }
-    targets.sort_by_key(|t| t.pad_end);
-    let n = targets.len();
-    let _ = TARGETS.set(targets);
-    if n > 0 {
-        FRET.store(fret as *const () as usize, Relaxed);
+}
+
+/// Publishes `more` patched functions (a new sorted vector; the old one is leaked,
+/// as `fentry` on another thread may still be searching it).
+fn add_targets(more: Vec<Target>) {
+    if more.is_empty() {
+        return;
     }
-    n
+    static ADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = ADD.lock();
+    let mut all = current_targets().to_vec();
+    all.extend(more);
+    all.sort_by_key(|t| t.pad_end);
+    TARGETS.store(Box::into_raw(Box::new(all)), Release);
+    FRET.store(fret as *const () as usize, Relaxed);
+}
+
+fn current_targets() -> &'static [Target] {
+    let p = TARGETS.load(Acquire);
+    // SAFETY: set only by `add_targets` to a leaked, never-mutated vector.
+    if p.is_null() {
+        &[]
+    } else {
+        unsafe { &*p }
+    }
+}
+
+/// After a `dlopen`: patches the pending libraries that are now mapped.
+pub(crate) fn after_dlopen() {
+    let Ok(mut pending) = PENDING.lock() else { return };
+    if pending.is_empty() {
+        return;
+    }
+    let modules: Vec<(String, u64)> =
+        crate::modules::scan().into_iter().map(|m| (m.path, m.bias)).collect();
+    let mut targets = Vec::new();
+    pending.retain(|(path, lines)| match module_bias(path, &modules) {
+        Some(bias) => {
+            patch_lines(lines, bias, &mut targets);
+            false
+        }
+        None => true,
+    });
+    if pending.is_empty() {
+        crate::process::DLOPEN_HOOK.store(0, Relaxed);
+    }
+    drop(pending);
+    add_targets(targets);
+}
+
+/// Warns about traced libraries that were never loaded (at the end of the run).
+pub(crate) fn warn_unloaded() {
+    let Ok(pending) = PENDING.lock() else { return };
+    for (path, _) in pending.iter() {
+        sys::warn(&["trace-calls: ", path, " was never loaded; its functions were not traced"]);
+    }
 }
 
 /// The bias of the mapped module whose path is `path` (the CLI writes canonical
@@ -353,7 +435,7 @@ unsafe extern "C" fn fret() {
 }
 
 fn target(pad_end: u64) -> Option<u64> {
-    let t = TARGETS.get()?;
+    let t = current_targets();
     let i = t.binary_search_by_key(&pad_end, |t| t.pad_end).ok()?;
     Some(t[i].func)
 }

@@ -62,6 +62,7 @@ fn init() {
     let st = ts();
     guard_on(st);
     real::resolve_all();
+    REAL_DLOPEN.store(real::get(R::dlopen), SeqCst);
     let opts = options::get();
     let ok = match opts.output.as_deref() {
         Some(base) => start_recording(opts, base, claim_ownership()),
@@ -179,6 +180,7 @@ fn install_handlers() {
 }
 
 extern "C" fn at_exit(status: c_int, _: *mut c_void) {
+    crate::calls::warn_unloaded();
     finish(EndStatus::Exited(status), Mode::Exit);
 }
 
@@ -362,6 +364,49 @@ extern "C" fn atfork_child() {
     if STATE.load(SeqCst) == ACTIVE {
         state::thread_start(st, None, false);
     }
+}
+
+/// Address of libc's `dlopen` (0 until the runtime starts), for the jump below.
+static REAL_DLOPEN: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+/// Nonzero while `--trace-calls` waits for a library that `dlopen` will map.
+pub(crate) static DLOPEN_HOOK: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+// `dlopen` jumps straight to libc's unless a traced library is pending: glibc takes
+// the caller's search path and `$ORIGIN` from the return address, which a jump
+// keeps (a call from here would make every `dlopen` look like the executable's).
+#[cfg(all(not(test), target_arch = "x86_64"))]
+core::arch::global_asm!(
+    ".globl dlopen",
+    ".type dlopen,@function",
+    "dlopen:",
+    "cmp byte ptr [rip + {hook}], 0",
+    "jne {hooked}",
+    "mov rax, qword ptr [rip + {real}]",
+    "test rax, rax",
+    "jz {hooked}",
+    "jmp rax",
+    ".size dlopen, . - dlopen",
+    hook = sym DLOPEN_HOOK,
+    real = sym REAL_DLOPEN,
+    hooked = sym dlopen_hooked,
+);
+
+/// `dlopen` while a library whose functions `--trace-calls` lists is pending: it
+/// is patched before `dlopen` returns, so before the program can call into it.
+#[cfg_attr(test, allow(dead_code))]
+unsafe extern "C" fn dlopen_hooked(file: *const c_char, mode: c_int) -> *mut c_void {
+    let f = real::get(R::dlopen);
+    if f == 0 {
+        return core::ptr::null_mut();
+    }
+    let h = core::mem::transmute::<usize, unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void>(
+        f,
+    )(file, mode);
+    if !h.is_null() && STATE.load(SeqCst) == ACTIVE {
+        let _g = Guard::new();
+        crate::calls::after_dlopen();
+    }
+    h
 }
 
 /// `fork`: the parent records `Fork` and names the child's trace in its metadata.

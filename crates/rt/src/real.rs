@@ -25,7 +25,7 @@ reals! {
     strncpy = "strncpy", strcat = "strcat", strncat = "strncat", strcmp = "strcmp",
     strncmp = "strncmp", strchr = "strchr", strrchr = "strrchr",
     pthread_create = "pthread_create", pthread_exit = "pthread_exit",
-    pthread_setname_np = "pthread_setname_np", fork = "fork", execve = "execve",
+    pthread_setname_np = "pthread_setname_np", fork = "fork", dlopen = "dlopen", execve = "execve",
     execv = "execv", execvp = "execvp", execvpe = "execvpe", _exit = "_exit",
     _Exit = "_Exit",
     new = "_Znwm", new_array = "_Znam", new_nothrow = "_ZnwmRKSt9nothrow_t",

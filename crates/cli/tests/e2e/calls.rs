@@ -169,6 +169,51 @@ fn functions_of_shared_libraries_are_traced() {
     }
 }
 
+/// A library opened with `dlopen`, named in the list with `@<path>`: its listed
+/// function is traced from the first call on, the unlisted one is not.
+#[test]
+fn functions_of_dlopened_libraries_are_traced() {
+    let dir = scratch("calls-dlopen");
+    let p = programs();
+    for cc in Cc::all() {
+        let lib = dir.join(format!("{cc:?}")).join("libtraced.so");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        let (l, src) = (lib.to_str().unwrap(), p.join("libtraced.c"));
+        memlens_cc(cc, false, &["-O2", "-shared", "-fPIC", src.to_str().unwrap(), "-o", l]);
+        let exe = dir.join(format!("dlopenlib-{cc:?}"));
+        let main = p.join("dlopenlib.c");
+        memlens_cc(
+            cc,
+            false,
+            &["-O2", main.to_str().unwrap(), "-ldl", "-o", exe.to_str().unwrap()],
+        );
+        let list = dir.join(format!("{cc:?}.txt"));
+        std::fs::write(&list, format!("# opened with dlopen\n@{l}\nlib_sum\n")).unwrap();
+        let trace = dir.join(format!("{cc:?}.trace"));
+        let (ls, t, e) = (list.to_str().unwrap(), trace.to_str().unwrap(), exe.to_str().unwrap());
+        let out = run_memlens(&["record", "-q", "--trace-calls", ls, "-o", t, "--", e, l, "6"]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        // sum(1..=i) for i in 1..=6 adds up to 56; mix(1, 2, 3) = 123
+        assert_eq!(stdout(&out), "total 56 mix 123\n", "{cc:?}");
+        let got = calls(&amt(&trace));
+        let seq: Vec<(&str, &str, u64)> =
+            got.iter().map(|c| (c.1.as_str(), c.2.as_str(), c.4[0])).collect();
+        let mut want = Vec::new();
+        for i in 1..=6u64 {
+            want.push(("fc", "lib_sum", i));
+            want.push(("fr", "lib_sum", i * (i + 1) / 2));
+        }
+        assert_eq!(seq, want, "{cc:?}: lib_sum traced six times, lib_mix never");
+    }
+    // a library the list names that cannot be opened is a clear error
+    let list = dir.join("missing.txt");
+    std::fs::write(&list, "@/nonexistent/libnothere.so\nf\n").unwrap();
+    let exe = dir.join("dlopenlib-Gcc");
+    let out = record_calls(&list, &dir.join("missing.trace"), &exe, "1");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("libnothere.so, which cannot be opened"), "{}", stderr(&out));
+}
+
 #[test]
 fn functions_of_rust_programs_are_traced() {
     let (dir, exe) = memlens_cargo_build("rscalls");
