@@ -134,7 +134,10 @@ pub(crate) fn patch_pad(code: &[u8]) -> Option<u64> {
 /// symbol's raw or demangled name, or the demangled name without its parameter
 /// list; every match is traced (static functions may share a name). A library
 /// match without a pad (a system library's function of the same name) is skipped.
-fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
+/// A name found nowhere becomes a line `? <name>` (with a note unless `quiet`): the
+/// runtime looks it up in the libraries the program opens with `dlopen` and warns
+/// at exit if none defined it.
+fn trace_calls_spec(exe: &Path, list: &Path, quiet: bool) -> Result<String> {
     let (names, named_libs) = read_function_list(list)?;
     let mut found = vec![0usize; names.len()];
     let mut unpadded: Vec<Option<PathBuf>> = vec![None; names.len()];
@@ -168,6 +171,7 @@ fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
             found[i] += 1;
         }
     }
+    let mut later = String::new();
     for (i, name) in names.iter().enumerate() {
         if found[i] > 0 {
             continue;
@@ -178,11 +182,14 @@ fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
                 lib.display()
             );
         }
-        bail!(
-            "function {name} (from {}) is not in the symbol table of {} or of its shared libraries; for a library the program opens with dlopen, put `@<library path>` on a line before its functions",
-            list.display(),
-            exe.display()
-        );
+        if !quiet {
+            eprintln!(
+                "memlens: note: function {name} (from {}) is not in the symbol table of {} or of its start-up libraries; it is traced if a library the program opens with dlopen defines it",
+                list.display(),
+                exe.display()
+            );
+        }
+        later.push_str(&format!("? {name}\n"));
     }
     // libraries the list names: patched by the runtime when `dlopen` maps them
     for (lib, names) in named_libs {
@@ -208,6 +215,8 @@ fn trace_calls_spec(exe: &Path, list: &Path) -> Result<String> {
             );
         }
     }
+    // names found nowhere: the runtime looks for them in libraries opened later
+    spec.push_str(&later);
     Ok(spec)
 }
 
@@ -299,7 +308,7 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
         cmd.env("MEMLENS_FILTER", &f);
     }
     if let Some(list) = &opts.trace_calls {
-        cmd.env("MEMLENS_TRACE_CALLS", trace_calls_spec(&exe, list)?);
+        cmd.env("MEMLENS_TRACE_CALLS", trace_calls_spec(&exe, list, opts.quiet)?);
     }
     let status = wait_child(&mut cmd, &exe)?;
     finish(&output, status, opts.quiet)

@@ -22,9 +22,29 @@
 //! library not mapped at start-up is patched by the `dlopen` interposer that maps
 //! it, before `dlopen` returns (no thread can have called into it yet).
 //!
-//! Limits: a library's `dlopen` called from another shared library reaches libc
+//! Lines `? <name>` name functions the CLI found neither in the executable nor in
+//! its start-up libraries: they may live in a library the program opens with
+//! `dlopen`. The runtime looks them up in every other module mapped at start-up and
+//! in every library a later `dlopen` maps, in the library's own ELF file (`.symtab`,
+//! else `.dynsym`: `elfsyms.rs`), by raw name or by the qualified name of a plainly
+//! mangled one, and patches each defined function that has a NOP pad, every time
+//! (plugins may share names); a library closed and opened again is patched again.
+//! The trace gets the library's module record and a new `trace_calls` option with
+//! `@<path>` sections for what was found; at exit a warning names each `?` function
+//! found nowhere. The patched functions (`TARGETS`) are an immutable sorted vector
+//! behind an atomic pointer: adding some publishes a new vector and leaks the old
+//! one, so `fentry` on another thread never takes a lock nor reads freed memory.
+//!
+//! Limits: while a library may need patching (an `@<path>` section not mapped at
+//! start-up, or `?` lines) a `dlopen` called from a shared library reaches libc
 //! through the executable's interposer, so `$ORIGIN` and the run path used for
-//! that call are the executable's; a C++ exception unwinding through a
+//! that call are the executable's; calls made by a `dlopen`ed library's
+//! constructors (inside `dlopen`, before the patching; threads they start must not
+//! run the library's code until `dlopen` returns) and libraries mapped by `dlmopen`
+//! are not traced; a library closed and opened again at another address keeps the
+//! names of its first mapping in `dump` (calls of the second show addresses); in a `dlopen`ed library a C++ function is found by its
+//! mangled name or, unless it is a template, operator or constructor, by its
+//! qualified name without parameters; a C++ exception unwinding through a
 //! traced call finds no unwind information for `fret` and terminates the program;
 //! frames left by `longjmp` are dropped (no return event) when the stack moves
 //! past them; allocation stacks and `FuncEnter` call sites of traced functions see
@@ -39,7 +59,7 @@ use core::sync::atomic::{
     AtomicPtr, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
-use memlens_format::{Addr, Event, Pc};
+use memlens_format::{Addr, Event, MetaRecord, Module, Pc};
 
 /// One patched function: the address after its pad (what `fentry` sees as its
 /// return address) and its entry address (what the events carry).
@@ -52,9 +72,6 @@ struct Target {
 /// The patched functions, sorted by `pad_end`: a leaked vector, replaced (never
 /// freed: `fentry` may be reading the old one) when a `dlopen`ed library adds some.
 static TARGETS: AtomicPtr<Vec<Target>> = AtomicPtr::new(core::ptr::null_mut());
-/// `@<path>` sections of libraries not loaded at start-up: (path, lines), patched
-/// when `dlopen` maps them.
-static PENDING: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
 /// Address of `fret` once patching is on (0: off), for [`real_return`].
 static FRET: AtomicUsize = AtomicUsize::new(0);
 
@@ -75,42 +92,57 @@ pub(crate) const CALLS_CAP: usize = 4096;
 
 /// Parses `MEMLENS_TRACE_CALLS` and patches the listed functions. Lines before any
 /// `@<path>` line are in the executable's file addresses (load bias `bias`); lines
-/// after `@<path>` in those of the shared library at that (canonical) path, whose
-/// bias `modules` gives (`(path, bias)` of every mapped module). Called once at
+/// after `@<path>` in those of the shared library at that (canonical) path, found
+/// in `modules` (every mapped module). `? <name>` lines name functions the CLI
+/// found nowhere: they are looked up in every other library mapped now (one
+/// preloaded, say) and in every library `dlopen` maps later. Called once at
 /// start-up, before `main`. Returns how many were patched.
-pub(crate) fn install(spec: &str, bias: u64, modules: &[(String, u64)]) -> usize {
-    // (module bias or None when not loaded, section path, lines)
-    let mut sections: Vec<(Option<u64>, Option<&str>, String)> =
-        vec![(Some(bias), None, String::new())];
+pub(crate) fn install(spec: &str, bias: u64, modules: &[Module]) -> usize {
+    let Ok(mut late) = LATE.lock() else { return 0 };
+    late.spec = spec.to_string();
+    // (section path, lines); the executable's first
+    let mut sections: Vec<(Option<&str>, String)> = vec![(None, String::new())];
     for line in spec.lines() {
         if let Some(path) = line.strip_prefix('@') {
-            sections.push((module_bias(path, modules), Some(path), String::new()));
+            sections.push((Some(path), String::new()));
+        } else if let Some(name) = line.strip_prefix("? ") {
+            late.names.push(Wanted { name: name.trim().to_string(), traced: 0, unpadded: None });
         } else if let Some(s) = sections.last_mut() {
-            s.2.push_str(line);
-            s.2.push('\n');
+            s.1.push_str(line);
+            s.1.push('\n');
         }
     }
     let mut targets = Vec::new();
-    for (bias, path, lines) in sections {
-        match (bias, path) {
-            (Some(bias), _) => patch_lines(&lines, bias, &mut targets),
-            (None, Some(path)) => {
-                if let Ok(mut p) = PENDING.lock() {
-                    p.push((path.to_string(), lines));
-                    crate::process::DLOPEN_HOOK.store(1, Relaxed);
-                }
-            }
-            (None, None) => {}
-        }
+    let mut pads = Vec::new();
+    patch_lines(&sections[0].1, bias, &mut targets, &mut pads);
+    for (path, lines) in sections.drain(1..) {
+        let path = path.unwrap_or_default().to_string();
+        late.libs.push(Lib { path, lines, mapped: false });
     }
+    let exe = modules.first().map(|m| m.path.clone()).unwrap_or_default();
+    let mut known = vec![Known { path: exe, bias, pads }];
+    // The executable (the first module) was searched by the CLI; every other
+    // module gets its `@` section and the `?` names.
+    for m in modules.iter().skip(1) {
+        known.push(late.patch_module(m, &mut targets));
+    }
+    late.known = known;
+    // Start-up libraries are never unmapped: only libraries still to come need the
+    // `dlopen` hook.
+    late.libs.retain(|l| !l.mapped);
+    if late.hooked() {
+        crate::process::DLOPEN_HOOK.store(1, Relaxed);
+    }
+    drop(late);
     let n = targets.len();
     add_targets(targets);
     n
 }
 
 /// Patches the functions of `lines` (`<func> <pad> <name>`, file addresses of a
-/// module with load bias `bias`), adding them to `targets`.
-fn patch_lines(lines: &str, bias: u64, targets: &mut Vec<Target>) {
+/// module with load bias `bias`), adding them to `targets` and (pad, function) to
+/// `pads`.
+fn patch_lines(lines: &str, bias: u64, targets: &mut Vec<Target>, pads: &mut Vec<(u64, u64)>) {
     for line in lines.lines() {
         let mut f = line.split_whitespace();
         let (Some(func), Some(pad)) = (f.next(), f.next()) else { continue };
@@ -124,6 +156,7 @@ fn patch_lines(lines: &str, bias: u64, targets: &mut Vec<Target>) {
         // it yet (start-up, or the library is still inside `dlopen`).
         if unsafe { patch(pad) } {
             targets.push(Target { pad_end: pad + 5, func });
+            pads.push((pad, func));
         } else {
             let name = f.collect::<Vec<_>>().join(" ");
             sys::warn(&["trace-calls: cannot patch ", &name, " (no 5-byte NOP pad at its entry)"]);
@@ -132,16 +165,23 @@ fn patch_lines(lines: &str, bias: u64, targets: &mut Vec<Target>) {
 }
 
 /// Publishes `more` patched functions (a new sorted vector; the old one is leaked,
-/// as `fentry` on another thread may still be searching it).
-fn add_targets(more: Vec<Target>) {
+/// as `fentry` on another thread may still be searching it). A pad patched again
+/// (its library was closed and opened again) replaces its old entry.
+fn add_targets(mut more: Vec<Target>) {
     if more.is_empty() {
         return;
     }
     static ADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = ADD.lock();
-    let mut all = current_targets().to_vec();
+    more.sort_by_key(|t| t.pad_end);
+    let mut all: Vec<Target> = current_targets()
+        .iter()
+        .filter(|t| more.binary_search_by_key(&t.pad_end, |m| m.pad_end).is_err())
+        .copied()
+        .collect();
     all.extend(more);
     all.sort_by_key(|t| t.pad_end);
+    all.dedup_by_key(|t| t.pad_end);
     TARGETS.store(Box::into_raw(Box::new(all)), Release);
     FRET.store(fret as *const () as usize, Relaxed);
 }
@@ -156,43 +196,222 @@ fn current_targets() -> &'static [Target] {
     }
 }
 
-/// After a `dlopen`: patches the pending libraries that are now mapped.
+/// An `@<path>` section of the list for a library not mapped at start-up.
+struct Lib {
+    path: String,
+    lines: String,
+    /// Mapped at least once.
+    mapped: bool,
+}
+
+/// A `? <name>` line: a function the CLI found in neither the executable nor its
+/// start-up libraries.
+struct Wanted {
+    name: String,
+    /// How many functions of this name were patched.
+    traced: usize,
+    /// A library defining it without a NOP pad (not built with `memlens cc`).
+    unpadded: Option<String>,
+}
+
+/// A module mapped at the last scan and the (pad, function) addresses patched in it.
+struct Known {
+    path: String,
+    bias: u64,
+    pads: Vec<(u64, u64)>,
+}
+
+/// What patching after start-up needs. Only `install` and the `dlopen` hook take
+/// the lock, never `fentry`/`fret`.
+struct Late {
+    /// `MEMLENS_TRACE_CALLS` as given.
+    spec: String,
+    libs: Vec<Lib>,
+    names: Vec<Wanted>,
+    known: Vec<Known>,
+    /// Per library path, the `<func> <pad> <name>` lines of the functions found by
+    /// the `? <name>` lines (file addresses: the same for every mapping), added to
+    /// the trace's `trace_calls` option as `@<path>` sections.
+    resolved: Vec<(String, String)>,
+}
+
+static LATE: std::sync::Mutex<Late> = std::sync::Mutex::new(Late {
+    spec: String::new(),
+    libs: Vec::new(),
+    names: Vec::new(),
+    known: Vec::new(),
+    resolved: Vec::new(),
+});
+
+impl Late {
+    /// Whether libraries opened later may need patching.
+    fn hooked(&self) -> bool {
+        !self.libs.is_empty() || !self.names.is_empty()
+    }
+
+    /// Patches the functions of a newly mapped module `m`: those of its `@`
+    /// section, and the `?` names its symbol table defines with a NOP pad.
+    fn patch_module(&mut self, m: &Module, targets: &mut Vec<Target>) -> Known {
+        let mut pads = Vec::new();
+        for lib in self.libs.iter_mut().filter(|l| same_file(&l.path, &m.path)) {
+            lib.mapped = true;
+            patch_lines(&lib.lines, m.bias, targets, &mut pads);
+        }
+        if !self.names.is_empty() && !m.path.is_empty() {
+            let names: Vec<&str> = self.names.iter().map(|w| w.name.as_str()).collect();
+            let found = crate::elfsyms::find_functions(&m.path, &names).unwrap_or_default();
+            for (i, value) in found {
+                let func = value.wrapping_add(m.bias);
+                if !in_text(m, value, 9) {
+                    continue;
+                }
+                // SAFETY: `in_text` checked that the 9 bytes lie in a mapped
+                // executable segment of the module.
+                let entry = unsafe { (func as *const [u8; 9]).read_unaligned() };
+                let skip = if entry[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { 4 } else { 0 };
+                let pad = func + skip;
+                if pads.iter().any(|p| p.0 == pad) {
+                    continue; // an alias, or listed in the module's `@` section too
+                }
+                let w = &mut self.names[i];
+                if !is_pad(entry[skip as usize..][..5].try_into().unwrap_or(&[0; 5])) {
+                    w.unpadded.get_or_insert_with(|| m.path.clone());
+                    continue;
+                }
+                // SAFETY: a NOP pad in the module's text; the module is still inside
+                // `dlopen` (or this is start-up), so no thread runs it.
+                if !unsafe { patch(pad) } {
+                    sys::warn(&["trace-calls: cannot patch ", &w.name, " in ", &m.path]);
+                    continue;
+                }
+                w.traced += 1;
+                targets.push(Target { pad_end: pad + 5, func });
+                pads.push((pad, func));
+                let line = format!("{value:x} {:x} {}\n", value + skip, w.name);
+                let k = match self.resolved.iter().position(|r| r.0 == m.path) {
+                    Some(k) => k,
+                    None => {
+                        self.resolved.push((m.path.clone(), String::new()));
+                        self.resolved.len() - 1
+                    }
+                };
+                if !self.resolved[k].1.lines().any(|l| l == line.trim_end()) {
+                    self.resolved[k].1.push_str(&line);
+                }
+            }
+        }
+        Known { path: m.path.clone(), bias: m.bias, pads }
+    }
+}
+
+/// Whether `len` bytes at file address `vaddr` lie in an executable segment of `m`.
+fn in_text(m: &Module, vaddr: u64, len: u64) -> bool {
+    const PF_X: u32 = 1;
+    m.segments.iter().any(|s| {
+        s.flags & PF_X != 0
+            && s.vaddr <= vaddr
+            && vaddr.saturating_add(len) <= s.vaddr.saturating_add(s.memsz)
+    })
+}
+
+/// After a `dlopen` returned (before the program sees its result): patches the
+/// listed functions of the libraries mapped since the last scan, and pads found
+/// unpatched again in known ones (a library closed and opened again at the same
+/// address). The trace gets the new modules and, when `? <name>` lines found
+/// functions, an updated `trace_calls` option naming them.
 pub(crate) fn after_dlopen() {
-    let Ok(mut pending) = PENDING.lock() else { return };
-    if pending.is_empty() {
+    let Ok(mut late) = LATE.lock() else { return };
+    if !late.hooked() {
         return;
     }
-    let modules: Vec<(String, u64)> =
-        crate::modules::scan().into_iter().map(|m| (m.path, m.bias)).collect();
-    let mut targets = Vec::new();
-    pending.retain(|(path, lines)| match module_bias(path, &modules) {
-        Some(bias) => {
-            patch_lines(lines, bias, &mut targets);
-            false
+    let modules = crate::modules::scan();
+    let size = |late: &Late| late.resolved.iter().map(|r| r.1.len()).sum::<usize>();
+    let resolved = size(&late);
+    let (mut targets, mut known, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+    let old = core::mem::take(&mut late.known);
+    for m in &modules {
+        match old.iter().position(|k| k.bias == m.bias && k.path == m.path) {
+            Some(i) => {
+                let k = &old[i];
+                for &(pad, func) in &k.pads {
+                    // SAFETY: the module is mapped (this scan) and the pad was
+                    // patched before: bytes of its text. A NOP pad again means a
+                    // fresh mapping inside this `dlopen`, which no thread runs yet.
+                    if is_pad(unsafe { &(pad as *const [u8; 5]).read() }) && unsafe { patch(pad) } {
+                        targets.push(Target { pad_end: pad + 5, func });
+                    }
+                }
+                known.push(Known { path: k.path.clone(), bias: k.bias, pads: k.pads.clone() });
+            }
+            None => {
+                known.push(late.patch_module(m, &mut targets));
+                fresh.push(m.clone());
+            }
         }
-        None => true,
+    }
+    late.known = known;
+    let option = (size(&late) != resolved).then(|| {
+        let mut s = late.spec.clone();
+        for (path, lines) in &late.resolved {
+            s.push_str(&format!("@{path}\n{lines}"));
+        }
+        s
     });
-    if pending.is_empty() {
-        crate::process::DLOPEN_HOOK.store(0, Relaxed);
-    }
-    drop(pending);
+    drop(late);
     add_targets(targets);
-}
-
-/// Warns about traced libraries that were never loaded (at the end of the run).
-pub(crate) fn warn_unloaded() {
-    let Ok(pending) = PENDING.lock() else { return };
-    for (path, _) in pending.iter() {
-        sys::warn(&["trace-calls: ", path, " was never loaded; its functions were not traced"]);
+    if let Some(sess) = crate::session::session() {
+        let mut recs = Vec::new();
+        if let Ok(mut all) = sess.modules.lock() {
+            let n = all.len();
+            if crate::modules::merge(&mut all, fresh) {
+                recs.extend(all[n..].iter().cloned().map(MetaRecord::Module));
+            }
+        }
+        if let Some(spec) = option {
+            recs.push(MetaRecord::Option("trace_calls".into(), spec));
+        }
+        if !recs.is_empty() {
+            sess.write_meta(&recs, false, false, None);
+        }
     }
 }
 
-/// The bias of the mapped module whose path is `path` (the CLI writes canonical
-/// paths; the loader's may go through symbolic links or `..`).
-fn module_bias(path: &str, modules: &[(String, u64)]) -> Option<u64> {
-    let canon = |p: &str| std::fs::canonicalize(p).ok();
-    let want = canon(path);
-    modules.iter().find(|(p, _)| p == path || (want.is_some() && canon(p) == want)).map(|m| m.1)
+/// At the end of the run: warns about listed functions that were never traced (a
+/// named library never loaded, a `? <name>` found in no library).
+pub(crate) fn warn_untraced() {
+    let Ok(late) = LATE.lock() else { return };
+    for lib in late.libs.iter().filter(|l| !l.mapped) {
+        sys::warn(&[
+            "trace-calls: ",
+            &lib.path,
+            " was never loaded; its functions were not traced",
+        ]);
+    }
+    for w in late.names.iter().filter(|w| w.traced == 0) {
+        match &w.unpadded {
+            Some(lib) => sys::warn(&[
+                "trace-calls: function ",
+                &w.name,
+                " in ",
+                lib,
+                " has no patchable entry (build it with `memlens cc -shared`); it was not traced",
+            ]),
+            None => sys::warn(&[
+                "trace-calls: function ",
+                &w.name,
+                " was in no library the program loaded; it was not traced",
+            ]),
+        }
+    }
+}
+
+/// Whether the paths name the same file (the CLI writes canonical paths; the
+/// loader's may go through symbolic links or `..`).
+fn same_file(a: &str, b: &str) -> bool {
+    a == b || {
+        let canon = |p: &str| std::fs::canonicalize(p).ok();
+        matches!((canon(a), canon(b)), (Some(x), Some(y)) if x == y)
+    }
 }
 
 /// Stubs `jmp [rip]; .quad fentry`, 16 bytes each, in pages mapped near the

@@ -117,6 +117,7 @@ mod alloc;
 pub mod api;
 mod atomics;
 mod calls;
+mod elfsyms;
 mod filter;
 mod modules;
 mod options;

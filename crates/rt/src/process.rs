@@ -122,16 +122,11 @@ fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
         FILTER_ON.store(true, SeqCst);
     }
     let exe_bias = modules.first().map_or(0, |m| m.bias);
-    let libs: Vec<(String, u64)> = match &opts.trace_calls {
-        Some(spec) if spec.contains('@') => {
-            modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
-        }
-        _ => Vec::new(),
-    };
+    let mapped = if opts.trace_calls.is_some() { modules.clone() } else { Vec::new() };
     match Session::start(opts, base, owner, modules) {
         Ok(_) => {
             if let Some(spec) = &opts.trace_calls {
-                crate::calls::install(spec, exe_bias, &libs);
+                crate::calls::install(spec, exe_bias, &mapped);
             }
             crate::order::configure(
                 opts.order,
@@ -180,7 +175,7 @@ fn install_handlers() {
 }
 
 extern "C" fn at_exit(status: c_int, _: *mut c_void) {
-    crate::calls::warn_unloaded();
+    crate::calls::warn_untraced();
     finish(EndStatus::Exited(status), Mode::Exit);
 }
 
@@ -368,10 +363,11 @@ extern "C" fn atfork_child() {
 
 /// Address of libc's `dlopen` (0 until the runtime starts), for the jump below.
 static REAL_DLOPEN: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-/// Nonzero while `--trace-calls` waits for a library that `dlopen` will map.
+/// Nonzero when `--trace-calls` may have functions to patch in a library that
+/// `dlopen` maps (an `@<path>` section not mapped at start-up, `? <name>` lines).
 pub(crate) static DLOPEN_HOOK: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
 
-// `dlopen` jumps straight to libc's unless a traced library is pending: glibc takes
+// `dlopen` jumps straight to libc's unless `DLOPEN_HOOK` is set: glibc takes
 // the caller's search path and `$ORIGIN` from the return address, which a jump
 // keeps (a call from here would make every `dlopen` look like the executable's).
 #[cfg(all(not(test), target_arch = "x86_64"))]
@@ -391,8 +387,9 @@ core::arch::global_asm!(
     hooked = sym dlopen_hooked,
 );
 
-/// `dlopen` while a library whose functions `--trace-calls` lists is pending: it
-/// is patched before `dlopen` returns, so before the program can call into it.
+/// `dlopen` while `--trace-calls` may have functions in libraries still to come:
+/// they are patched before `dlopen` returns, so before the program can call into
+/// them (the library's constructors have run, unpatched, inside libc's `dlopen`).
 #[cfg_attr(test, allow(dead_code))]
 unsafe extern "C" fn dlopen_hooked(file: *const c_char, mode: c_int) -> *mut c_void {
     let f = real::get(R::dlopen);
