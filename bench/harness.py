@@ -246,9 +246,15 @@ class Builder:
         tdir = BUILD / f"rust-{self.flavour}"
         m = proj / "Cargo.toml"
         if self.flavour == "memlens":
+            out = tdir / "x86_64-unknown-linux-gnu/release" / p["name"]
+            # cargo does not see the runtime it links change: rebuild the package
+            if out.exists() and newer(out, self.extra_inputs()):
+                run(["cargo", "clean", "--quiet", "--release", "-p", p["name"],
+                     "--target", "x86_64-unknown-linux-gnu", "--manifest-path", m,
+                     "--target-dir", tdir], cwd=proj)
             run([self.t.memlens, "cargo", "build", "--release", "--quiet", "--manifest-path", m,
                  "--target-dir", tdir], cwd=proj)
-            return tdir / "x86_64-unknown-linux-gnu/release" / p["name"]
+            return out
         run(["cargo", "build", "--release", "--quiet", "--manifest-path", m, "--target-dir", tdir],
             cwd=proj)
         return tdir / "release" / p["name"]

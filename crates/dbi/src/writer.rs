@@ -11,7 +11,7 @@
 use crate::decode::{MERGE, OP_MASK};
 use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
 use crossbeam_queue::ArrayQueue;
-use memlens_format::codec::{access_tag, Encoder, MAX_ACCESS_LEN};
+use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
 use memlens_format::{
     count, AccessKind, ChunkCounts, ChunkEncoder, ChunkKind, EndStatus, Event, FileHeader,
     MetaRecord, Module, RmwOp, FLAG_LAST, META_STREAM, VERSION,
@@ -98,7 +98,7 @@ pub fn fresh_words() -> Vec<u64> {
 /// One thread stream as the worker encodes it.
 struct Stream {
     enc: Encoder,
-    raw: Vec<u8>,
+    raw: Streams,
     counts: ChunkCounts,
     /// The clock in force now, and where the current chunk started.
     clock: u64,
@@ -114,7 +114,7 @@ impl Stream {
     fn new(clock: u64) -> Stream {
         Stream {
             enc: Encoder::new(),
-            raw: Vec::with_capacity(CHUNK + 4096),
+            raw: Streams { ops: Vec::with_capacity(CHUNK + 4096), side: Vec::with_capacity(CHUNK) },
             counts: ChunkCounts::default(),
             clock,
             chunk_clock: clock,
@@ -127,17 +127,13 @@ impl Stream {
     #[inline(always)]
     fn access(&mut self, pc: u64, addr: u64, shift: u8, write: bool, value: Option<u64>) {
         let kind = if write { AccessKind::Write } else { AccessKind::Read };
-        self.raw.reserve(MAX_ACCESS_LEN);
-        // SAFETY: MAX_ACCESS_LEN bytes reserved past len.
+        let tag = access_tag(kind, false, shift);
+        // SAFETY: an access writes at most MAX_ACCESS_LEN op bytes.
         unsafe {
-            let base = self.raw.as_mut_ptr();
-            let p = base.add(self.raw.len());
-            let tag = access_tag(kind, false, shift);
-            let e = match value {
-                Some(v) => self.enc.access_value(p, tag, pc, addr, v),
-                None => self.enc.access(p, tag, pc, addr),
-            };
-            self.raw.set_len(e.offset_from(base) as usize);
+            self.enc.put(&mut self.raw, MAX_ACCESS_LEN, |e, p| match value {
+                Some(v) => e.access_value(p, tag, pc, addr, v),
+                None => e.access(p, tag, pc, addr),
+            });
         }
         self.counts.events += 1;
         if write {
@@ -229,24 +225,21 @@ impl Stream {
                     }
                     M_ENTER => {
                         self.flush_pending();
-                        self.raw.reserve(MAX_ACCESS_LEN);
-                        // SAFETY: MAX_ACCESS_LEN bytes reserved past len.
+                        // SAFETY: an entry writes at most MAX_ACCESS_LEN op bytes.
                         unsafe {
-                            let base = self.raw.as_mut_ptr();
-                            let e =
-                                self.enc.func_enter(base.add(self.raw.len()), b & PC_MASK, a, 0);
-                            self.raw.set_len(e.offset_from(base) as usize);
+                            self.enc.put(&mut self.raw, MAX_ACCESS_LEN, |e, p| {
+                                e.func_enter(p, b & PC_MASK, a, 0)
+                            });
                         }
                         self.counts.events += 1;
                     }
                     M_EXIT => {
                         self.flush_pending();
-                        self.raw.reserve(MAX_ACCESS_LEN);
-                        // SAFETY: as above.
+                        // SAFETY: an exit writes at most MAX_ACCESS_LEN op bytes.
                         unsafe {
-                            let base = self.raw.as_mut_ptr();
-                            let e = self.enc.func_exit(base.add(self.raw.len()), b & PC_MASK);
-                            self.raw.set_len(e.offset_from(base) as usize);
+                            self.enc.put(&mut self.raw, MAX_ACCESS_LEN, |e, p| {
+                                e.func_exit(p, b & PC_MASK)
+                            });
                         }
                         self.counts.events += 1;
                     }
@@ -305,8 +298,14 @@ pub fn start(
                        flags: u16,
                        counts: ChunkCounts,
                        clock: u64,
-                       raw: &[u8]| {
-            enc.encode(kind, stream, seq, flags, counts, clock, raw, frame);
+                       raw: &[u8],
+                       side: Option<&[u8]>| {
+            match side {
+                Some(side) => {
+                    enc.encode_events(stream, seq, flags, counts, clock, raw, side, frame)
+                }
+                None => enc.encode(kind, stream, seq, flags, counts, clock, raw, frame),
+            }
             if failed || f.write_all(frame).is_err() {
                 failed = true;
                 header.dropped_events += u64::from(counts.events);
@@ -335,7 +334,8 @@ pub fn start(
                                 flags,
                                 std::mem::take(&mut s.counts),
                                 s.chunk_clock,
-                                &s.raw,
+                                &s.raw.ops,
+                                Some(&s.raw.side),
                             );
                             s.seq += 1;
                             s.raw.clear();
@@ -354,7 +354,19 @@ pub fn start(
                     }
                     let c = ChunkCounts::default();
                     let (seq, k) = (meta_seq, ChunkKind::Meta);
-                    put(&mut header, &mut frame, &mut enc, k, META_STREAM, seq, 0, c, 0, &raw);
+                    put(
+                        &mut header,
+                        &mut frame,
+                        &mut enc,
+                        k,
+                        META_STREAM,
+                        seq,
+                        0,
+                        c,
+                        0,
+                        &raw,
+                        None,
+                    );
                     meta_seq += 1;
                 }
                 Msg::Finish(end, ack) => {
@@ -379,7 +391,8 @@ pub fn start(
                             FLAG_LAST,
                             counts,
                             s.chunk_clock,
-                            &s.raw,
+                            &s.raw.ops,
+                            Some(&s.raw.side),
                         );
                         s.ended = true;
                     }
@@ -388,7 +401,19 @@ pub fn start(
                         MetaRecord::End(end).encode(&mut raw);
                         let c = ChunkCounts::default();
                         let (seq, k) = (meta_seq, ChunkKind::Meta);
-                        put(&mut header, &mut frame, &mut enc, k, META_STREAM, seq, 0, c, 0, &raw);
+                        put(
+                            &mut header,
+                            &mut frame,
+                            &mut enc,
+                            k,
+                            META_STREAM,
+                            seq,
+                            0,
+                            c,
+                            0,
+                            &raw,
+                            None,
+                        );
                         let (kind, value) = end.to_parts();
                         header.end_kind = kind;
                         header.end_value = value;

@@ -1,6 +1,6 @@
 //! Speed of the counts scan alone ([`Decoder::scan_counts`]), without reading or
-//! decompressing: every event chunk is decompressed into memory first, then
-//! scanned on one core, REPS times (median).
+//! decompressing: every event chunk's op stream (all the scan reads) is
+//! decompressed into memory first, then scanned on one core, REPS times (median).
 //!
 //! ```sh
 //! cargo run --release -p memlens-format --example scan_bench -- TRACE [REPS]
@@ -8,7 +8,7 @@
 //! Prints decompression time, scan time and ns per event.
 
 use memlens_format::codec::{AccessTally, Counted, Decoder};
-use memlens_format::{ChunkKind, TraceReader};
+use memlens_format::{ChunkKind, PayloadBuf, TraceReader};
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
@@ -22,7 +22,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for sc in r.stream_chunks() {
         let c = &r.chunks()[sc.chunk];
         if c.header.kind == ChunkKind::Events {
-            chunks.push((sc.thread, r.read_chunk(c)?));
+            let mut b = PayloadBuf::new();
+            r.read_chunk_ops_into(c, &mut b)?;
+            chunks.push((sc.thread, b.raw().to_vec()));
         }
     }
     let read = t.elapsed().as_secs_f64();

@@ -8,13 +8,19 @@
 //! stream it belongs to, its sequence number in that stream, how it is compressed,
 //! how long it is, and carries CRC-32s of itself and of its payload, so a reader can
 //! skip, verify and decode it alone and stop cleanly at a torn tail.
+//!
+//! An event chunk's payload keeps its two streams apart (see [`crate::codec`]):
+//! `varint(op length) ++ frame(ops) ++ frame(side)`, each frame zstd-compressed
+//! (or, uncompressed, the bytes themselves); the header's `split` is where the
+//! side frame starts, so a reader that needs no addresses decompresses the ops
+//! alone. Decompressed, that is the layout [`crate::codec::Decoder`] reads.
 
 use crate::Error;
 
 /// First eight bytes of every trace.
 pub const FILE_MAGIC: [u8; 8] = *b"MEMLENS\0";
 /// Current format version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes reserved for the file header; chunks start here.
 pub const HEADER_SIZE: usize = 4096;
 /// First four bytes of every chunk.
@@ -23,7 +29,7 @@ pub const CHUNK_MAGIC: [u8; 4] = *b"MLCK";
 pub const CHUNK_HEADER_SIZE: usize = 64;
 /// Upper bound on a chunk's decompressed size, so corrupt lengths cannot make a
 /// reader allocate gigabytes.
-pub const MAX_CHUNK_RAW: u32 = 64 << 20;
+pub const MAX_CHUNK_RAW: u32 = 1 << 29;
 /// The stream number of metadata chunks.
 pub const META_STREAM: u32 = u32::MAX;
 
@@ -90,6 +96,9 @@ pub struct ChunkHeader {
     pub raw_len: u32,
     /// Stored payload length.
     pub payload_len: u32,
+    /// Event chunks: where in the stored payload the side stream's frame starts
+    /// (0 in metadata chunks).
+    pub split: u32,
     /// Counters of the events inside.
     pub counts: ChunkCounts,
     /// Ordering clock of the first event (0: none).
@@ -119,7 +128,7 @@ impl ChunkHeader {
             self.counts.stores,
             self.counts.allocs,
             self.counts.frees,
-            0,
+            self.split,
         ];
         for (i, w) in words.iter().enumerate() {
             b[8 + 4 * i..12 + 4 * i].copy_from_slice(&w.to_le_bytes());
@@ -165,11 +174,15 @@ impl ChunkHeader {
                 allocs: w(7),
                 frees: w(8),
             },
+            split: w(9),
             first_clock: u64::from_le_bytes(b[48..56].try_into().unwrap()),
             payload_crc: u32_at(b, 56),
         };
         if h.raw_len > MAX_CHUNK_RAW || h.payload_len > MAX_CHUNK_RAW {
             return Err(Error::Corrupt { offset, what: "chunk length out of range" });
+        }
+        if h.split > h.payload_len {
+            return Err(Error::Corrupt { offset, what: "chunk stream split out of range" });
         }
         Ok(h)
     }
@@ -299,6 +312,7 @@ impl ChunkEncoder {
     }
 
     /// Frames `raw` as one chunk into `out` (cleared first): header then payload.
+    /// Event chunks are framed by [`ChunkEncoder::encode_events`].
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &mut self,
@@ -341,9 +355,110 @@ impl ChunkEncoder {
             payload_len: payload.len() as u32,
             counts,
             first_clock,
+            split: 0,
             payload_crc: crc32fast::hash(payload),
         };
         out[..CHUNK_HEADER_SIZE].copy_from_slice(&h.encode());
+    }
+
+    /// Frames one event chunk made of an op and a side stream into `out` (cleared
+    /// first): header, then `varint(ops.len())`, the ops' frame and the side's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_events(
+        &mut self,
+        stream: u32,
+        seq: u32,
+        flags: u16,
+        counts: ChunkCounts,
+        first_clock: u64,
+        ops: &[u8],
+        side: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        out.clear();
+        out.resize(CHUNK_HEADER_SIZE, 0);
+        crate::varint::push(out, ops.len() as u64);
+        let start = out.len();
+        let raw_len = start - CHUNK_HEADER_SIZE + ops.len() + side.len();
+        let mut codec = Codec::None;
+        let mut split = 0;
+        if let (Some(z), true) = (self.zstd.as_mut(), self.level != 0) {
+            let bound = zstd::zstd_safe::compress_bound(ops.len())
+                + zstd::zstd_safe::compress_bound(side.len());
+            out.resize(start + bound, 0);
+            let mut at = start;
+            let mut ok = true;
+            for (i, part) in [ops, side].into_iter().enumerate() {
+                match z.compress_to_buffer(part, &mut out[at..]) {
+                    Ok(n) => at += n,
+                    Err(_) => ok = false,
+                }
+                if i == 0 {
+                    split = at;
+                }
+            }
+            if ok && at - CHUNK_HEADER_SIZE < raw_len {
+                out.truncate(at);
+                codec = Codec::Zstd;
+            } else {
+                out.truncate(start);
+            }
+        }
+        if codec == Codec::None {
+            out.extend_from_slice(ops);
+            split = out.len();
+            out.extend_from_slice(side);
+        }
+        let payload = &out[CHUNK_HEADER_SIZE..];
+        let h = ChunkHeader {
+            kind: ChunkKind::Events,
+            codec,
+            flags,
+            stream,
+            seq,
+            raw_len: raw_len as u32,
+            payload_len: payload.len() as u32,
+            counts,
+            first_clock,
+            split: (split - CHUNK_HEADER_SIZE) as u32,
+            payload_crc: crc32fast::hash(payload),
+        };
+        out[..CHUNK_HEADER_SIZE].copy_from_slice(&h.encode());
+    }
+}
+
+/// Length of the op-stream length prefix of an event chunk's payload.
+fn prefix_len(h: &ChunkHeader, payload: &[u8]) -> Option<usize> {
+    if h.kind != ChunkKind::Events {
+        return Some(0);
+    }
+    let mut at = 0;
+    crate::varint::get(payload, &mut at)?;
+    (at <= h.split as usize).then_some(at)
+}
+
+/// `Vec` spare capacity after `start` as a zstd output buffer, so a frame
+/// decompresses behind bytes already there without zero-filling first.
+struct Tail<'a> {
+    v: &'a mut Vec<u8>,
+    start: usize,
+}
+
+// SAFETY: pointer and capacity describe the vector's storage after `start`, and
+// `filled_until` only covers bytes zstd wrote.
+unsafe impl zstd::zstd_safe::WriteBuf for Tail<'_> {
+    fn as_slice(&self) -> &[u8] {
+        &self.v[self.start..]
+    }
+    fn capacity(&self) -> usize {
+        self.v.capacity() - self.start
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        // SAFETY: start <= len <= capacity.
+        unsafe { self.v.as_mut_ptr().add(self.start) }
+    }
+    unsafe fn filled_until(&mut self, n: usize) {
+        self.v.set_len(self.start + n);
     }
 }
 
@@ -352,20 +467,10 @@ pub fn decode_payload(h: &ChunkHeader, payload: &[u8], offset: u64) -> Result<Ve
     if crc32fast::hash(payload) != h.payload_crc {
         return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
     }
-    match h.codec {
-        Codec::None => Ok(payload.to_vec()),
-        Codec::Zstd => {
-            let v = zstd::bulk::decompress(payload, h.raw_len as usize)
-                .map_err(|_| Error::Corrupt { offset, what: "zstd payload does not decompress" })?;
-            if v.len() != h.raw_len as usize {
-                return Err(Error::Corrupt {
-                    offset,
-                    what: "chunk decompressed to the wrong size",
-                });
-            }
-            Ok(v)
-        }
-    }
+    let mut b = PayloadBuf::new();
+    b.payload = payload.to_vec();
+    b.decode(h, offset)?;
+    Ok(b.raw)
 }
 
 /// Reusable buffers and zstd context for reading chunks one after another (one per
@@ -396,27 +501,65 @@ impl PayloadBuf {
         if crc32fast::hash(&self.payload) != h.payload_crc {
             return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
         }
+        if h.codec == Codec::None && h.raw_len != h.payload_len {
+            return Err(Error::Corrupt { offset, what: "chunk decompressed to the wrong size" });
+        }
+        self.decode_part(h, offset, self.payload.len(), h.raw_len as usize)
+    }
+
+    /// Like `decode`, but of an event chunk's op stream only: `self.raw` gets the
+    /// length prefix and the ops, enough for [`crate::codec::Decoder::scan_counts`].
+    pub(crate) fn decode_ops(&mut self, h: &ChunkHeader, offset: u64) -> Result<(), Error> {
+        if crc32fast::hash(&self.payload) != h.payload_crc {
+            return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
+        }
+        if h.kind != ChunkKind::Events {
+            return self.decode_part(h, offset, self.payload.len(), h.raw_len as usize);
+        }
+        let bad = || Error::Corrupt { offset, what: "event chunk without its op-stream length" };
+        let k = prefix_len(h, &self.payload).ok_or_else(bad)?;
+        let mut at = 0;
+        let ops = crate::varint::get(&self.payload, &mut at).ok_or_else(bad)?;
+        let want = (k as u64).saturating_add(ops);
+        if want > u64::from(h.raw_len) {
+            return Err(bad());
+        }
+        self.decode_part(h, offset, h.split as usize, want as usize)
+    }
+
+    /// Decompresses `payload[..end]` (verified) into `raw`, expecting `want` bytes.
+    fn decode_part(
+        &mut self,
+        h: &ChunkHeader,
+        offset: u64,
+        end: usize,
+        want: usize,
+    ) -> Result<(), Error> {
+        let wrong = Error::Corrupt { offset, what: "chunk decompressed to the wrong size" };
+        self.raw.clear();
         match h.codec {
             Codec::None => {
-                self.raw.clear();
-                self.raw.extend_from_slice(&self.payload);
+                if want > end {
+                    return Err(wrong);
+                }
+                self.raw.extend_from_slice(&self.payload[..want]);
             }
             Codec::Zstd => {
-                let bad = Error::Corrupt { offset, what: "zstd payload does not decompress" };
+                let bad = || Error::Corrupt { offset, what: "zstd payload does not decompress" };
+                let k = prefix_len(h, &self.payload).ok_or(Error::Corrupt {
+                    offset,
+                    what: "event chunk without its op-stream length",
+                })?;
                 if self.zstd.is_none() {
-                    self.zstd = Some(zstd::bulk::Decompressor::new().map_err(|_| bad)?);
+                    self.zstd = Some(zstd::bulk::Decompressor::new().map_err(|_| bad())?);
                 }
                 let z = self.zstd.as_mut().expect("set above");
-                self.raw.clear();
-                self.raw.reserve(h.raw_len as usize);
-                let n = z.decompress_to_buffer(&self.payload, &mut self.raw).map_err(|_| {
-                    Error::Corrupt { offset, what: "zstd payload does not decompress" }
-                })?;
-                if n != h.raw_len as usize {
-                    return Err(Error::Corrupt {
-                        offset,
-                        what: "chunk decompressed to the wrong size",
-                    });
+                self.raw.reserve(want);
+                self.raw.extend_from_slice(&self.payload[..k]);
+                let mut t = Tail { v: &mut self.raw, start: k };
+                let n = z.decompress_to_buffer(&self.payload[k..end], &mut t).map_err(|_| bad())?;
+                if k + n != want {
+                    return Err(wrong);
                 }
             }
         }
@@ -440,6 +583,7 @@ mod tests {
             payload_len: 40,
             counts: ChunkCounts { events: 5, loads: 2, stores: 1, allocs: 1, frees: 1 },
             first_clock: 77,
+            split: 12,
             payload_crc: 0xdead_beef,
         };
         let mut b = h.encode();
@@ -459,11 +603,19 @@ mod tests {
             enc.set_level(level);
             assert_eq!(enc.level(), level);
             let mut out = Vec::new();
-            enc.encode(ChunkKind::Events, 0, 0, 0, ChunkCounts::default(), 0, &raw, &mut out);
+            let (ops, side) = raw.split_at(300_000);
+            enc.encode_events(0, 0, 0, ChunkCounts::default(), 0, ops, side, &mut out);
             let h = ChunkHeader::decode(out[..CHUNK_HEADER_SIZE].try_into().unwrap(), 0).unwrap();
             let want = if level == 0 { Codec::None } else { Codec::Zstd };
             assert_eq!(h.codec, want, "level {level}");
-            assert_eq!(decode_payload(&h, &out[CHUNK_HEADER_SIZE..], 0).unwrap(), raw);
+            let mut joined = Vec::new();
+            crate::codec::join(ops, side, &mut joined);
+            assert_eq!(decode_payload(&h, &out[CHUNK_HEADER_SIZE..], 0).unwrap(), joined);
+            // the op stream alone
+            let mut b = PayloadBuf::new();
+            b.payload = out[CHUNK_HEADER_SIZE..].to_vec();
+            b.decode_ops(&h, 0).unwrap();
+            assert_eq!(b.raw(), &joined[..joined.len() - side.len()]);
             sizes.push(out.len());
         }
         // both levels compress; level 0 stores

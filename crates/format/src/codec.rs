@@ -1,5 +1,14 @@
 //! The wire encoding of one thread's events inside a chunk.
 //!
+//! A chunk's events are written as two streams: the *op* stream holds each event's
+//! tag byte, its code address and the few fields that say what it did (range
+//! lengths, atomic operations, and every field of the rare events); the *side*
+//! stream holds the access addresses, values, call sites and frame pointers of the
+//! common events, in the same order. Kernels that need no addresses (the counts
+//! behind `memlens report`) read and decompress the op stream alone: a fifth of
+//! the bytes to decompress and half to parse. Split, each stream also compresses
+//! better than the mix. A decompressed chunk is `varint(op length) ++ ops ++ side`.
+//!
 //! Every event starts with a tag byte. Code addresses are zigzag deltas from the
 //! previous code address in the chunk; access addresses are zigzag deltas from the
 //! last address seen at the same code address (a direct-mapped table indexed by a
@@ -7,14 +16,14 @@
 //! and again, which the chunk compressor then folds away. Encoder and decoder start
 //! each chunk from a zeroed state, so every chunk decodes on its own.
 //!
-//! Tag layout:
+//! Tag layout (fields after `|` are in the side stream):
 //! - `0x00..=0x3f` access: bit 5 store, bit 4 atomic, bit 3 value follows,
-//!   bits 0..=2 log2(size) (0..=4). Fields: pc, addr, \[value\].
-//! - `0x40`/`0x41` range read/write: pc, addr, len.
+//!   bits 0..=2 log2(size) (0..=4). Fields: pc | addr, \[value\].
+//! - `0x40`/`0x41` range read/write: pc, len | addr.
 //! - `0x42` RMW: byte `op << 4 | log2(size)` (bit 3 of the low nibble: value follows),
-//!   pc, addr, \[value\].
+//!   pc | addr, \[value\].
 //! - `0x43` fence: pc, order.
-//! - `0x50` function entry: pc, call site (zigzag delta from pc), frame pointer
+//! - `0x50` function entry: pc | call site (zigzag delta from pc), frame pointer
 //!   (zigzag delta from the previous one). `0x51` exit: pc.
 //! - `0x52` traced call: function (as a pc), stack pointer, three arguments.
 //!   `0x53` traced return: function (as a pc), stack pointer, return value.
@@ -34,6 +43,15 @@ const SLOT_BITS: u32 = 10;
 /// Largest encoding of an access or RMW event; the runtime reserves this much
 /// before calling the hot encoders.
 pub const MAX_ACCESS_LEN: usize = 2 + 3 * MAX_VARINT;
+
+/// Most side-stream bytes one event writes.
+pub const MAX_SIDE_LEN: usize = 2 * MAX_VARINT;
+
+/// Most side-stream bytes an event writes per op-stream byte (an entry: two
+/// bytes of tag and pc, two varints of call site and frame). A side buffer of
+/// `SIDE_PER_OP` times the op buffer, plus [`MAX_SIDE_LEN`], never overflows
+/// before the op buffer does.
+pub const SIDE_PER_OP: usize = MAX_VARINT;
 
 /// Tags of the non-access events.
 #[allow(missing_docs)]
@@ -143,12 +161,18 @@ impl Predictor {
     }
 }
 
-/// Encodes events of one thread. The hot methods write through raw pointers into a
-/// buffer the caller has reserved; the others append to a `Vec`.
+/// Encodes events of one thread. The hot methods write the op stream through a
+/// raw pointer into a buffer the caller has reserved, and the side stream at the
+/// encoder's side cursor ([`Encoder::set_side`]); [`Encoder::push`] appends to
+/// a [`Streams`].
 #[derive(Clone)]
 pub struct Encoder {
     pred: Predictor,
+    side: *mut u8,
 }
+
+// SAFETY: `side` is a cursor into a buffer owned by whoever owns the encoder.
+unsafe impl Send for Encoder {}
 
 impl Default for Encoder {
     fn default() -> Self {
@@ -160,7 +184,31 @@ impl Encoder {
     /// A fresh encoder (chunk-start state); `const` so the runtime can keep one in a
     /// const-initialised thread-local.
     pub const fn new() -> Encoder {
-        Encoder { pred: Predictor::new() }
+        Encoder { pred: Predictor::new(), side: std::ptr::null_mut() }
+    }
+
+    /// Where the next side-stream bytes go.
+    pub fn set_side(&mut self, p: *mut u8) {
+        self.side = p;
+    }
+
+    /// The side cursor: one past the last side byte written.
+    pub fn side(&self) -> *mut u8 {
+        self.side
+    }
+
+    /// The side cursor of an encoder another thread may be writing with: a value at
+    /// least as far as that of the last event whose end the reader has acquired.
+    ///
+    /// # Safety
+    /// `e` must point to a live encoder.
+    pub unsafe fn side_of(e: *const Encoder) -> *mut u8 {
+        std::ptr::addr_of!((*e).side).read_volatile()
+    }
+
+    #[inline(always)]
+    unsafe fn put_side(&mut self, v: u64) {
+        self.side = varint::put(self.side, v);
     }
 
     /// Starts a new chunk.
@@ -176,7 +224,9 @@ impl Encoder {
     pub unsafe fn access(&mut self, p: *mut u8, tag: u8, pc: u64, addr: u64) -> *mut u8 {
         p.write(tag);
         let p = varint::put(p.add(1), self.pred.pc_delta(pc));
-        varint::put(p, self.pred.addr_delta(pc, addr))
+        let d = self.pred.addr_delta(pc, addr);
+        self.put_side(d);
+        p
     }
 
     /// Encodes a load/store followed by its value.
@@ -193,7 +243,8 @@ impl Encoder {
         value: u64,
     ) -> *mut u8 {
         let p = self.access(p, tag | tag::ACCESS_VALUE, pc, addr);
-        varint::put(p, value)
+        self.put_side(value);
+        p
     }
 
     /// Encodes an atomic RMW (`value`: the old value, if recorded).
@@ -213,10 +264,11 @@ impl Encoder {
         p.write(tag::RMW);
         let flag = if value.is_some() { 8 } else { 0 };
         p.add(1).write(((op as u8) << 4) | size_log2 | flag);
-        let mut p = varint::put(p.add(2), self.pred.pc_delta(pc));
-        p = varint::put(p, self.pred.addr_delta(pc, addr));
+        let p = varint::put(p.add(2), self.pred.pc_delta(pc));
+        let d = self.pred.addr_delta(pc, addr);
+        self.put_side(d);
         if let Some(v) = value {
-            p = varint::put(p, v);
+            self.put_side(v);
         }
         p
     }
@@ -239,7 +291,8 @@ impl Encoder {
             AccessKind::Write => tag::RANGE_WRITE,
         });
         let p = varint::put(p.add(1), self.pred.pc_delta(pc));
-        let p = varint::put(p, self.pred.addr_delta(pc, addr));
+        let d = self.pred.addr_delta(pc, addr);
+        self.put_side(d);
         varint::put(p, len)
     }
 
@@ -259,10 +312,11 @@ impl Encoder {
     ) -> *mut u8 {
         p.write(tag::FUNC_ENTER);
         let p = varint::put(p.add(1), self.pred.pc_delta(pc));
-        let p = varint::put(p, zigzag(call_site.wrapping_sub(pc) as i64));
+        self.put_side(zigzag(call_site.wrapping_sub(pc) as i64));
         let d = zigzag(frame.wrapping_sub(self.pred.prev_frame) as i64);
         self.pred.prev_frame = frame;
-        varint::put(p, d)
+        self.put_side(d);
+        p
     }
 
     /// Encodes a function exit.
@@ -363,8 +417,8 @@ impl Encoder {
         varint::put(p, addr)
     }
 
-    /// Appends any event to a vector (slow path: thread and control events, tests).
-    pub fn push(&mut self, out: &mut Vec<u8>, ev: &Event) {
+    /// Appends any event to `out` (slow path: thread and control events, tests).
+    pub fn push(&mut self, out: &mut Streams, ev: &Event) {
         let need = match ev {
             Event::Alloc { stack, .. } | Event::Realloc { stack, .. } => {
                 Encoder::alloc_len(stack.len())
@@ -374,15 +428,33 @@ impl Encoder {
             Event::Call { .. } | Event::Return { .. } => 1 + 5 * MAX_VARINT,
             _ => MAX_ACCESS_LEN,
         };
-        out.reserve(need);
-        let start = out.len();
-        // SAFETY: `need` bytes were reserved past `start`; the encoders write at most
-        // that many and we set the length to what they wrote.
-        unsafe {
-            let p = out.as_mut_ptr().add(start);
-            let end = self.encode_raw(p, ev);
-            out.set_len(start + (end as usize - p as usize));
-        }
+        // SAFETY: the encoders write at most `need` op bytes.
+        unsafe { self.put(out, need, |e, p| e.encode_raw(p, ev)) }
+    }
+
+    /// Runs a hot encoder `f` on the ends of `out`'s streams, with `need` op bytes
+    /// (and [`MAX_SIDE_LEN`] side bytes) reserved.
+    ///
+    /// # Safety
+    /// `f` may write at most `need` op bytes, and side bytes only at the side cursor.
+    #[inline(always)]
+    pub unsafe fn put(
+        &mut self,
+        out: &mut Streams,
+        need: usize,
+        f: impl FnOnce(&mut Encoder, *mut u8) -> *mut u8,
+    ) {
+        out.ops.reserve(need);
+        out.side.reserve(MAX_SIDE_LEN);
+        let (o, s) = (out.ops.len(), out.side.len());
+        let p = out.ops.as_mut_ptr().add(o);
+        let sp = out.side.as_mut_ptr().add(s);
+        // the encoder's own side cursor (a runtime buffer's) is kept
+        let saved = std::mem::replace(&mut self.side, sp);
+        let end = f(self, p);
+        out.ops.set_len(o + (end as usize - p as usize));
+        out.side.set_len(s + (self.side as usize - sp as usize));
+        self.side = saved;
     }
 
     unsafe fn encode_raw(&mut self, p: *mut u8, ev: &Event) -> *mut u8 {
@@ -479,6 +551,52 @@ unsafe fn put_str(p: *mut u8, s: &str) -> *mut u8 {
     p.add(s.len())
 }
 
+/// One chunk's events as two growable streams (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Streams {
+    /// The op stream.
+    pub ops: Vec<u8>,
+    /// The side stream.
+    pub side: Vec<u8>,
+}
+
+impl Streams {
+    /// Empty streams.
+    pub fn new() -> Streams {
+        Streams::default()
+    }
+
+    /// Bytes in both streams.
+    pub fn len(&self) -> usize {
+        self.ops.len() + self.side.len()
+    }
+
+    /// No events.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Empties both (keeping the allocations).
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.side.clear();
+    }
+
+    /// The decompressed chunk: `varint(ops.len()) ++ ops ++ side`.
+    pub fn to_raw(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(MAX_VARINT + self.len());
+        join(&self.ops, &self.side, &mut out);
+        out
+    }
+}
+
+/// Appends the decompressed-chunk layout of `ops` and `side` to `out`.
+pub fn join(ops: &[u8], side: &[u8], out: &mut Vec<u8>) {
+    varint::push(out, ops.len() as u64);
+    out.extend_from_slice(ops);
+    out.extend_from_slice(side);
+}
+
 /// The tag byte of a load/store.
 #[inline(always)]
 pub const fn access_tag(kind: AccessKind, atomic: bool, size_log2: u8) -> u8 {
@@ -502,23 +620,60 @@ pub struct DecodeError {
 /// Decodes a chunk's events in order. Stops (fused) at the first error.
 pub struct Decoder<B: AsRef<[u8]>> {
     buf: B,
+    /// Op stream cursor and end.
     pos: usize,
+    end: usize,
+    /// Side stream cursor (the side stream runs to the end of `buf`).
+    spos: usize,
     pred: Box<Predictor>,
     failed: bool,
+    /// The op-stream length prefix is missing or too large.
+    bad_layout: bool,
 }
 
 impl<B: AsRef<[u8]>> Decoder<B> {
-    /// A decoder over one decompressed chunk payload (borrowed or owned).
+    /// A decoder over one decompressed chunk payload (borrowed or owned): the
+    /// layout of [`join`]. A payload holding only the length and the op stream
+    /// (see `PayloadBuf::decode_ops`) is enough for [`Decoder::scan_counts`].
     pub fn new(buf: B) -> Decoder<B> {
-        Decoder { buf, pos: 0, pred: Box::default(), failed: false }
+        let mut d = Decoder {
+            buf,
+            pos: 0,
+            end: 0,
+            spos: 0,
+            pred: Box::default(),
+            failed: false,
+            bad_layout: false,
+        };
+        d.layout();
+        d
+    }
+
+    fn layout(&mut self) {
+        let b = self.buf.as_ref();
+        let mut at = 0;
+        match varint::get(b, &mut at) {
+            Some(n) if n <= (b.len() - at) as u64 => {
+                self.pos = at;
+                self.end = at + n as usize;
+                self.spos = self.end;
+                self.bad_layout = false;
+            }
+            // an empty payload is an empty chunk
+            None if b.is_empty() => (self.pos, self.end, self.spos) = (0, 0, 0),
+            _ => {
+                (self.pos, self.end, self.spos) = (0, 0, 0);
+                self.bad_layout = true;
+            }
+        }
     }
 
     /// Reuses this decoder (and its prediction table) for another chunk.
     pub fn reset(&mut self, buf: B) {
         self.buf = buf;
-        self.pos = 0;
         self.failed = false;
         self.pred.reset();
+        self.layout();
     }
 
     /// The buffer back, to reuse its allocation.
@@ -536,15 +691,35 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         DecodeError { offset: self.pos, what }
     }
 
+    /// At the end of the op stream: `Ok(true)`, or the layout error.
+    #[inline(always)]
+    fn at_end(&mut self) -> Result<bool, DecodeError> {
+        if self.pos < self.end {
+            return Ok(false);
+        }
+        if self.bad_layout && !self.failed {
+            return Err(self.err("chunk does not start with its op-stream length"));
+        }
+        Ok(true)
+    }
+
     fn v(&mut self) -> Result<u64, DecodeError> {
-        match varint::get(self.buf.as_ref(), &mut self.pos) {
+        match varint::get(&self.buf.as_ref()[..self.end], &mut self.pos) {
             Some(v) => Ok(v),
             None => Err(self.err("truncated or overlong varint")),
         }
     }
 
+    /// A varint of the side stream.
+    fn sv(&mut self) -> Result<u64, DecodeError> {
+        match varint::get(self.buf.as_ref(), &mut self.spos) {
+            Some(v) => Ok(v),
+            None => Err(self.err("side stream cut short")),
+        }
+    }
+
     fn byte(&mut self) -> Result<u8, DecodeError> {
-        match self.buf.as_ref().get(self.pos) {
+        match self.buf.as_ref()[..self.end].get(self.pos) {
             Some(&b) => {
                 self.pos += 1;
                 Ok(b)
@@ -559,13 +734,13 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     }
 
     fn addr(&mut self, pc: u64) -> Result<u64, DecodeError> {
-        let d = self.v()?;
+        let d = self.sv()?;
         Ok(self.pred.addr_from(pc, d))
     }
 
     fn string(&mut self) -> Result<String, DecodeError> {
         let n = self.v()? as usize;
-        let buf = self.buf.as_ref();
+        let buf = &self.buf.as_ref()[..self.end];
         if n > buf.len() - self.pos {
             return Err(self.err("string longer than the chunk"));
         }
@@ -576,7 +751,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
 
     fn stack(&mut self, pc: u64) -> Result<Vec<Pc>, DecodeError> {
         let n = self.v()? as usize;
-        if n > self.buf.as_ref().len() - self.pos {
+        if n > self.end - self.pos {
             return Err(self.err("stack longer than the chunk"));
         }
         let mut s = Vec::with_capacity(n);
@@ -602,7 +777,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 out.push(e);
                 continue;
             }
-            if self.pos >= self.buf.as_ref().len() {
+            if self.at_end()? {
                 break;
             }
             match self.next_slow()? {
@@ -618,17 +793,19 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     /// the general path (which also reports errors).
     #[inline(always)]
     fn fast_access(&mut self) -> Option<Event> {
-        // tag + two varints of at most MAX_VARINT bytes each
-        const NEED: usize = 1 + 2 * MAX_VARINT;
+        // tag + pc in the op stream, the address in the side stream
+        const NEED: usize = 1 + MAX_VARINT;
         let buf = self.buf.as_ref();
-        let s: &[u8; NEED] = buf.get(self.pos..self.pos + NEED)?.try_into().ok()?;
+        let s: &[u8; NEED] = buf[..self.end].get(self.pos..self.pos + NEED)?.try_into().ok()?;
         let t = s[0];
         if t > tag::ACCESS_MAX || t & tag::ACCESS_VALUE != 0 || t & 7 > 4 {
             return None;
         }
+        let a: &[u8; MAX_VARINT] = buf.get(self.spos..self.spos + MAX_VARINT)?.try_into().ok()?;
         let (dpc, n1) = varint_at(s, 1)?;
-        let (da, n2) = varint_at(s, 1 + n1)?;
-        self.pos += 1 + n1 + n2;
+        let (da, n2) = varint_at(a, 0)?;
+        self.pos += 1 + n1;
+        self.spos += n2;
         let pc = self.pred.pc_from(dpc);
         let addr = self.pred.addr_from(pc, da);
         Some(Event::Access {
@@ -645,7 +822,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> Result<Option<Event>, DecodeError> {
-        if self.failed || self.pos >= self.buf.as_ref().len() {
+        if self.failed || self.at_end()? {
             return Ok(None);
         }
         if let Some(e) = self.fast_access() {
@@ -665,7 +842,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 }
                 let pc = self.pc()?;
                 let addr = self.addr(pc)?;
-                let value = if t & tag::ACCESS_VALUE != 0 { Some(self.v()?) } else { None };
+                let value = if t & tag::ACCESS_VALUE != 0 { Some(self.sv()?) } else { None };
                 Event::Access {
                     pc: Pc(pc),
                     addr: Addr(addr),
@@ -681,8 +858,8 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             }
             tag::RANGE_READ | tag::RANGE_WRITE => {
                 let pc = self.pc()?;
-                let addr = self.addr(pc)?;
                 let len = self.v()?;
+                let addr = self.addr(pc)?;
                 let kind = if t == tag::RANGE_READ { AccessKind::Read } else { AccessKind::Write };
                 Event::Range { pc: Pc(pc), addr: Addr(addr), len, kind }
             }
@@ -697,7 +874,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 }
                 let pc = self.pc()?;
                 let addr = self.addr(pc)?;
-                let value = if b & 8 != 0 { Some(self.v()?) } else { None };
+                let value = if b & 8 != 0 { Some(self.sv()?) } else { None };
                 Event::Rmw { pc: Pc(pc), addr: Addr(addr), size: 1 << lg, op, value }
             }
             tag::FENCE => {
@@ -707,8 +884,8 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             }
             tag::FUNC_ENTER => {
                 let pc = self.pc()?;
-                let cs = pc.wrapping_add(unzigzag(self.v()?) as u64);
-                let d = self.v()?;
+                let cs = pc.wrapping_add(unzigzag(self.sv()?) as u64);
+                let d = self.sv()?;
                 self.pred.prev_frame = self.pred.prev_frame.wrapping_add(unzigzag(d) as u64);
                 Event::FuncEnter {
                     pc: Pc(pc),
@@ -891,9 +1068,8 @@ pub struct AccessTally {
     plain_chunks: u32,
 }
 
-/// The longest event of the counts scan's fast path: a function entry (pc, call
-/// site, frame).
-const NEED: usize = 1 + 3 * MAX_VARINT;
+/// The longest event of the counts scan's fast path: a range (pc, length).
+const NEED: usize = 1 + 2 * MAX_VARINT;
 
 /// Accesses remembered for loop folding.
 const RING: u64 = 64;
@@ -1053,14 +1229,15 @@ impl AccessTally {
 
 impl<B: AsRef<[u8]>> Decoder<B> {
     /// Scans the rest of the chunk for the counts kernels, calling `f` with the
-    /// [`Counted`] view of its events and how many times it occurred. Plain
-    /// loads/stores (nearly every event) are parsed without reconstructing their
-    /// address or touching the prediction table, tallied in `tally` and handed to
-    /// `f` once per distinct (pc, size, kind) at the end; function entries and
-    /// exits are counted the same way (one call each for the chunk); everything else takes the
-    /// full decoder's path, one call each, so errors are exactly the full decoder's.
-    /// Order is not kept. Returns the number of events; on an error, `f` has seen
-    /// every event before it.
+    /// [`Counted`] view of its events and how many times it occurred. It reads the
+    /// op stream only (the side stream may be absent): loads, stores and ranges
+    /// (nearly every event) are tallied in `tally` by (pc, tag) and handed to `f`
+    /// once per distinct (pc, size, kind) at the end; function entries and exits
+    /// are counted the same way (one call each for the chunk); atomics are handed
+    /// over one by one; the rare events take the full decoder's path, one call
+    /// each. Errors are the full decoder's for the op stream; the side stream is
+    /// not checked. Order is not kept. Returns the number of events; on an error,
+    /// `f` has seen every event before it.
     pub fn scan_counts(
         &mut self,
         tally: &mut AccessTally,
@@ -1110,108 +1287,101 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         // the first event number loop folding may look back to
         let mut ring_start = 0u64;
         let mut pc = self.pred.prev_pc;
+        let end = self.end;
         let res = loop {
-            let buf = self.buf.as_ref();
+            let buf = &self.buf.as_ref()[..end];
             // the fast path: every byte of the event present, no per-byte bounds checks
             if let Some(s) = buf.get(self.pos..self.pos + NEED) {
                 let s: &[u8; NEED] = s.try_into().expect("NEED bytes");
                 let t = s[0];
-                if t <= tag::ACCESS_MAX && t & tag::ACCESS_VALUE == 0 && t & 7 <= 4 {
+                if t <= tag::ACCESS_MAX && t & 7 <= 4 {
                     if let Some((dpc, n1)) = varint_at(s, 1) {
-                        // the address is skipped, but must be a well-formed varint
-                        if let Some(n2) = varint_len_at(s, 1 + n1) {
-                            let start = self.pos;
-                            let pc_before = pc;
-                            pc = pc.wrapping_add(unzigzag(dpc) as u64);
-                            if !FOLD {
-                                tally.add(pc, t);
-                                self.pos += 1 + n1 + n2;
-                                n += 1;
-                                continue;
-                            }
-                            let (i, grew) = tally.find(pc, t);
-                            if grew {
-                                ring_start = n;
-                            }
-                            let prev = u64::from(tally.last[i]);
-                            if prev < n && prev >= ring_start && n - prev <= RING {
-                                // accesses prev..n run from q to start and end where
-                                // they began: fold the repeats that follow
-                                let q = tally.ring[(prev % RING) as usize].1;
-                                let len = start - q;
-                                let reps = (repeat_len(buf, q, start) / len) as u64;
-                                if reps > 0 {
-                                    for k in prev..n {
-                                        let slot = tally.ring[(k % RING) as usize].0;
-                                        tally.slots[slot as usize].count += reps as u32;
-                                    }
-                                    tally.folded += reps * (n - prev);
-                                    tally.folds += 1;
-                                    n += reps * (n - prev);
-                                    self.pos = start + reps as usize * len;
-                                    pc = pc_before;
-                                    // positions in the ring no longer line up
-                                    ring_start = n;
-                                    continue;
-                                }
-                            }
-                            let sl = &mut tally.slots[i];
-                            sl.count += 1;
-                            tally.last[i] = n as u32;
-                            tally.ring[(n % RING) as usize] = (i as u32, start);
-                            self.pos += 1 + n1 + n2;
+                        let start = self.pos;
+                        let pc_before = pc;
+                        pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                        // a value lives in the side stream: the same access
+                        let t = t & !tag::ACCESS_VALUE;
+                        if !FOLD {
+                            tally.add(pc, t);
+                            self.pos += 1 + n1;
                             n += 1;
                             continue;
                         }
+                        let (i, grew) = tally.find(pc, t);
+                        if grew {
+                            ring_start = n;
+                        }
+                        let prev = u64::from(tally.last[i]);
+                        if prev < n && prev >= ring_start && n - prev <= RING {
+                            // accesses prev..n run from q to start and end where
+                            // they began: fold the repeats that follow
+                            let q = tally.ring[(prev % RING) as usize].1;
+                            let len = start - q;
+                            let reps = (repeat_len(buf, q, start) / len) as u64;
+                            if reps > 0 {
+                                for k in prev..n {
+                                    let slot = tally.ring[(k % RING) as usize].0;
+                                    tally.slots[slot as usize].count += reps as u32;
+                                }
+                                tally.folded += reps * (n - prev);
+                                tally.folds += 1;
+                                n += reps * (n - prev);
+                                self.pos = start + reps as usize * len;
+                                pc = pc_before;
+                                // positions in the ring no longer line up
+                                ring_start = n;
+                                continue;
+                            }
+                        }
+                        let sl = &mut tally.slots[i];
+                        sl.count += 1;
+                        tally.last[i] = n as u32;
+                        tally.ring[(n % RING) as usize] = (i as u32, start);
+                        self.pos += 1 + n1;
+                        n += 1;
+                        continue;
                     }
                 } else if t == tag::RANGE_READ || t == tag::RANGE_WRITE {
                     // tallied like plain accesses, with their lengths summed
                     if let Some((dpc, n1)) = varint_at(s, 1) {
-                        if let Some(n2) = varint_len_at(s, 1 + n1) {
-                            if let Some((len, n3)) = varint_at(s, 1 + n1 + n2) {
-                                pc = pc.wrapping_add(unzigzag(dpc) as u64);
-                                tally.add_range(pc, t, len);
-                                self.pos += 1 + n1 + n2 + n3;
-                                n += 1;
-                                ring_start = n;
-                                continue;
-                            }
-                        }
-                    }
-                } else if t == tag::FUNC_ENTER || t == tag::FUNC_EXIT {
-                    // only counted: the call site and frame are checked, not kept
-                    if let Some((dpc, n1)) = varint_at(s, 1) {
-                        let rest = if t == tag::FUNC_ENTER {
-                            varint_len_at(s, 1 + n1)
-                                .and_then(|n2| Some(n2 + varint_len_at(s, 1 + n1 + n2)?))
-                        } else {
-                            Some(0)
-                        };
-                        if let Some(more) = rest {
-                            self.pos += 1 + n1 + more;
+                        if let Some((len, n2)) = varint_at(s, 1 + n1) {
                             pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                            tally.add_range(pc, t, len);
+                            self.pos += 1 + n1 + n2;
                             n += 1;
                             ring_start = n;
-                            if t == tag::FUNC_ENTER {
-                                *enters += 1;
-                            } else {
-                                *exits += 1;
-                            }
                             continue;
                         }
                     }
+                } else if t == tag::FUNC_ENTER || t == tag::FUNC_EXIT {
+                    // only counted: the call site and frame are in the side stream
+                    if let Some((dpc, n1)) = varint_at(s, 1) {
+                        self.pos += 1 + n1;
+                        pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                        n += 1;
+                        ring_start = n;
+                        if t == tag::FUNC_ENTER {
+                            *enters += 1;
+                        } else {
+                            *exits += 1;
+                        }
+                        continue;
+                    }
                 }
-            } else if self.pos >= buf.len() {
+            } else if self.pos >= end {
+                if let Err(e) = self.at_end() {
+                    break Err(e);
+                }
                 break Ok(n);
             }
             self.pred.prev_pc = pc;
-            let r = self.next_slow();
+            let r = self.scan_slow();
             pc = self.pred.prev_pc;
             match r {
-                Ok(Some(e)) => {
+                Ok(Some(c)) => {
                     n += 1;
                     ring_start = n;
-                    f(Counted::of(&e), 1);
+                    f(c, 1);
                 }
                 Ok(None) => break Ok(n),
                 Err(e) => break Err(e),
@@ -1219,6 +1389,92 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         };
         self.pred.prev_pc = pc;
         res
+    }
+
+    /// One event of the scan off its fast path, read from the op stream alone.
+    #[inline(never)]
+    fn scan_slow(&mut self) -> Result<Option<Counted>, DecodeError> {
+        if self.at_end()? {
+            return Ok(None);
+        }
+        let t = self.buf.as_ref()[self.pos];
+        let c = match t {
+            0..=tag::ACCESS_MAX => {
+                self.pos += 1;
+                if t & 7 > 4 {
+                    self.pos -= 1;
+                    return Err(self.err("access size code out of range"));
+                }
+                let pc = Pc(self.pc()?);
+                let write = t & tag::ACCESS_WRITE != 0;
+                Counted::Access { pc, write, bytes: 1 << (t & 7) }
+            }
+            tag::RANGE_READ | tag::RANGE_WRITE => {
+                self.pos += 1;
+                let pc = Pc(self.pc()?);
+                Counted::Range { pc, write: t == tag::RANGE_WRITE, bytes: self.v()? }
+            }
+            tag::RMW => {
+                self.pos += 1;
+                let b = self.byte()?;
+                let Some(op) = RmwOp::from_u8(b >> 4) else {
+                    return Err(self.err("unknown atomic operation"));
+                };
+                if b & 7 > 4 {
+                    return Err(self.err("atomic size code out of range"));
+                }
+                let pc = Pc(self.pc()?);
+                Counted::Rmw { pc, size: 1 << (b & 7), stores: op.stores() }
+            }
+            tag::FUNC_ENTER | tag::FUNC_EXIT => {
+                self.pos += 1;
+                self.pc()?;
+                if t == tag::FUNC_ENTER {
+                    Counted::Call
+                } else {
+                    Counted::Other
+                }
+            }
+            // allocations without building their stacks (the checks are the
+            // full decoder's)
+            tag::ALLOC => {
+                self.pos += 1;
+                if AllocKind::from_u8(self.byte()?).is_none() {
+                    return Err(self.err("unknown allocation kind"));
+                }
+                let pc = self.pc()?;
+                self.v()?;
+                let size = self.v()?;
+                self.skip_stack()?;
+                Counted::Alloc { pc: Pc(pc), size, realloc: false }
+            }
+            tag::REALLOC => {
+                self.pos += 1;
+                let pc = self.pc()?;
+                self.v()?;
+                self.v()?;
+                let size = self.v()?;
+                self.skip_stack()?;
+                Counted::Alloc { pc: Pc(pc), size, realloc: true }
+            }
+            _ => match self.next_slow()? {
+                Some(e) => Counted::of(&e),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(c))
+    }
+
+    /// [`Decoder::stack`] without the stack.
+    fn skip_stack(&mut self) -> Result<(), DecodeError> {
+        let n = self.v()? as usize;
+        if n > self.end - self.pos {
+            return Err(self.err("stack longer than the chunk"));
+        }
+        for _ in 0..n {
+            self.v()?;
+        }
+        Ok(())
     }
 }
 
@@ -1241,25 +1497,6 @@ fn repeat_len(buf: &[u8], q: usize, start: usize) -> usize {
         m += 1;
     }
     m
-}
-
-/// Length of the varint starting at `s[i]` (`i + MAX_VARINT <= s.len()`); `None`
-/// when overlong, like [`varint_at`].
-#[inline(always)]
-fn varint_len_at<const N: usize>(s: &[u8; N], i: usize) -> Option<usize> {
-    let w: &[u8; MAX_VARINT] = s.get(i..i + MAX_VARINT)?.try_into().ok()?;
-    if w[0] < 0x80 {
-        return Some(1);
-    }
-    for (k, &b) in w.iter().enumerate().skip(1) {
-        if b < 0x80 {
-            if k == MAX_VARINT - 1 && b > 1 {
-                return None;
-            }
-            return Some(k + 1);
-        }
-    }
-    None
 }
 
 /// Reads the varint starting at `s[i]` (`i + MAX_VARINT <= s.len()`): its value
@@ -1346,10 +1583,11 @@ mod tests {
             }
         }
         let mut enc = Encoder::new();
-        let mut buf = Vec::new();
+        let mut st = Streams::new();
         for e in &evs {
-            enc.push(&mut buf, e);
+            enc.push(&mut st, e);
         }
+        let buf = st.to_raw();
         let mut want: HashMap<Counted, u64> = HashMap::new();
         for e in Decoder::new(&buf[..]) {
             *want.entry(Counted::of(&e.unwrap())).or_default() += 1;
@@ -1372,11 +1610,11 @@ mod tests {
 
     fn encode(evs: &[Event]) -> Vec<u8> {
         let mut enc = Encoder::new();
-        let mut buf = Vec::new();
+        let mut st = Streams::new();
         for e in evs {
-            enc.push(&mut buf, e);
+            enc.push(&mut st, e);
         }
-        buf
+        st.to_raw()
     }
 
     /// Ranges of varying lengths are tallied per (pc, kind) with their bytes
@@ -1522,18 +1760,63 @@ mod tests {
     fn every_event_roundtrips() {
         let evs = sample();
         let mut enc = Encoder::new();
-        let mut buf = Vec::new();
+        let mut st = Streams::new();
         for e in &evs {
-            enc.push(&mut buf, e);
+            enc.push(&mut st, e);
         }
+        let buf = st.to_raw();
         let got: Vec<Event> = Decoder::new(&buf[..]).collect::<Result<_, _>>().unwrap();
         assert_eq!(got, evs);
+    }
+
+    /// The runtime sizes its side region on this: no event writes more than
+    /// `SIDE_PER_OP` side bytes per op byte, nor more than `MAX_SIDE_LEN`.
+    #[test]
+    fn side_bytes_stay_within_the_bound() {
+        let far = u64::MAX / 3;
+        let worst = [
+            Event::Access {
+                pc: Pc(0),
+                addr: Addr(far),
+                size: 8,
+                kind: AccessKind::Write,
+                atomic: true,
+                value: Some(u64::MAX),
+            },
+            Event::Access {
+                pc: Pc(0),
+                addr: Addr(far),
+                size: 8,
+                kind: AccessKind::Read,
+                atomic: false,
+                value: None,
+            },
+            Event::Rmw {
+                pc: Pc(0),
+                addr: Addr(far),
+                size: 8,
+                op: RmwOp::Cas,
+                value: Some(u64::MAX),
+            },
+            Event::Range { pc: Pc(0), addr: Addr(far), len: 1, kind: AccessKind::Read },
+            Event::FuncEnter { pc: Pc(0), call_site: Pc(far), frame: Addr(far) },
+        ];
+        for e in &worst {
+            let mut enc = Encoder::new();
+            // a first event moves the predictions away from the worst case's
+            enc.push(&mut Streams::new(), &Event::FuncExit { pc: Pc(0) });
+            let mut s = Streams::new();
+            enc.push(&mut s, e);
+            assert!(s.side.len() <= MAX_SIDE_LEN, "{e:?}: {}", s.side.len());
+            assert!(s.side.len() <= SIDE_PER_OP * s.ops.len(), "{e:?}: {s:?}");
+            assert!(s.ops.len() <= MAX_ACCESS_LEN, "{e:?}");
+        }
     }
 
     #[test]
     fn strided_accesses_encode_small() {
         let mut enc = Encoder::new();
-        let mut buf = Vec::new();
+        let mut buf = Streams::new();
         for i in 0..1000u64 {
             let e = Event::Access {
                 pc: Pc(0x401000),
@@ -1545,16 +1828,26 @@ mod tests {
             };
             enc.push(&mut buf, &e);
         }
-        // tag + 1-byte pc delta + 1-byte addr delta after the first
-        assert!(buf.len() < 3 * 1000 + 16, "{}", buf.len());
+        // tag + 1-byte pc delta, then a 1-byte addr delta, after the first
+        assert!(buf.ops.len() < 2 * 1000 + 8, "{}", buf.ops.len());
+        assert!(buf.side.len() < 1000 + 8, "{}", buf.side.len());
     }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        let mut d = Decoder::new(&[0xffu8, 1, 2][..]);
+        let mut d = Decoder::new(&[3, 0xffu8, 1, 2][..]);
         assert!(d.next().is_err());
         assert_eq!(d.next(), Ok(None));
-        let mut d = Decoder::new(&[tag::ALLOC, 0, 0x80][..]);
+        let mut d = Decoder::new(&[3, tag::ALLOC, 0, 0x80][..]);
+        assert!(d.next().is_err());
+        // an op-stream length past the end
+        let mut d = Decoder::new(&[9, tag::THREAD_EXIT][..]);
+        assert!(d.next().is_err());
+        assert_eq!(d.next(), Ok(None));
+        let mut t = AccessTally::default();
+        assert!(Decoder::new(&[9, tag::THREAD_EXIT][..]).scan_counts(&mut t, |_, _| {}).is_err());
+        // an access whose address is missing from the side stream
+        let mut d = Decoder::new(&[2, 0x03, 0x02][..]);
         assert!(d.next().is_err());
     }
 }

@@ -268,6 +268,18 @@ impl TraceReader {
 
     /// Like [`TraceReader::read_chunk`], into reusable buffers (see [`PayloadBuf::raw`]).
     pub fn read_chunk_into(&self, c: &ChunkIndex, b: &mut PayloadBuf) -> Result<(), Error> {
+        self.read_payload(c, b)?;
+        b.decode(&c.header, c.offset)
+    }
+
+    /// Like [`TraceReader::read_chunk_into`], but an event chunk's op stream only
+    /// (enough for [`crate::codec::Decoder::scan_counts`]).
+    pub fn read_chunk_ops_into(&self, c: &ChunkIndex, b: &mut PayloadBuf) -> Result<(), Error> {
+        self.read_payload(c, b)?;
+        b.decode_ops(&c.header, c.offset)
+    }
+
+    fn read_payload(&self, c: &ChunkIndex, b: &mut PayloadBuf) -> Result<(), Error> {
         let len = c.header.payload_len as usize;
         b.payload.clear();
         b.payload.resize(len, 0);
@@ -277,7 +289,7 @@ impl TraceReader {
         if n != len {
             return Err(Error::Corrupt { offset: c.offset, what: "chunk payload cut short" });
         }
-        b.decode(&c.header, c.offset)
+        Ok(())
     }
 
     /// Every event chunk of every stream, stream by stream in sequence order: the
@@ -412,7 +424,7 @@ impl ChunkDecoder {
     ) -> Result<u64, Error> {
         let ci =
             r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
-        r.read_chunk_into(ci, &mut self.buf)?;
+        r.read_chunk_ops_into(ci, &mut self.buf)?;
         let mut dec = Decoder::new(&self.buf.raw[..]);
         dec.scan_counts(&mut self.tally, f)
             .map_err(|e| Error::Decode { chunk_offset: ci.offset, source: e })

@@ -2,7 +2,7 @@
 //! with the same [`ChunkEncoder`] but from its own writer threads.
 
 use crate::chunk::{ChunkCounts, ChunkEncoder, ChunkKind, FileHeader, FLAG_LAST, META_STREAM};
-use crate::codec::Encoder;
+use crate::codec::{Encoder, Streams};
 use crate::event::Event;
 use crate::meta::MetaRecord;
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use std::io::{Seek, SeekFrom, Write};
 #[derive(Default)]
 pub struct EventBuffer {
     enc: Encoder,
-    raw: Vec<u8>,
+    raw: Streams,
     counts: ChunkCounts,
 }
 
@@ -39,7 +39,7 @@ impl EventBuffer {
     }
 
     /// Takes the payload and counts, leaving the buffer at chunk start.
-    pub fn take(&mut self) -> (Vec<u8>, ChunkCounts) {
+    pub fn take(&mut self) -> (Streams, ChunkCounts) {
         self.enc.reset();
         (std::mem::take(&mut self.raw), std::mem::take(&mut self.counts))
     }
@@ -102,7 +102,8 @@ impl<W: Write + Seek> TraceWriter<W> {
         let seq = self.next_seq(stream);
         self.header.threads = self.header.threads.max(stream + 1);
         let flags = if last { FLAG_LAST } else { 0 };
-        self.enc.encode(ChunkKind::Events, stream, seq, flags, counts, 0, &raw, &mut self.frame);
+        let (o, s) = (&raw.ops, &raw.side);
+        self.enc.encode_events(stream, seq, flags, counts, 0, o, s, &mut self.frame);
         self.header.chunks += 1;
         self.w.write_all(&self.frame)
     }

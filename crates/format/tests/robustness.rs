@@ -148,26 +148,32 @@ proptest! {
     #[test]
     fn events_roundtrip(evs in proptest::collection::vec(arb_event(), 0..200)) {
         let mut enc = Encoder::new();
-        let mut buf = Vec::new();
+        let mut buf = codec::Streams::new();
         for e in &evs {
             enc.push(&mut buf, e);
         }
-        let got: Vec<Event> = Decoder::new(&buf[..]).collect::<Result<_, _>>().unwrap();
+        let raw = buf.to_raw();
+        let got: Vec<Event> = Decoder::new(&raw[..]).collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(got, evs);
     }
 
     #[test]
     fn count_scan_agrees_with_decoder(evs in proptest::collection::vec(arb_event(), 0..200), cut in any::<usize>()) {
         let mut enc = Encoder::new();
-        let mut buf = Vec::new();
+        let mut buf = codec::Streams::new();
         for e in &evs {
             enc.push(&mut buf, e);
         }
-        // whole and cut short: the same events, then the same error
+        // whole and with the op stream cut short: the same events, then the same
+        // error; and the scan needs no side stream
         let mut tally = codec::AccessTally::default();
-        for b in [&buf[..], &buf[..cut % (buf.len() + 1)]] {
+        let ops = &buf.ops[..];
+        for o in [ops, &ops[..cut % (ops.len() + 1)]] {
+            let (mut b, mut b_ops) = (Vec::new(), Vec::new());
+            codec::join(o, &buf.side, &mut b);
+            codec::join(o, &[], &mut b_ops);
             let mut full = Vec::new();
-            let mut d = Decoder::new(b);
+            let mut d = Decoder::new(&b[..]);
             let want_err = loop {
                 match d.next() {
                     Ok(Some(e)) => full.push((codec::Counted::of(&e), 1)),
@@ -175,16 +181,18 @@ proptest! {
                     Err(e) => break Some(e),
                 }
             };
-            // the scan tallies plain accesses: compare sums per distinct event
-            let mut got = Vec::new();
-            let r = Decoder::new(b).scan_counts(&mut tally, |c, n| got.push((c, n)));
-            prop_assert_eq!(sums(&got), sums(&full));
-            let total: u64 = got.iter().map(|&(_, n)| n).sum();
-            prop_assert_eq!(total, full.len() as u64);
-            if let Ok(n) = &r {
-                prop_assert_eq!(total, *n);
+            for b in [&b, &b_ops] {
+                // the scan tallies plain accesses: compare sums per distinct event
+                let mut got = Vec::new();
+                let r = Decoder::new(&b[..]).scan_counts(&mut tally, |c, n| got.push((c, n)));
+                prop_assert_eq!(sums(&got), sums(&full));
+                let total: u64 = got.iter().map(|&(_, n)| n).sum();
+                prop_assert_eq!(total, full.len() as u64);
+                if let Ok(n) = &r {
+                    prop_assert_eq!(total, *n);
+                }
+                prop_assert_eq!(r.err(), want_err);
             }
-            prop_assert_eq!(r.err(), want_err);
         }
     }
 

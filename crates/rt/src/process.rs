@@ -297,10 +297,11 @@ fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
     if pos < buf || pos > st.buf_end.get() {
         return;
     }
-    let mut v = Vec::new();
+    let mut v = memlens_format::codec::Streams::new();
     // SAFETY: control events do not use the encoder's prediction state, so this is
     // valid even if the interrupted event left it half-updated.
     unsafe { st.enc().push(&mut v, &Event::Signal(sig)) };
+    let v = v.ops;
     if pos + v.len() <= st.buf_end.get() {
         // SAFETY: room checked; this thread owns the buffer.
         unsafe { crate::strings::real_memcpy(pos as *mut u8, v.as_ptr(), v.len()) };
@@ -318,6 +319,9 @@ fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
     let job = crate::session::Job {
         buf,
         len: pos - buf,
+        // an interrupted event may have written side bytes past the last
+        // committed one's: a reader ignores them
+        side_len: st.side_len().min(st.buf_cap.get() * memlens_format::codec::SIDE_PER_OP),
         cap: st.buf_cap.get(),
         stream: st.stream.get(),
         seq: st.seq.get(),

@@ -11,7 +11,7 @@ use crate::state::{
     STATE, TRACING, T_NEW, VALUES,
 };
 use core::sync::atomic::{compiler_fence, Ordering::*};
-use memlens_format::codec::{tag, Encoder, MAX_ACCESS_LEN};
+use memlens_format::codec::{tag, Encoder, Streams, MAX_ACCESS_LEN, MAX_SIDE_LEN};
 use memlens_format::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 
 /// Writes one event straight into the buffer if the thread is in fast mode.
@@ -583,13 +583,19 @@ unsafe fn write_ev(
 
 /// Writes a thread or control event (encoded into a small vector first). Guard held.
 pub(crate) fn emit_control(st: &ThreadState, ev: &Event) -> bool {
-    let mut v = Vec::with_capacity(32);
+    let mut v = Streams::new();
     // SAFETY: owner, guard held; control events do not touch the prediction state.
     unsafe {
         st.enc().push(&mut v, ev);
-        write_ev(st, v.len(), class::OTHER, |_, p| {
-            core::ptr::copy_nonoverlapping(v.as_ptr(), p, v.len());
-            p.add(v.len())
+        // control events have no side bytes; copied all the same, within the
+        // side room one event may take
+        let side = &v.side[..v.side.len().min(MAX_SIDE_LEN)];
+        write_ev(st, v.ops.len(), class::OTHER, |e, p| {
+            core::ptr::copy_nonoverlapping(v.ops.as_ptr(), p, v.ops.len());
+            let sp = e.side();
+            core::ptr::copy_nonoverlapping(side.as_ptr(), sp, side.len());
+            e.set_side(sp.add(side.len()));
+            p.add(v.ops.len())
         })
     }
 }

@@ -16,6 +16,8 @@ use crate::{real, Error};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use crossbeam_queue::ArrayQueue;
 use libc::{c_int, c_void};
+use memlens_format::codec::{MAX_SIDE_LEN, SIDE_PER_OP};
+use memlens_format::varint;
 use memlens_format::{
     ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, EndStatus, FileHeader, MetaRecord,
     Module, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
@@ -32,8 +34,10 @@ pub(crate) const SMALL_BUF: usize = 64 << 10;
 pub(crate) struct Job {
     /// Buffer start.
     pub buf: usize,
-    /// Bytes of events in it.
+    /// Bytes of the op stream in it (from `buf`).
     pub len: usize,
+    /// Bytes of the side stream (from `buf + cap`).
+    pub side_len: usize,
     /// Buffer size (selects the pool it returns to).
     pub cap: usize,
     /// Stream (thread) id.
@@ -336,7 +340,7 @@ impl Session {
         if let Some(b) = pool.pop() {
             return Some((b, size));
         }
-        let p = sys::map(size);
+        let p = sys::map(region_len(size));
         (!p.is_null()).then_some((p as usize, size))
     }
 
@@ -344,7 +348,7 @@ impl Session {
         let pool = if cap == self.big { &self.pool_big } else { &self.pool_small };
         if pool.push(buf).is_err() {
             // SAFETY: the buffer came from `map(cap)` and its owner gave it up.
-            unsafe { sys::unmap(buf as *mut u8, cap) };
+            unsafe { sys::unmap(buf as *mut u8, region_len(cap)) };
         }
     }
 
@@ -373,31 +377,50 @@ impl Session {
         out: &mut Vec<u8>,
         timeout: Option<u64>,
     ) {
-        // SAFETY: the producer handed over `len` initialised bytes at `buf`.
-        let payload = unsafe { core::slice::from_raw_parts(job.buf as *const u8, job.len) };
+        // SAFETY: the producer handed over `len` initialised op bytes at `buf` and
+        // `side_len` side bytes at `buf + cap` (within the region, see `region_len`).
+        let (ops, side) = unsafe {
+            let side_len = job.side_len.min(region_len(job.cap) - job.cap);
+            (
+                core::slice::from_raw_parts(job.buf as *const u8, job.len),
+                core::slice::from_raw_parts((job.buf + job.cap) as *const u8, side_len),
+            )
+        };
         let flags = if job.last { FLAG_LAST } else { 0 };
         let events = u64::from(job.counts.events);
         if self.failed.load(Relaxed) {
             self.dropped_events.fetch_add(events, Relaxed);
-            self.dropped_bytes.fetch_add(job.len as u64, Relaxed);
+            self.dropped_bytes.fetch_add((ops.len() + side.len()) as u64, Relaxed);
         } else if let Some(enc) = enc {
-            let (k, s, q, c, t) = (ChunkKind::Events, job.stream, job.seq, job.counts, job.clock);
-            enc.encode(k, s, q, flags, c, t, payload, out);
+            let (s, q, c, t) = (job.stream, job.seq, job.counts, job.clock);
+            enc.encode_events(s, q, flags, c, t, ops, side, out);
             self.write_chunk(&[out], events, false, timeout);
         } else {
+            // no allocation here (crash path): the prefix on the stack
+            let mut pre = [0u8; 10];
+            // SAFETY: a varint takes at most 10 bytes.
+            let k = unsafe { varint::put(pre.as_mut_ptr(), ops.len() as u64) } as usize
+                - pre.as_ptr() as usize;
+            let pre = &pre[..k];
+            let mut crc = crc32fast::Hasher::new();
+            for p in [pre, ops, side] {
+                crc.update(p);
+            }
+            let len = (k + ops.len() + side.len()) as u32;
             let h = ChunkHeader {
                 kind: ChunkKind::Events,
                 codec: Codec::None,
                 flags,
                 stream: job.stream,
                 seq: job.seq,
-                raw_len: job.len as u32,
-                payload_len: job.len as u32,
+                raw_len: len,
+                payload_len: len,
                 counts: job.counts,
                 first_clock: job.clock,
-                payload_crc: crc32fast::hash(payload),
+                split: (k + ops.len()) as u32,
+                payload_crc: crc.finalize(),
             };
-            self.write_chunk(&[&h.encode(), payload], events, false, timeout);
+            self.write_chunk(&[&h.encode(), pre, ops, side], events, false, timeout);
         }
         if job.recycle {
             self.recycle(job.buf, job.cap);
@@ -461,6 +484,14 @@ impl Session {
         }
         self.drain(Some(deadline));
     }
+}
+
+/// Bytes mapped for a thread buffer of `cap` op-stream bytes: the op stream, then
+/// room for the side stream that the op stream can never outgrow (see
+/// [`SIDE_PER_OP`]), so the hot path checks the op stream alone. Only the pages
+/// written are ever backed by memory.
+pub(crate) const fn region_len(cap: usize) -> usize {
+    cap + cap * SIDE_PER_OP + 4 * MAX_SIDE_LEN
 }
 
 /// Opens the trace: the first process of a recording truncates `base`; any other

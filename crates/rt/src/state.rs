@@ -1,7 +1,9 @@
 //! Per-thread recording state, the process-wide switches, and the registry of live
 //! threads.
 //!
-//! Each thread owns a buffer and writes events at `pos`. The hot path checks one
+//! Each thread owns a buffer and writes events' op stream at `pos`, their side
+//! stream at the encoder's side cursor in the region after the buffer's `cap`
+//! bytes, which is large enough never to fill first (`session::region_len`). The hot path checks one
 //! thing, `pos < limit`: `limit` is the buffer end minus a reserve while the thread
 //! may record without further checks ("fast mode"), and 0 otherwise (runtime not
 //! started, guard held, values/filter/ROI modes, tracing off, buffer taken away...),
@@ -24,7 +26,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::sync::atomic::{
     compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
 };
-use memlens_format::codec::{Encoder, MAX_ACCESS_LEN};
+use memlens_format::codec::{Encoder, MAX_ACCESS_LEN, SIDE_PER_OP};
 use memlens_format::{Addr, ChunkCounts, Event, ThreadId};
 
 /// Set in `pos` while an event is being written (the rest is the committed end).
@@ -217,6 +219,21 @@ impl ThreadState {
     #[inline(always)]
     pub(crate) unsafe fn enc(&self) -> &mut Encoder {
         &mut *self.enc.get()
+    }
+
+    /// Side-stream bytes written into the current buffer (owner only).
+    pub(crate) fn side_len(&self) -> usize {
+        // SAFETY: owner; the encoder is not in use.
+        let side = unsafe { self.enc().side() } as usize;
+        side.saturating_sub(self.buf.get() + self.buf_cap.get())
+    }
+
+    /// Points the encoder's side cursor at the start of the buffer's side region.
+    pub(crate) fn reset_side(&self) {
+        let b = self.buf.get();
+        let p = if b == 0 { 0 } else { b + self.buf_cap.get() };
+        // SAFETY: owner; the encoder is not in use.
+        unsafe { self.enc().set_side(p as *mut u8) };
     }
 
     pub(crate) fn counts(&self) -> ChunkCounts {
@@ -530,6 +547,7 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
             let job = Job {
                 buf,
                 len,
+                side_len: st.side_len(),
                 cap: st.buf_cap.get(),
                 stream: st.stream.get(),
                 seq: st.seq.get(),
@@ -561,6 +579,7 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
         }
     }
     st.pos.store(st.buf.get(), Relaxed);
+    st.reset_side();
     // Skew bound: publish this thread's clock (order.rs).
     crate::order::handover(st, last);
     // The chunk header's `first_clock`: the Lamport clock in force at its start.
@@ -591,10 +610,17 @@ fn steal(sess: &Session, st: &ThreadState, deadline: u64, here: bool) {
         if st.pend.get().tag != 0 {
             sess.dropped_events.fetch_add(1, Relaxed);
         }
+        // The owner may already be writing its next event: the cursor read after
+        // `pos` covers every committed event, and a reader ignores side bytes past
+        // the last event's.
+        // SAFETY: the state is registered, so alive; the cursor is read volatile.
+        let side = unsafe { Encoder::side_of(st.enc.get()) } as usize;
+        let cap = st.buf_cap.get();
         let job = Job {
             buf,
             len: pos - buf,
-            cap: st.buf_cap.get(),
+            side_len: side.saturating_sub(buf + cap).min(cap * SIDE_PER_OP),
+            cap,
             stream: st.stream.get(),
             seq: st.seq.get(),
             last: true,
@@ -684,6 +710,7 @@ pub(crate) fn reset_after_fork(st: &ThreadState) {
         st.tstate.store(T_NEW, Relaxed);
         st.pos.store(st.buf.get(), Relaxed);
         st.reset_chunk();
+        st.reset_side();
     }
 }
 
