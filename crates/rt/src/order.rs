@@ -52,9 +52,13 @@
 //! is sent to the general path and, at its next plain event, raises its clock to
 //! the mark and hands its partial buffer over. So a streaming merge that reads
 //! chunks in file order needs to hold back about `SKEW_CHUNKS + 4` chunks, not the
-//! whole trace — as long as the lagging thread runs: one that is not scheduled, or
-//! is blocked with a partly filled buffer, holds the merge back until it runs again
-//! (nobody hands a buffer over for its owner). docs/trace-format.md states the bound.
+//! whole trace. A lagging thread that is blocked in an interposed waiting call
+//! (mutex, rwlock, semaphore, condition, barrier, join: it is *parked*) cannot hand
+//! over: the thread that finds it lagging does it for it (`state::steal_parked`),
+//! ending the chunk with a `Clock` one above the mark and raising the parked
+//! thread's clock to it, so its stream stops holding the merge back. Only a thread
+//! that is not scheduled, or blocked in code the runtime does not see (a system
+//! call), still does. docs/trace-format.md states the bound.
 //!
 //! Options: `MEMLENS_ORDER` (`sync`, the default, `atomic`, `none`),
 //! `MEMLENS_ORDER_LOCKS` (stripes, power of two, default 4096, at most 65536),
@@ -406,6 +410,36 @@ pub(crate) fn before_blocking() {
     }
 }
 
+/// Runs the real call `f` of an interposed waiting call with this thread *parked*:
+/// meanwhile a thread that finds it lagging may hand its buffer over for it (see
+/// the module docs). Nothing is recorded while parked.
+#[inline(always)]
+pub(crate) fn parked<R>(f: impl FnOnce() -> R) -> R {
+    if mode() == NONE || !SKEW.load(Relaxed) {
+        return f();
+    }
+    let st = ts();
+    // Release: the buffer's committed events are visible to whoever sees the flag.
+    st.parked.store(true, Release);
+    let r = f();
+    // Dekker with `state::steal_parked`: either the thief sees `parked` false and
+    // leaves, or this thread sees its hold on `own` and waits until it is done.
+    if st.parked.swap(false, SeqCst) {
+        let mut spins = 0u32;
+        while st.own.load(SeqCst) == 1 {
+            // the thief may wait for room in the writers' queue
+            spins += 1;
+            if spins < 100 {
+                core::hint::spin_loop();
+            } else {
+                // SAFETY: no preconditions.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+    r
+}
+
 /// At the start of every general-path event (guard held): releases held stripes.
 #[inline]
 pub(crate) fn on_enter(st: &ThreadState) {
@@ -642,5 +676,19 @@ pub(crate) fn handover(st: &ThreadState, last: bool) {
     if behind {
         KICKED.store(h, Relaxed);
         crate::state::kick_all();
+        // Parked laggards cannot hand over: do it for them, at a clock above
+        // every chunk handed over so far.
+        let t = HIGH.load(Relaxed) + 1;
+        crate::state::steal_parked(
+            t,
+            |s| {
+                let l = LAST[s as usize].load(Relaxed);
+                s < n as u32 && l != u64::MAX && h.saturating_sub(l) > SKEW_CHUNKS
+            },
+            |s| {
+                FLOOR[s as usize].fetch_max(t, Relaxed);
+                LAST[s as usize].store(h, Relaxed);
+            },
+        );
     }
 }

@@ -145,6 +145,8 @@ pub(crate) struct ThreadState {
     pub ncalls: Cell<usize>,
     pub own: AtomicU8,
     pub stolen: AtomicBool,
+    /// Inside the real call of an interposed waiting call (`order::parked`).
+    pub parked: AtomicBool,
     /// Stripes held across the last access (`order.rs`, `--order=atomic`).
     pub held: Cell<crate::order::Held>,
     pub pend: Cell<Pending>,
@@ -189,6 +191,7 @@ impl ThreadState {
             ncalls: Cell::new(0),
             own: AtomicU8::new(0),
             stolen: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
             held: Cell::new([0; 8]),
             pend: Cell::new(Pending::NONE),
             stack_lo: Cell::new(0),
@@ -636,6 +639,113 @@ fn steal(sess: &Session, st: &ThreadState, deadline: u64, here: bool) {
         }
     }
     st.own.store(0, Release);
+}
+
+/// Hands over, for each other live thread that is parked in a waiting call and
+/// whose stream `lagging` says lags, its partial buffer ended by a `Clock(t)` (or,
+/// when that buffer went already, a chunk of that `Clock` alone), raises its clock
+/// to `t` and calls `done` with its stream. The parked thread records nothing until
+/// it has left `order::parked`, which waits for a steal in progress; its next event
+/// takes the general path (`limit` 0, `stolen`), which starts a fresh buffer.
+pub(crate) fn steal_parked(t: u64, lagging: impl Fn(u32) -> bool, mut done: impl FnMut(u32)) {
+    let Some(sess) = session() else { return };
+    let me = ts() as *const ThreadState;
+    visit(|st| {
+        let s = st.stream.get();
+        if core::ptr::eq(st, me) || !st.parked.load(Relaxed) || !lagging(s) {
+            return;
+        }
+        if st.own.compare_exchange(0, 1, SeqCst, Relaxed).is_err() {
+            return;
+        }
+        if st.parked.load(SeqCst)
+            && st.recording()
+            && st.lclock.get() < t
+            && park_chunk(sess, st, t)
+        {
+            st.lclock.set(t);
+            st.limit.store(0, SeqCst);
+            done(s);
+        }
+        st.own.store(0, Release);
+    });
+}
+
+/// The chunk of `steal_parked` (the thief holds `own`, the owner is parked).
+fn park_chunk(sess: &Session, st: &ThreadState, t: u64) -> bool {
+    let mut clk = [0u8; 1 + 10];
+    clk[0] = memlens_format::codec::tag::CLOCK;
+    // SAFETY: a varint takes at most 10 bytes.
+    let n = unsafe { memlens_format::varint::put(clk.as_mut_ptr().add(1), t) } as usize
+        - clk.as_ptr() as usize;
+    let buf = st.buf.get();
+    let cap = st.buf_cap.get();
+    if !st.stolen.load(Relaxed) && buf != 0 {
+        // The owner is parked, but a signal handler may interrupt its wait and
+        // record: send its events to the general path (`limit` 0), which drops and
+        // counts them while `pos` is busy, and take `pos` busy ourselves.
+        st.limit.store(0, SeqCst);
+        let pos = st.pos.load(SeqCst);
+        if pos & BUSY != 0
+            || pos + n > st.buf_end.get()
+            || st.pos.compare_exchange(pos, pos | BUSY, SeqCst, Relaxed).is_err()
+        {
+            // busy or full: the owner hands it over itself when it wakes
+            return false;
+        }
+        // A handler's fast path that passed its limit check just before would end
+        // its event by moving `pos`: give it time to show, and leave then.
+        for _ in 0..256 {
+            core::hint::spin_loop();
+        }
+        if st.pos.load(SeqCst) != pos | BUSY {
+            return false;
+        }
+        // SAFETY: room checked; the owner is parked, `own` and `pos` are ours.
+        unsafe { core::ptr::copy_nonoverlapping(clk.as_ptr(), pos as *mut u8, n) };
+        st.bump(class::OTHER);
+        st.pos.store(pos + n, Release);
+        // SAFETY: the owner does not run its encoder while parked.
+        let side = unsafe { Encoder::side_of(st.enc.get()) } as usize;
+        let job = Job {
+            buf,
+            len: pos + n - buf,
+            side_len: side.saturating_sub(buf + cap).min(cap * SIDE_PER_OP),
+            cap,
+            stream: st.stream.get(),
+            seq: st.seq.get(),
+            last: false,
+            counts: st.counts(),
+            clock: st.clock.get(),
+            // the owner never writes to a stolen buffer again (its next event
+            // takes the general path, which starts a fresh one)
+            recycle: true,
+        };
+        st.stolen.store(true, SeqCst);
+        sess.submit(job);
+        return true;
+    }
+    // The buffer went already (an earlier park, or none): a chunk of its own.
+    let Some((b, bcap)) = sess.acquire(true) else { return false };
+    // SAFETY: a fresh buffer of `bcap` bytes.
+    unsafe { core::ptr::copy_nonoverlapping(clk.as_ptr(), b as *mut u8, n) };
+    let seq = if buf == 0 && !st.stolen.load(Relaxed) { st.seq.get() } else { st.seq.get() + 1 };
+    let job = Job {
+        buf: b,
+        len: n,
+        side_len: 0,
+        cap: bcap,
+        stream: st.stream.get(),
+        seq,
+        last: false,
+        counts: ChunkCounts { events: 1, ..ChunkCounts::default() },
+        clock: st.lclock.get(),
+        recycle: true,
+    };
+    st.seq.set(seq);
+    st.stolen.store(true, SeqCst);
+    sess.submit(job);
+    true
 }
 
 /// Takes every other live thread's partial buffer.

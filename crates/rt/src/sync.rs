@@ -39,7 +39,7 @@ macro_rules! acquire1 {
         pub unsafe extern "C" fn $name(o: *mut c_void) -> c_int {
             let Some(f) = f1(R::$name) else { return libc::EINVAL };
             order::before_blocking();
-            let rc = f(o);
+            let rc = order::parked(|| f(o));
             if rc == 0 {
                 order::acquire(o as u64);
             }
@@ -55,7 +55,7 @@ macro_rules! acquire2 {
         pub unsafe extern "C" fn $name(o: *mut c_void, t: *mut c_void) -> c_int {
             let Some(f) = f2(R::$name) else { return libc::EINVAL };
             order::before_blocking();
-            let rc = f(o, t);
+            let rc = order::parked(|| f(o, t));
             if rc == 0 {
                 order::acquire(o as u64);
             }
@@ -102,7 +102,7 @@ release1!(
 pub unsafe extern "C" fn sem_wait(s: *mut c_void) -> c_int {
     let Some(f) = f1(R::sem_wait) else { return -1 };
     order::before_blocking();
-    let rc = f(s);
+    let rc = order::parked(|| f(s));
     if rc == 0 {
         order::acquire(s as u64);
     }
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn sem_wait(s: *mut c_void) -> c_int {
 pub unsafe extern "C" fn sem_timedwait(s: *mut c_void, t: *mut c_void) -> c_int {
     let Some(f) = f2(R::sem_timedwait) else { return -1 };
     order::before_blocking();
-    let rc = f(s, t);
+    let rc = order::parked(|| f(s, t));
     if rc == 0 {
         order::acquire(s as u64);
     }
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn sem_timedwait(s: *mut c_void, t: *mut c_void) -> c_int 
 pub unsafe extern "C" fn pthread_cond_wait(c: *mut c_void, m: *mut c_void) -> c_int {
     let Some(f) = f2(R::pthread_cond_wait) else { return libc::EINVAL };
     order::release(m as u64);
-    let rc = f(c, m);
+    let rc = order::parked(|| f(c, m));
     order::acquire(c as u64);
     order::acquire(m as u64);
     rc
@@ -147,7 +147,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
     }
     type F3 = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> c_int;
     order::release(m as u64);
-    let rc = core::mem::transmute::<usize, F3>(p)(c, m, t);
+    let rc = order::parked(|| core::mem::transmute::<usize, F3>(p)(c, m, t));
     order::acquire(c as u64);
     order::acquire(m as u64);
     rc
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
 pub unsafe extern "C" fn pthread_barrier_wait(b: *mut c_void) -> c_int {
     let Some(f) = f1(R::pthread_barrier_wait) else { return libc::EINVAL };
     order::release(b as u64);
-    let rc = f(b);
+    let rc = order::parked(|| f(b));
     order::acquire(b as u64);
     rc
 }
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn pthread_join(t: libc::pthread_t, ret: *mut *mut c_void)
     }
     type Join = unsafe extern "C" fn(libc::pthread_t, *mut *mut c_void) -> c_int;
     order::before_blocking();
-    let rc = core::mem::transmute::<usize, Join>(p)(t, ret);
+    let rc = order::parked(|| core::mem::transmute::<usize, Join>(p)(t, ret));
     if rc == 0 {
         order::acquire(t);
     }

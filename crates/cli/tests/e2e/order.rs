@@ -398,11 +398,17 @@ const SKEW_CHUNKS: u64 = 16;
 /// thread recording little) with 64 KB buffers and merges it in file order:
 /// (max events held back, events per chunk at most, events).
 fn skew_merge(dir: &Path, skew: bool) -> (u64, u64, u64) {
-    let exe = build(Cc::Gcc, "skew.c", dir, &[]);
-    let trace = dir.join(format!("skew-{skew}.trace"));
+    file_order_merge(dir, "skew.c", &["3", "300000"], skew)
+}
+
+/// Records `src` with `args` (64 KiB buffers, the skew bound on or off) and merges it
+/// in file order: (most events held back, most events in a chunk, events).
+fn file_order_merge(dir: &Path, src: &str, args: &[&str], skew: bool) -> (u64, u64, u64) {
+    let exe = build(Cc::Gcc, src, dir, &[]);
+    let trace = dir.join(format!("{src}-{skew}.trace"));
     let out = std::process::Command::new(memlens())
         .args(["record", "-q", "-o", trace.to_str().unwrap(), "--", exe.to_str().unwrap()])
-        .args(["3", "300000"])
+        .args(args)
         .env("MEMLENS_BUFFER_KB", "64")
         .env("MEMLENS_ORDER_SKEW", if skew { "1" } else { "0" })
         .output()
@@ -438,6 +444,24 @@ fn file_order_merge_memory_is_bounded_by_the_skew() {
     assert!(held <= bound, "held back {held} events, more than the bound {bound}");
     let (held_off, _, events_off) = skew_merge(&dir, false);
     eprintln!("skew bound off: held back {held_off} of {events_off} events");
+    assert!(held_off > bound, "without the bound the merge held back only {held_off}");
+}
+
+/// Threads asleep in waiting calls (a condition wait, a join) cannot hand their
+/// partly filled buffers over; the thread that finds them lagging does it for them
+/// and raises their clocks, so they do not hold the file-order merge back either.
+/// Without the skew bound their first chunks land at the end and the merge holds
+/// back everything.
+#[test]
+fn parked_threads_do_not_hold_the_file_order_merge_back() {
+    let dir = scratch("order-parked");
+    let (held, per_chunk, events) = file_order_merge(&dir, "parked.c", &["2", "400000"], true);
+    let bound = 2 * SKEW_CHUNKS * per_chunk;
+    eprintln!("parked, skew bound on: held back {held} of {events} events, bound {bound}");
+    assert!(events > 3 * bound / 2, "too few events ({events}) to tell the bound ({bound})");
+    assert!(held <= bound, "held back {held} events, more than the bound {bound}");
+    let (held_off, _, events_off) = file_order_merge(&dir, "parked.c", &["2", "400000"], false);
+    eprintln!("parked, skew bound off: held back {held_off} of {events_off} events");
     assert!(held_off > bound, "without the bound the merge held back only {held_off}");
 }
 
