@@ -71,8 +71,10 @@ enum Cmd {
         /// What to group by.
         #[arg(long, value_enum, default_value_t = By::Line)]
         by: By,
-        /// With --by variable: name fields (`stats.v[3]`) or whole variables (`stats`).
-        #[arg(long, value_enum, default_value_t = GroupBy::Field)]
+        /// With --by variable: whole variables (`stats`, a heap block's type or
+        /// site), or every field and array element (`stats.v[3]`; slower on large
+        /// arrays, which have a row per element).
+        #[arg(long, value_enum, default_value_t = GroupBy::Variable)]
         group_by: GroupBy,
         /// Rows to show (0: all).
         #[arg(long, default_value_t = 20)]

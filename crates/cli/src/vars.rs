@@ -4,7 +4,7 @@ use crate::names::Names;
 use anyhow::Result;
 use memlens_analysis::{CodeName, DataName, Namer};
 use memlens_format::{Addr, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, FastMap, HeapIndex, Kind, Label, LabelCounts, Maps};
+use memlens_names::{Attributor, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -105,15 +105,15 @@ fn site_name(names: &Names, pc: Pc) -> String {
 /// Names every access of the trace, chunk-parallel on every core or serially,
 /// whichever is faster for the trace (see `attribute_trace_auto`; both give the
 /// same result). `MEMLENS_NAMES_PARALLEL=0` or `=1` forces one.
-pub fn attribute_all(r: &TraceReader, names: &Names) -> Result<VarReport> {
+pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<VarReport> {
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let namer = |pc: Pc| site_name(names, pc);
     let n = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sym = names.symbolizer();
     let att = match std::env::var("MEMLENS_NAMES_PARALLEL").as_deref() {
-        Ok("0") => memlens_names::attribute_trace_serial(r, sym, maps, &namer)?,
-        Ok("1") => memlens_names::attribute_trace(r, sym, maps, &namer, n)?,
-        _ => memlens_names::attribute_trace_auto(r, sym, maps, &namer, n)?,
+        Ok("0") => memlens_names::attribute_trace_serial(r, sym, maps, &namer, g)?,
+        Ok("1") => memlens_names::attribute_trace(r, sym, maps, &namer, n, g)?,
+        _ => memlens_names::attribute_trace_auto(r, sym, maps, &namer, n, g)?,
     };
     let mut rep = VarReport {
         labels: att.labels,
@@ -171,7 +171,12 @@ pub enum Group {
 /// Rows of `report --by variable`.
 pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<serde_json::Value>> {
     let names = Names::new(&r.meta().modules);
-    let rep = attribute_all(r, &names)?;
+    // whole variables need no label per field or element
+    let g = match group {
+        Group::Field => Granularity::Field,
+        Group::Variable => Granularity::Variable,
+    };
+    let rep = attribute_all(r, &names, g)?;
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
     // is shown (a heap array of structs has millions of labels, a report 20 rows).
     let mut at: FastMap<(String, Kind), u32> = FastMap::default();
@@ -260,7 +265,8 @@ pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<se
 /// Attribution coverage figures for `info`.
 pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
     let names = Names::new(&r.meta().modules);
-    let rep = attribute_all(r, &names)?;
+    // what is named depends on the variable, not the field
+    let rep = attribute_all(r, &names, Granularity::Variable)?;
     let pct = |n: u64| {
         if rep.accesses == 0 {
             100.0

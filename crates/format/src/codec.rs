@@ -1465,6 +1465,79 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         Ok(Some(c))
     }
 
+    /// Every event of the rest of the chunk that is not a memory access, with
+    /// its number in the chunk: loads, stores, ranges, atomics and fences are
+    /// stepped over (their pcs followed, their side bytes skipped, no [`Event`]
+    /// built) — what a pass after allocations, frames and threads needs, at a
+    /// fraction of the full decoder's cost. Returns the number of events.
+    pub fn skeleton(&mut self, mut f: impl FnMut(u64, Event)) -> Result<u64, DecodeError> {
+        let mut n = 0u64;
+        loop {
+            if self.failed || self.at_end()? {
+                return Ok(n);
+            }
+            let t = self.buf.as_ref()[self.pos];
+            match t {
+                0..=tag::ACCESS_MAX => {
+                    if t & 7 > 4 {
+                        return Err(self.err("access size code out of range"));
+                    }
+                    self.pos += 1;
+                    self.pc()?;
+                    self.skip_sv()?;
+                    if t & tag::ACCESS_VALUE != 0 {
+                        self.skip_sv()?;
+                    }
+                }
+                tag::RANGE_READ | tag::RANGE_WRITE => {
+                    self.pos += 1;
+                    self.pc()?;
+                    self.v()?;
+                    self.skip_sv()?;
+                }
+                tag::RMW => {
+                    self.pos += 1;
+                    let b = self.byte()?;
+                    if RmwOp::from_u8(b >> 4).is_none() {
+                        return Err(self.err("unknown atomic operation"));
+                    }
+                    if b & 7 > 4 {
+                        return Err(self.err("atomic size code out of range"));
+                    }
+                    self.pc()?;
+                    self.skip_sv()?;
+                    if b & 8 != 0 {
+                        self.skip_sv()?;
+                    }
+                }
+                tag::FENCE => {
+                    self.pos += 1;
+                    self.pc()?;
+                    self.byte()?;
+                }
+                _ => match self.next_slow()? {
+                    Some(e) => f(n, e),
+                    None => return Ok(n),
+                },
+            }
+            n += 1;
+        }
+    }
+
+    /// Steps over one varint of the side stream.
+    #[inline(always)]
+    fn skip_sv(&mut self) -> Result<(), DecodeError> {
+        let b = self.buf.as_ref();
+        let w = b.get(self.spos..).unwrap_or(&[]);
+        match w.iter().take(MAX_VARINT).position(|&x| x < 0x80) {
+            Some(k) if k + 1 < MAX_VARINT || w[k] <= 1 => {
+                self.spos += k + 1;
+                Ok(())
+            }
+            _ => Err(self.err("side stream cut short")),
+        }
+    }
+
     /// [`Decoder::stack`] without the stack.
     fn skip_stack(&mut self) -> Result<(), DecodeError> {
         let n = self.v()? as usize;
@@ -1767,6 +1840,36 @@ mod tests {
         let buf = st.to_raw();
         let got: Vec<Event> = Decoder::new(&buf[..]).collect::<Result<_, _>>().unwrap();
         assert_eq!(got, evs);
+    }
+
+    /// The skeleton pass sees exactly the decoder's non-access events, numbered
+    /// as the decoder numbers them.
+    #[test]
+    fn skeleton_yields_the_non_access_events() {
+        let mut evs = sample();
+        for i in 0..50u64 {
+            evs.insert(3, plain(0x1000 + i, 0x7000_0000 + 8 * i, 4, i % 2 == 0));
+        }
+        let buf = encode(&evs);
+        let want: Vec<(u64, Event)> = Decoder::new(&buf[..])
+            .map(|e| e.unwrap())
+            .enumerate()
+            .filter(|(_, e)| {
+                !matches!(
+                    e,
+                    Event::Access { .. }
+                        | Event::Range { .. }
+                        | Event::Rmw { .. }
+                        | Event::Fence { .. }
+                )
+            })
+            .map(|(i, e)| (i as u64, e))
+            .collect();
+        let mut got = Vec::new();
+        let n = Decoder::new(&buf[..]).skeleton(|i, e| got.push((i, e))).unwrap();
+        assert_eq!(n, evs.len() as u64);
+        assert!(want.len() > 5);
+        assert_eq!(got, want);
     }
 
     /// The runtime sizes its side region on this: no event writes more than

@@ -412,6 +412,23 @@ impl ChunkDecoder {
         }
     }
 
+    /// Reads, verifies and walks one chunk for its non-access events (see
+    /// [`Decoder::skeleton`]); `f` gets each with its number in the chunk. Returns
+    /// the number of events.
+    pub fn skeleton(
+        &mut self,
+        r: &TraceReader,
+        c: &StreamChunk,
+        f: impl FnMut(u64, Event),
+    ) -> Result<u64, Error> {
+        let ci =
+            r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
+        r.read_chunk_into(ci, &mut self.buf)?;
+        Decoder::new(&self.buf.raw[..])
+            .skeleton(f)
+            .map_err(|e| Error::Decode { chunk_offset: ci.offset, source: e })
+    }
+
     /// Reads and verifies one chunk and scans it for the counts kernels (see
     /// [`Decoder::scan_counts`]): no addresses, no [`Event`]s; `f` gets each distinct
     /// plain access once with its count. Returns the number of events. A corrupt chunk is an error after the events before the damage were

@@ -433,6 +433,19 @@ pub(crate) fn prefetch<T>(p: &T) {
 pub(crate) struct Interner {
     pub(crate) labels: Vec<Label>,
     ids: hashbrown::HashTable<LabelId>,
+    /// [`Granularity::Variable`]: labels lose their member/index path.
+    pub(crate) coarse: bool,
+}
+
+/// How finely accesses are told apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Granularity {
+    /// Every field and array element its own label (`stats.v[3]`, `Point[5].y`).
+    #[default]
+    Field,
+    /// Whole variables (`stats`, `Point`): a label has no path. Much cheaper on
+    /// large arrays, which have a label per element otherwise.
+    Variable,
 }
 
 impl Interner {
@@ -442,7 +455,10 @@ impl Interner {
     }
 
     /// The id of `l`, new if it was not seen before.
-    pub(crate) fn intern(&mut self, l: Label) -> LabelId {
+    pub(crate) fn intern(&mut self, mut l: Label) -> LabelId {
+        if self.coarse {
+            l.path.clear();
+        }
         let h = Self::hash(&l);
         let labels = &self.labels;
         if let Some(&id) = self.ids.find(h, |&id| labels[id as usize] == l) {
@@ -471,6 +487,9 @@ pub struct Attributor<'s> {
     labels: Interner,
     global_cache: FastMap<u64, Option<LabelId>>,
     stack_cache: FastMap<(Pc, i64, Pc, Pc), LabelId>,
+    /// [`Granularity::Variable`]: the label of each heap block (`UNSEEN` before
+    /// its first access, `NOT_GLOBAL` when it names its bytes apart: dynamic TLS).
+    block_ids: Vec<LabelId>,
     heap_ids: FastMap<(usize, u64), LabelId>,
     /// Labels of large blocks' offsets, one segment per block: a table instead of
     /// `heap_ids` for the blocks that hold millions of distinct fields.
@@ -622,6 +641,7 @@ impl<'s> Attributor<'s> {
             labels: Interner::default(),
             global_cache: FastMap::default(),
             stack_cache: FastMap::default(),
+            block_ids: Vec::new(),
             heap_ids: FastMap::default(),
             heap_dense: DenseTable::empty(),
             module_pages: vec![(u64::MAX, false); MODULE_PAGES],
@@ -643,6 +663,11 @@ impl<'s> Attributor<'s> {
 
     fn intern(&mut self, l: Label) -> LabelId {
         self.labels.intern(l)
+    }
+
+    /// Sets how finely accesses are told apart (before the first one).
+    pub fn set_granularity(&mut self, g: Granularity) {
+        self.labels.coarse = g == Granularity::Variable;
     }
 
     /// The label behind an id.
@@ -696,6 +721,11 @@ impl<'s> Attributor<'s> {
             return id;
         }
         if let Some((bi, off)) = self.heap.find(addr, thread, index) {
+            if self.labels.coarse {
+                if let Some(id) = self.block_id(bi, off) {
+                    return id;
+                }
+            }
             // Each (block, offset) is named once.
             let b = &self.heap.blocks()[bi];
             if b.end - b.start >= BIG_BLOCK {
@@ -716,6 +746,25 @@ impl<'s> Attributor<'s> {
             addr,
         );
         self.intern(l)
+    }
+
+    /// [`Granularity::Variable`]: one label for all of block `bi` (named at its
+    /// first access, at `off`); `None` for a block whose bytes have different
+    /// names (a dynamic TLS block).
+    #[inline]
+    fn block_id(&mut self, bi: usize, off: u64) -> Option<LabelId> {
+        match self.block_ids.get(bi) {
+            Some(&NOT_GLOBAL) => return None,
+            Some(&id) if id != UNSEEN => return Some(id),
+            _ => {}
+        }
+        if self.block_ids.len() <= bi {
+            self.block_ids.resize(self.heap.blocks().len().max(bi + 1), UNSEEN);
+        }
+        let l = self.heap_label(bi, off);
+        let id = if l.kind == Kind::Heap { self.intern(l) } else { NOT_GLOBAL };
+        self.block_ids[bi] = id;
+        (id != NOT_GLOBAL).then_some(id)
     }
 
     #[inline]

@@ -21,8 +21,8 @@
 use crate::heap::Block;
 use crate::{
     function_start, global_label, heap_base, heap_label, heap_single, mapping_label, prefetch,
-    stack_label, static_tls_layout, tls_label, DenseTable, Error, FastMap, HeapIndex, HeapShape,
-    Interner, Label, Maps, OpenFrame, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
+    stack_label, static_tls_layout, tls_label, DenseTable, Error, FastMap, Granularity, HeapIndex,
+    HeapShape, Interner, Kind, Label, Maps, OpenFrame, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
 use memlens_symbols::{HeapType, Symbolizer};
@@ -98,8 +98,9 @@ pub fn attribute_trace_serial(
     sym: &Symbolizer,
     maps: Option<Maps>,
     site_namer: SiteNamer<'_>,
+    g: Granularity,
 ) -> Result<Attribution, Error> {
-    serial_with(r, sym, maps, site_namer, HeapIndex::from_trace(r)?)
+    serial_with(r, sym, maps, site_namer, HeapIndex::from_trace(r)?, g)
 }
 
 /// Heap bytes in large blocks above which [`attribute_trace_auto`] stays serial:
@@ -108,22 +109,24 @@ pub fn attribute_trace_serial(
 const PARALLEL_MAX_BIG_HEAP: u64 = 16 << 20;
 
 /// Names every access of `r` the faster way for this trace: chunk-parallel on
-/// `threads` workers unless there is one worker only or large heap blocks would
-/// have every worker name millions of the same fields; serial otherwise. The
-/// result is the same either way.
+/// `threads` workers unless there is one worker only or (by field) large heap
+/// blocks would have every worker name millions of the same fields; serial
+/// otherwise. The result is the same either way.
 pub fn attribute_trace_auto(
     r: &TraceReader,
     sym: &Symbolizer,
     maps: Option<Maps>,
     site_namer: SiteNamer<'_>,
     threads: usize,
+    g: Granularity,
 ) -> Result<Attribution, Error> {
     let heap = HeapIndex::from_trace(r)?;
     let big: u64 = heap.blocks().iter().map(|b| b.end - b.start).filter(|&n| n >= BIG_BLOCK).sum();
-    if threads > 1 && big <= PARALLEL_MAX_BIG_HEAP && r.stream_chunks().len() > 1 {
-        return attribute_trace(r, sym, maps, site_namer, threads);
+    let few_names = g == Granularity::Variable || big <= PARALLEL_MAX_BIG_HEAP;
+    if threads > 1 && few_names && r.stream_chunks().len() > 1 {
+        return attribute_trace(r, sym, maps, site_namer, threads, g);
     }
-    serial_with(r, sym, maps, site_namer, heap)
+    serial_with(r, sym, maps, site_namer, heap, g)
 }
 
 fn serial_with(
@@ -132,9 +135,11 @@ fn serial_with(
     maps: Option<Maps>,
     site_namer: SiteNamer<'_>,
     heap: HeapIndex,
+    g: Granularity,
 ) -> Result<Attribution, Error> {
     let mut a = crate::Attributor::new(sym, heap, maps);
     a.set_site_namer(site_namer);
+    a.set_granularity(g);
     let mut acc = Accum::default();
     let mut batch: Vec<(Event, u64)> = Vec::with_capacity(BATCH);
     for s in r.streams() {
@@ -488,46 +493,43 @@ fn pre_chunk(
     fs: &mut FnStarts,
 ) -> Result<ChunkPre, Error> {
     let mut p = ChunkPre::default();
-    let mut index = c.first_index;
-    dec.decode(r, c, |evs| {
-        for ev in evs {
-            match ev {
-                Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. } => {}
-                Event::FuncEnter { pc, call_site, frame } => {
-                    p.creates = true;
-                    let func = fs.get(sym, *pc);
-                    p.enter(OpenFrame { pc: *pc, rbp: frame.0, func, call_site: *call_site });
-                }
-                Event::FuncExit { pc } => {
-                    let func = fs.get(sym, *pc);
-                    p.exit(func);
-                }
-                Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
-                    p.creates = true;
-                    if stack_hi.0 > stack_lo.0 {
-                        p.stack = Some((stack_lo.0, stack_hi.0));
-                    }
-                    p.tls = Some(tls.0);
-                }
-                Event::Alloc { pc, addr, size, stack, .. } => p.heap.push(HeapEv::Alloc {
-                    index,
-                    addr: *addr,
-                    size: *size,
-                    pc: *pc,
-                    stack: stack.clone(),
-                }),
-                Event::Realloc { pc, old, new, size, stack } => p.heap.push(HeapEv::Realloc {
-                    index,
-                    old: *old,
-                    new: *new,
-                    size: *size,
-                    pc: *pc,
-                    stack: stack.clone(),
-                }),
-                Event::Free { addr, .. } => p.heap.push(HeapEv::Free { index, addr: *addr }),
-                _ => {}
+    // accesses are stepped over, not decoded
+    dec.skeleton(r, c, |i, ev| {
+        let index = c.first_index + i;
+        match &ev {
+            Event::FuncEnter { pc, call_site, frame } => {
+                p.creates = true;
+                let func = fs.get(sym, *pc);
+                p.enter(OpenFrame { pc: *pc, rbp: frame.0, func, call_site: *call_site });
             }
-            index += 1;
+            Event::FuncExit { pc } => {
+                let func = fs.get(sym, *pc);
+                p.exit(func);
+            }
+            Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
+                p.creates = true;
+                if stack_hi.0 > stack_lo.0 {
+                    p.stack = Some((stack_lo.0, stack_hi.0));
+                }
+                p.tls = Some(tls.0);
+            }
+            Event::Alloc { pc, addr, size, stack, .. } => p.heap.push(HeapEv::Alloc {
+                index,
+                addr: *addr,
+                size: *size,
+                pc: *pc,
+                stack: stack.clone(),
+            }),
+            Event::Realloc { pc, old, new, size, stack } => p.heap.push(HeapEv::Realloc {
+                index,
+                old: *old,
+                new: *new,
+                size: *size,
+                pc: *pc,
+                stack: stack.clone(),
+            }),
+            Event::Free { addr, .. } => p.heap.push(HeapEv::Free { index, addr: *addr }),
+            _ => {}
         }
     })?;
     Ok(p)
@@ -652,6 +654,8 @@ struct Worker<'a> {
     stack_names: FastMap<(Pc, i64, Pc, Pc), u32>,
     tls_names: FastMap<(u64, u64), Option<u32>>,
     heap_names: FastMap<(u32, HeapShape, u64), u32>,
+    /// [`Granularity::Variable`]: per block, its label (see `Attributor`'s).
+    block_ids: Vec<u32>,
     /// Labels of large blocks' offsets (see `Attributor`'s).
     heap_dense: DenseTable,
     block_seg: Vec<u32>,
@@ -673,10 +677,11 @@ struct Cursor<'c> {
 }
 
 impl<'a> Worker<'a> {
-    fn new(sh: &'a Shared<'a>) -> Worker<'a> {
+    fn new(sh: &'a Shared<'a>, g: Granularity) -> Worker<'a> {
         Worker {
             sh,
-            labels: Interner::default(),
+            labels: Interner { coarse: g == Granularity::Variable, ..Interner::default() },
+            block_ids: Vec::new(),
             acc: Accum::default(),
             cache: vec![EMPTY; 1 << CACHE_BITS],
             dense: DenseTable::new(sh.sym),
@@ -910,6 +915,24 @@ impl<'a> Worker<'a> {
             let (base, ty) = &sh.classes.classes[class as usize];
             let b: &Block = &sh.heap.blocks()[bi];
             let single = heap_single(ty, b);
+            if self.labels.coarse {
+                // one label per block, unless its bytes have different names
+                if self.block_ids.len() <= bi {
+                    self.block_ids.resize(sh.heap.blocks().len().max(bi + 1), UNSEEN);
+                }
+                let id = match self.block_ids[bi] {
+                    UNSEEN => {
+                        let l = heap_label(base, ty, single, off);
+                        let id = if l.kind == Kind::Heap { self.intern(l) } else { NOT_GLOBAL };
+                        self.block_ids[bi] = id;
+                        id
+                    }
+                    id => id,
+                };
+                if id != NOT_GLOBAL {
+                    return (id, dep, span);
+                }
+            }
             let mut seg = usize::MAX;
             if b.end - b.start >= BIG_BLOCK {
                 if self.block_seg.len() <= bi {
@@ -971,6 +994,7 @@ pub fn attribute_trace(
     maps: Option<Maps>,
     site_namer: SiteNamer<'_>,
     threads: usize,
+    g: Granularity,
 ) -> Result<Attribution, Error> {
     let work = r.stream_chunks();
     // pass 1: heap events and frame summaries per chunk
@@ -1037,12 +1061,12 @@ pub fn attribute_trace(
     let workers = for_chunks(
         &work,
         threads,
-        || Worker::new(&sh),
+        || Worker::new(&sh, g),
         |w, dec, i, c| w.chunk(dec, r, c, &starts[i], &earlier),
     )?;
     // merge
     let mut out = Attribution::default();
-    let mut ids = Interner::default();
+    let mut ids = Interner { coarse: g == Granularity::Variable, ..Interner::default() };
     for w in workers {
         let part = w.acc.finish(w.labels.labels);
         for (l, p) in part.labels.into_iter().zip(part.counts) {
