@@ -540,6 +540,24 @@ impl Encoder {
     }
 }
 
+/// `$out.push($ev)`, written so that the event is built in the vector's memory
+/// (`Vec::push`, or a function taking the event, built it on the stack and copied
+/// it, and the copy stalled on store forwarding: half of the decode time).
+macro_rules! push_in_place {
+    ($out:expr, $ev:expr) => {{
+        let out: &mut Vec<Event> = $out;
+        let n = out.len();
+        if n == out.capacity() {
+            out.reserve(1);
+        }
+        // SAFETY: room for one more; the length covers it only once written.
+        unsafe {
+            out.as_mut_ptr().add(n).write($ev);
+            out.set_len(n + 1);
+        }
+    }};
+}
+
 unsafe fn one(p: *mut u8, t: u8) -> *mut u8 {
     p.write(t);
     p.add(1)
@@ -772,20 +790,80 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             return Ok(0);
         }
         while out.len() < max {
-            // the fast path's event is written straight into the vector
-            if let Some(e) = self.fast_access() {
-                out.push(e);
+            // Events are built in the vector's memory: one built on the stack and
+            // copied made every copy wait for a store-forwarding failure (half of
+            // the decode time).
+            if self.fast_access_into(out) {
                 continue;
             }
             if self.at_end()? {
                 break;
             }
-            match self.next_slow()? {
-                Some(e) => out.push(e),
-                None => break,
+            if !self.next_slow_into(out)? {
+                break;
             }
         }
         Ok(out.len())
+    }
+
+    /// [`Decoder::fast_access`], pushing onto `out` (which has room).
+    #[inline(always)]
+    fn fast_access_into(&mut self, out: &mut Vec<Event>) -> bool {
+        const NEED: usize = 1 + MAX_VARINT;
+        let buf = self.buf.as_ref();
+        let Some(s) = buf[..self.end].get(self.pos..self.pos + NEED) else { return false };
+        let s: &[u8; NEED] = s.try_into().expect("NEED bytes");
+        let t = s[0];
+        if t > tag::ACCESS_MAX || t & tag::ACCESS_VALUE != 0 || t & 7 > 4 {
+            return false;
+        }
+        let Some(a) = buf.get(self.spos..self.spos + MAX_VARINT) else { return false };
+        let a: &[u8; MAX_VARINT] = a.try_into().expect("MAX_VARINT bytes");
+        let (Some((dpc, n1)), Some((da, n2))) = (varint_at(s, 1), varint_at(a, 0)) else {
+            return false;
+        };
+        self.pos += 1 + n1;
+        self.spos += n2;
+        let pc = self.pred.pc_from(dpc);
+        let addr = self.pred.addr_from(pc, da);
+        let kind = if t & tag::ACCESS_WRITE != 0 { AccessKind::Write } else { AccessKind::Read };
+        let (size, atomic) = (1 << (t & 7), t & tag::ACCESS_ATOMIC != 0);
+        push_in_place!(
+            out,
+            Event::Access { pc: Pc(pc), addr: Addr(addr), size, kind, atomic, value: None }
+        );
+        true
+    }
+
+    /// [`Decoder::next_slow`], pushing onto `out`: function entries and exits (a
+    /// quarter of the events of call-heavy code) are built in place.
+    #[inline(never)]
+    fn next_slow_into(&mut self, out: &mut Vec<Event>) -> Result<bool, DecodeError> {
+        match self.buf.as_ref().get(self.pos) {
+            Some(&tag::FUNC_ENTER) => {
+                self.pos += 1;
+                let pc = self.pc()?;
+                let cs = pc.wrapping_add(unzigzag(self.sv()?) as u64);
+                let d = self.sv()?;
+                self.pred.prev_frame = self.pred.prev_frame.wrapping_add(unzigzag(d) as u64);
+                let frame = Addr(self.pred.prev_frame);
+                push_in_place!(out, Event::FuncEnter { pc: Pc(pc), call_site: Pc(cs), frame });
+                Ok(true)
+            }
+            Some(&tag::FUNC_EXIT) => {
+                self.pos += 1;
+                let pc = self.pc()?;
+                push_in_place!(out, Event::FuncExit { pc: Pc(pc) });
+                Ok(true)
+            }
+            _ => match self.next_slow()? {
+                Some(e) => {
+                    out.push(e);
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+        }
     }
 
     /// The common case, a plain load/store without value with every field's bytes
