@@ -1554,6 +1554,25 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             if self.failed || self.at_end()? {
                 return Ok(n);
             }
+            // plain accesses with every byte present: no per-byte bounds checks
+            let buf = self.buf.as_ref();
+            if let (Some(s), Some(a)) = (
+                buf[..self.end].get(self.pos..self.pos + 1 + MAX_VARINT),
+                buf.get(self.spos..self.spos + MAX_VARINT),
+            ) {
+                let s: &[u8; 1 + MAX_VARINT] = s.try_into().expect("window");
+                let a: &[u8; MAX_VARINT] = a.try_into().expect("window");
+                let t = s[0];
+                if t <= tag::ACCESS_MAX && t & tag::ACCESS_VALUE == 0 && t & 7 <= 4 {
+                    if let (Some((dpc, n1)), Some((_, n2))) = (varint_at(s, 1), varint_at(a, 0)) {
+                        self.pred.pc_from(dpc);
+                        self.pos += 1 + n1;
+                        self.spos += n2;
+                        n += 1;
+                        continue;
+                    }
+                }
+            }
             let t = self.buf.as_ref()[self.pos];
             match t {
                 0..=tag::ACCESS_MAX => {

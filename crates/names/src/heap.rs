@@ -42,6 +42,8 @@ pub struct HeapIndex {
     starts: Vec<u64>,
     groups: Vec<u32>,
     members: Vec<u32>,
+    /// After `finish`: per block, overlapped by no other block.
+    exclusive: Vec<bool>,
     max_end: Vec<u64>,
 }
 
@@ -123,12 +125,30 @@ impl HeapIndex {
             max_end.push(top);
         }
         groups.push(members.len() as u32);
+        // A block no other block ever overlaps is the only candidate for every
+        // address in it, whatever the thread and event: lookups can skip the search.
+        self.exclusive = vec![false; self.blocks.len()];
+        for j in 0..starts.len() {
+            let g = &members[groups[j] as usize..groups[j + 1] as usize];
+            if let [i] = *g {
+                let b = &self.blocks[i as usize];
+                let before = j == 0 || max_end[j - 1] <= b.start;
+                let after = starts.get(j + 1).is_none_or(|&s| s >= b.end);
+                self.exclusive[i as usize] = before && after;
+            }
+        }
         self.starts = starts;
         self.groups = groups;
         self.members = members;
         self.max_end = max_end;
         self.newest = FastMap::default();
         self.prev = Vec::new();
+    }
+
+    /// Whether block `i` is overlapped by no other block (then it is what
+    /// [`HeapIndex::find`] answers for every address in it, at any event).
+    pub fn exclusive(&self, i: usize) -> bool {
+        self.exclusive.get(i).copied().unwrap_or(false)
     }
 
     /// Every block.
@@ -243,5 +263,24 @@ mod tests {
         assert_eq!(h.find_with_span(Addr(0x1008), t, 3), (Some((0, 8)), 1..5));
         assert_eq!(h.find_with_span(Addr(0x1008), t, 9), (Some((1, 8)), 6..u64::MAX));
         assert_eq!(h.find_with_span(Addr(0x1018), t, 9).1, 5..u64::MAX);
+        // the reused start overlaps: neither block is exclusive
+        assert!(!h.exclusive(0) && !h.exclusive(1));
+    }
+
+    #[test]
+    fn blocks_nobody_overlaps_are_exclusive() {
+        let mut h = HeapIndex::default();
+        let t = ThreadId(0);
+        h.add_block(t, 1, Addr(0x1000), 32, Pc(0xa), vec![]);
+        h.add_block(t, 2, Addr(0x2000), 64, Pc(0xa), vec![]);
+        // an mmap region with a block inside it
+        h.add_block(t, 3, Addr(0x10000), 0x1000, Pc(0xb), vec![]);
+        h.add_block(t, 4, Addr(0x10100), 16, Pc(0xc), vec![]);
+        h.finish();
+        assert!(h.exclusive(0) && h.exclusive(1));
+        assert!(!h.exclusive(2) && !h.exclusive(3));
+        for a in [0x1000, 0x101f] {
+            assert_eq!(h.find(Addr(a), ThreadId(7), 99), Some((0, a - 0x1000)));
+        }
     }
 }

@@ -487,6 +487,8 @@ pub struct Attributor<'s> {
     labels: Interner,
     global_cache: FastMap<u64, Option<LabelId>>,
     stack_cache: FastMap<(Pc, i64, Pc, Pc), LabelId>,
+    /// The last block found that no other block overlaps: start, end, index.
+    last_excl: (u64, u64, usize),
     /// [`Granularity::Variable`]: the label of each heap block (`UNSEEN` before
     /// its first access, `NOT_GLOBAL` when it names its bytes apart: dynamic TLS).
     block_ids: Vec<LabelId>,
@@ -532,7 +534,7 @@ const DENSE_PAGE_MASK: u64 = (1 << DENSE_PAGE_BITS) - 1;
 const NO_PAGE: u32 = u32::MAX;
 /// Heap blocks from this size on get a dense label table.
 pub(crate) const BIG_BLOCK: u64 = 4096;
-const MODULE_PAGES: usize = 1024;
+pub(crate) const MODULE_PAGES: usize = 1024;
 /// Segments up to this size get a dense table.
 const DENSE_MAX: u64 = 1 << 32;
 
@@ -642,6 +644,7 @@ impl<'s> Attributor<'s> {
             global_cache: FastMap::default(),
             stack_cache: FastMap::default(),
             block_ids: Vec::new(),
+            last_excl: (1, 0, 0),
             heap_ids: FastMap::default(),
             heap_dense: DenseTable::empty(),
             module_pages: vec![(u64::MAX, false); MODULE_PAGES],
@@ -720,7 +723,21 @@ impl<'s> Attributor<'s> {
         if let Some(id) = self.tls(thread, addr) {
             return id;
         }
-        if let Some((bi, off)) = self.heap.find(addr, thread, index) {
+        let (s, e, b) = self.last_excl;
+        let found = if addr.0 >= s && addr.0 < e {
+            // the block found last, which nothing overlaps: no search
+            Some((b, addr.0 - s))
+        } else {
+            let r = self.heap.find(addr, thread, index);
+            if let Some((bi, _)) = r {
+                if self.heap.exclusive(bi) {
+                    let blk = &self.heap.blocks()[bi];
+                    self.last_excl = (blk.start, blk.end, bi);
+                }
+            }
+            r
+        };
+        if let Some((bi, off)) = found {
             if self.labels.coarse {
                 if let Some(id) = self.block_id(bi, off) {
                     return id;

@@ -22,7 +22,8 @@ use crate::heap::Block;
 use crate::{
     function_start, global_label, heap_base, heap_label, heap_single, mapping_label, prefetch,
     stack_label, static_tls_layout, tls_label, DenseTable, Error, FastMap, Granularity, HeapIndex,
-    HeapShape, Interner, Kind, Label, Maps, OpenFrame, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
+    HeapShape, Interner, Kind, Label, Maps, OpenFrame, ThreadState, BIG_BLOCK, MODULE_PAGES,
+    NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
 use memlens_symbols::{HeapType, Symbolizer};
@@ -664,6 +665,10 @@ struct Worker<'a> {
     mapping_epoch: u64,
     fs: FnStarts,
     epochs: u64,
+    /// Page → in a module (see `in_module`).
+    module_pages: Vec<(u64, bool)>,
+    /// The last block found that no other block overlaps: start, end, index.
+    last_excl: (u64, u64, usize),
 }
 
 /// The state of the chunk being attributed.
@@ -695,12 +700,34 @@ impl<'a> Worker<'a> {
             mapping_epoch: u64::MAX,
             fs: FnStarts::default(),
             epochs: 0,
+            module_pages: vec![(u64::MAX, false); MODULE_PAGES],
+            last_excl: (1, 0, 0),
         }
     }
 
     fn epoch(&mut self) -> u64 {
         self.epochs += 1;
         self.epochs
+    }
+
+    /// Whether `addr` lies in a module, cached per page when the whole page answers
+    /// alike (heap accesses ask on nearly every cache miss).
+    #[inline]
+    fn in_module(&mut self, addr: Addr) -> bool {
+        let sym = self.sh.sym;
+        let page = addr.0 >> 12;
+        let slot = (page as usize) & (MODULE_PAGES - 1);
+        let (p, inside) = self.module_pages[slot];
+        if p == page {
+            return inside;
+        }
+        let first = sym.module_of(Addr(page << 12)).is_some();
+        let last = sym.module_of(Addr((page << 12) | 0xfff)).is_some();
+        if first != last {
+            return sym.module_of(addr).is_some();
+        }
+        self.module_pages[slot] = (page, first);
+        first
     }
 
     fn intern(&mut self, l: Label) -> u32 {
@@ -856,7 +883,7 @@ impl<'a> Worker<'a> {
             if id != NOT_GLOBAL {
                 return (id, ALWAYS, all);
             }
-        } else if sh.sym.module_of(addr).is_some() {
+        } else if self.in_module(addr) {
             let id = match self.globals.get(&addr.0) {
                 Some(&id) => id,
                 None => {
@@ -909,7 +936,20 @@ impl<'a> Worker<'a> {
                 return (id, dep, all);
             }
         }
-        let (found, span) = sh.heap.find_with_span(addr, cur.thread, index);
+        let (s, e, b) = self.last_excl;
+        let (found, span) = if addr.0 >= s && addr.0 < e {
+            // the block found last, which nothing overlaps: no search
+            (Some((b, addr.0 - s)), 0..u64::MAX)
+        } else {
+            let r = sh.heap.find_with_span(addr, cur.thread, index);
+            if let Some((bi, _)) = r.0 {
+                if sh.heap.exclusive(bi) {
+                    let blk = &sh.heap.blocks()[bi];
+                    self.last_excl = (blk.start, blk.end, bi);
+                }
+            }
+            r
+        };
         if let Some((bi, off)) = found {
             let class = sh.classes.of_block[bi];
             let (base, ty) = &sh.classes.classes[class as usize];
