@@ -289,26 +289,11 @@ pub fn start(
         let mut frame = Vec::new();
         let mut failed = false;
         let mut streams: HashMap<u32, Stream> = HashMap::new();
-        let mut put = |header: &mut FileHeader,
-                       frame: &mut Vec<u8>,
-                       enc: &mut ChunkEncoder,
-                       kind: ChunkKind,
-                       stream: u32,
-                       seq: u32,
-                       flags: u16,
-                       counts: ChunkCounts,
-                       clock: u64,
-                       raw: &[u8],
-                       side: Option<&[u8]>| {
-            match side {
-                Some(side) => {
-                    enc.encode_events(stream, seq, flags, counts, clock, raw, side, frame)
-                }
-                None => enc.encode(kind, stream, seq, flags, counts, clock, raw, frame),
-            }
+        // writes a framed chunk of `events` events
+        let mut put = |header: &mut FileHeader, frame: &[u8], events: u32| {
             if failed || f.write_all(frame).is_err() {
                 failed = true;
-                header.dropped_events += u64::from(counts.events);
+                header.dropped_events += u64::from(events);
                 header.dropped_bytes += frame.len() as u64;
             } else {
                 header.chunks += 1;
@@ -324,19 +309,10 @@ pub fn start(
                         let id = r.stream;
                         s.take(&r, &mut |s: &mut Stream, last: bool| {
                             let flags = if last { FLAG_LAST } else { 0 };
-                            put(
-                                &mut header,
-                                &mut frame,
-                                &mut enc,
-                                ChunkKind::Events,
-                                id,
-                                s.seq,
-                                flags,
-                                std::mem::take(&mut s.counts),
-                                s.chunk_clock,
-                                &s.raw.ops,
-                                Some(&s.raw.side),
-                            );
+                            let c = std::mem::take(&mut s.counts);
+                            let (o, d) = (&s.raw.ops, &s.raw.side);
+                            enc.encode_events(id, s.seq, flags, c, s.chunk_clock, o, d, &mut frame);
+                            put(&mut header, &frame, c.events);
                             s.seq += 1;
                             s.raw.clear();
                             s.enc.reset();
@@ -348,25 +324,8 @@ pub fn start(
                     let _ = FREE.push(words);
                 }
                 Msg::Meta(recs) => {
-                    let mut raw = Vec::new();
-                    for r in &recs {
-                        r.encode(&mut raw);
-                    }
-                    let c = ChunkCounts::default();
-                    let (seq, k) = (meta_seq, ChunkKind::Meta);
-                    put(
-                        &mut header,
-                        &mut frame,
-                        &mut enc,
-                        k,
-                        META_STREAM,
-                        seq,
-                        0,
-                        c,
-                        0,
-                        &raw,
-                        None,
-                    );
+                    meta_chunk(&mut enc, meta_seq, &recs, &mut frame);
+                    put(&mut header, &frame, 0);
                     meta_seq += 1;
                 }
                 Msg::Finish(end, ack) => {
@@ -379,41 +338,15 @@ pub fn start(
                             continue;
                         }
                         s.flush_pending();
-                        let counts = std::mem::take(&mut s.counts);
-                        let k = ChunkKind::Events;
-                        put(
-                            &mut header,
-                            &mut frame,
-                            &mut enc,
-                            k,
-                            id,
-                            s.seq,
-                            FLAG_LAST,
-                            counts,
-                            s.chunk_clock,
-                            &s.raw.ops,
-                            Some(&s.raw.side),
-                        );
+                        let c = std::mem::take(&mut s.counts);
+                        let (o, d) = (&s.raw.ops, &s.raw.side);
+                        enc.encode_events(id, s.seq, FLAG_LAST, c, s.chunk_clock, o, d, &mut frame);
+                        put(&mut header, &frame, c.events);
                         s.ended = true;
                     }
                     if let Some(end) = end {
-                        let mut raw = Vec::new();
-                        MetaRecord::End(end).encode(&mut raw);
-                        let c = ChunkCounts::default();
-                        let (seq, k) = (meta_seq, ChunkKind::Meta);
-                        put(
-                            &mut header,
-                            &mut frame,
-                            &mut enc,
-                            k,
-                            META_STREAM,
-                            seq,
-                            0,
-                            c,
-                            0,
-                            &raw,
-                            None,
-                        );
+                        meta_chunk(&mut enc, meta_seq, &[MetaRecord::End(end)], &mut frame);
+                        put(&mut header, &frame, 0);
                         let (kind, value) = end.to_parts();
                         header.end_kind = kind;
                         header.end_value = value;
@@ -432,6 +365,16 @@ pub fn start(
     *TX.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
     GENERATION.fetch_add(1, AcqRel);
     Ok(())
+}
+
+/// Frames metadata records as chunk `seq` of the metadata stream into `frame`.
+fn meta_chunk(enc: &mut ChunkEncoder, seq: u32, recs: &[MetaRecord], frame: &mut Vec<u8>) {
+    let mut raw = Vec::new();
+    for r in recs {
+        r.encode(&mut raw);
+    }
+    let c = ChunkCounts::default();
+    enc.encode(ChunkKind::Meta, META_STREAM, seq, 0, c, 0, &raw, frame);
 }
 
 /// In a forked child: the parent's worker thread does not exist here; forget it.
