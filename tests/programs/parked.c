@@ -8,6 +8,7 @@
  * the fast threads wrote until the sleepers' first chunks land at the end.
  * Prints the counter and what the waiter saw. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@ static uint64_t iters;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
 static int go;
+static volatile int waiting;
 static uint64_t before[256], after;
 
 static void *fast(void *p) {
@@ -33,6 +35,7 @@ static void *waiter(void *p) {
     for (int i = 0; i < 256; i++)
         before[i] = i;
     pthread_mutex_lock(&m);
+    waiting = 1;
     while (!go)
         pthread_cond_wait(&c, &m);
     after = __atomic_load_n(&counter, __ATOMIC_RELAXED);
@@ -49,6 +52,12 @@ int main(int argc, char **argv) {
     iters = strtoull(argv[2], NULL, 10);
     pthread_t w;
     pthread_create(&w, NULL, waiter, NULL);
+    /* the waiter first, so that it sleeps while the others run even on a loaded
+       machine (it has the mutex until its wait gives it up) */
+    while (!waiting)
+        sched_yield();
+    pthread_mutex_lock(&m);
+    pthread_mutex_unlock(&m);
     pthread_t *t = calloc(n, sizeof *t);
     uint64_t *vals = calloc(8 * n, sizeof *vals);
     for (int i = 0; i < n; i++)
