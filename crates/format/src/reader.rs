@@ -502,24 +502,29 @@ impl StreamEvents<'_> {
                     }
                 }
             }
-            let Some(&(ci, base)) = self.chunks.get(self.next) else {
-                self.done = true;
+            if !self.open_next()? {
                 return Ok(0);
-            };
-            self.next += 1;
-            self.index = base;
-            let c = &self.reader.chunks[ci];
-            match self.reader.read_chunk_into(c, &mut self.buf) {
-                Ok(()) => {
-                    let raw = std::mem::take(&mut self.buf.raw);
-                    self.dec = Some((c.offset, Decoder::new(raw)));
-                }
-                Err(e) => {
-                    self.done = true;
-                    return Err(e);
-                }
             }
         }
+    }
+
+    /// Reads the next chunk into the decoder; false (and done) after the last. An
+    /// unreadable chunk ends the stream with its error.
+    fn open_next(&mut self) -> Result<bool, Error> {
+        let Some(&(ci, base)) = self.chunks.get(self.next) else {
+            self.done = true;
+            return Ok(false);
+        };
+        self.next += 1;
+        self.index = base;
+        let c = &self.reader.chunks[ci];
+        if let Err(e) = self.reader.read_chunk_into(c, &mut self.buf) {
+            self.done = true;
+            return Err(e);
+        }
+        let raw = std::mem::take(&mut self.buf.raw);
+        self.dec = Some((c.offset, Decoder::new(raw)));
+        Ok(true)
     }
 }
 
@@ -549,22 +554,10 @@ impl Iterator for StreamEvents<'_> {
                     }
                 }
             }
-            let Some(&(ci, base)) = self.chunks.get(self.next) else {
-                self.done = true;
-                return None;
-            };
-            self.next += 1;
-            self.index = base;
-            let c = &self.reader.chunks[ci];
-            match self.reader.read_chunk_into(c, &mut self.buf) {
-                Ok(()) => {
-                    let raw = std::mem::take(&mut self.buf.raw);
-                    self.dec = Some((c.offset, Decoder::new(raw)));
-                }
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
+            match self.open_next() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
             }
         }
     }
