@@ -107,17 +107,27 @@ struct Run<'r> {
 }
 
 impl Run<'_> {
-    /// Moves to the next event (refilling the batch); false at the end.
-    fn step(&mut self) -> Result<bool, Error> {
+    /// Moves the head to the next event of the batch; false at the batch's last.
+    fn next_in_batch(&mut self) -> bool {
+        if self.pos + 1 == self.batch.len() {
+            return false;
+        }
         self.pos += 1;
         self.index += 1;
-        if self.pos == self.batch.len() {
-            self.pos = 0;
-            if self.events.next_batch(&mut self.batch, memlens_format::reader::BATCH)? == 0 {
-                return Ok(false);
-            }
-        }
         if let Event::Clock(t) = self.batch[self.pos] {
+            self.clock = self.clock.max(t);
+        }
+        true
+    }
+
+    /// Moves the head to the first event of the next batch; false at the stream's end.
+    fn refill(&mut self) -> Result<bool, Error> {
+        self.pos = 0;
+        self.index += 1;
+        if self.events.next_batch(&mut self.batch, memlens_format::reader::BATCH)? == 0 {
+            return Ok(false);
+        }
+        if let Event::Clock(t) = self.batch[0] {
             self.clock = self.clock.max(t);
         }
         Ok(true)
@@ -165,42 +175,30 @@ pub fn drive_merged<K: Kernel>(
         // the head of the next stream, which this one's run must stay below
         let limit = heap.peek().map(|Reverse(k)| *k);
         let run = &mut runs[i];
+        let below = |run: &Run<'_>| limit.is_none_or(|l| run.key(i) < l);
         loop {
+            // the run: from the head, as far as the batch goes and stays below
             let start = run.pos;
-            let mut more = true;
-            // the rest of this batch, as far as it stays below the limit
-            loop {
-                let last_in_batch = run.pos + 1 == run.batch.len();
-                if last_in_batch {
-                    break;
-                }
-                run.pos += 1;
-                run.index += 1;
-                if let Event::Clock(t) = run.batch[run.pos] {
-                    run.clock = run.clock.max(t);
-                }
-                if limit.is_some_and(|l| run.key(i) > l) {
-                    // batch[pos] is the new head; process up to it
-                    k.process_batch(run.thread, &run.batch[start..run.pos]);
-                    n += (run.pos - start) as u64;
-                    more = false;
+            let mut stopped = false;
+            while run.next_in_batch() {
+                if !below(run) {
+                    stopped = true;
                     break;
                 }
             }
-            if !more {
-                heap.push(Reverse(run.key(i)));
-                break;
+            let end = if stopped { run.pos } else { run.batch.len() };
+            k.process_batch(run.thread, &run.batch[start..end]);
+            n += (end - start) as u64;
+            if !stopped {
+                if !run.refill()? {
+                    break;
+                }
+                if below(run) {
+                    continue;
+                }
             }
-            // every event of the batch from `start` is below the limit
-            k.process_batch(run.thread, &run.batch[start..]);
-            n += (run.batch.len() - start) as u64;
-            if !run.step()? {
-                break;
-            }
-            if limit.is_some_and(|l| run.key(i) > l) {
-                heap.push(Reverse(run.key(i)));
-                break;
-            }
+            heap.push(Reverse(run.key(i)));
+            break;
         }
         if n >= next_tick {
             progress(n);

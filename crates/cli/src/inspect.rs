@@ -17,7 +17,7 @@ pub enum By {
     /// Function.
     Function,
     /// Variable, field, heap block or mapping.
-    Variable(crate::vars::Group),
+    Variable(memlens_names::Granularity),
     /// Thread.
     Thread,
     /// Allocation site.

@@ -429,8 +429,8 @@ fn real_main() -> Result<i32> {
                 By::Line => inspect::By::Line,
                 By::Function => inspect::By::Function,
                 By::Variable => inspect::By::Variable(match group_by {
-                    GroupBy::Field => vars::Group::Field,
-                    GroupBy::Variable => vars::Group::Variable,
+                    GroupBy::Field => memlens_names::Granularity::Field,
+                    GroupBy::Variable => memlens_names::Granularity::Variable,
                 }),
                 By::Thread => inspect::By::Thread,
                 By::Alloc => inspect::By::Alloc,

@@ -159,24 +159,15 @@ fn no_line_where(names: &Names, pc: Pc) -> String {
     format!("{} [{module}]", names.code(pc).function)
 }
 
-/// How `report --by variable` groups names.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Group {
-    /// Full member path (`stats.v[3]`).
-    Field,
-    /// Whole variable (`stats`).
-    Variable,
-}
-
-/// Rows of `report --by variable`.
-pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<serde_json::Value>> {
+/// Rows of `report --by variable`, one per field (`stats.v[3]`) or per whole
+/// variable (`stats`; then no label is made per field or element).
+pub fn variable_rows(
+    r: &TraceReader,
+    group: Granularity,
+    top: usize,
+) -> Result<Vec<serde_json::Value>> {
     let names = Names::new(&r.meta().modules);
-    // whole variables need no label per field or element
-    let g = match group {
-        Group::Field => Granularity::Field,
-        Group::Variable => Granularity::Variable,
-    };
-    let rep = attribute_all(r, &names, g)?;
+    let rep = attribute_all(r, &names, group)?;
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
     // is shown (a heap array of structs has millions of labels, a report 20 rows).
     let mut at: FastMap<(String, Kind), u32> = FastMap::default();
@@ -189,8 +180,8 @@ pub fn variable_rows(r: &TraceReader, group: Group, top: usize) -> Result<Vec<se
             continue;
         }
         let key = match group {
-            Group::Field => l.display(),
-            Group::Variable => l.base.to_string(),
+            Granularity::Field => l.display(),
+            Granularity::Variable => l.base.to_string(),
         };
         let r = *at.entry((key, l.kind)).or_insert_with(|| {
             rows.push((0, u32::MAX));

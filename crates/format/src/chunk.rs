@@ -427,14 +427,15 @@ impl ChunkEncoder {
     }
 }
 
-/// Length of the op-stream length prefix of an event chunk's payload.
-fn prefix_len(h: &ChunkHeader, payload: &[u8]) -> Option<usize> {
+/// An event chunk payload's op-stream length prefix: its own length and the op
+/// stream's (`(0, 0)` for a metadata chunk, which has none).
+fn prefix(h: &ChunkHeader, payload: &[u8]) -> Option<(usize, u64)> {
     if h.kind != ChunkKind::Events {
-        return Some(0);
+        return Some((0, 0));
     }
     let mut at = 0;
-    crate::varint::get(payload, &mut at)?;
-    (at <= h.split as usize).then_some(at)
+    let ops = crate::varint::get(payload, &mut at)?;
+    (at <= h.split as usize).then_some((at, ops))
 }
 
 /// `Vec` spare capacity after `start` as a zstd output buffer, so a frame
@@ -498,9 +499,7 @@ impl PayloadBuf {
 
     /// Verifies and decompresses `self.payload` (for the chunk `h`) into `self.raw`.
     pub(crate) fn decode(&mut self, h: &ChunkHeader, offset: u64) -> Result<(), Error> {
-        if crc32fast::hash(&self.payload) != h.payload_crc {
-            return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
-        }
+        self.verify(h, offset)?;
         if h.codec == Codec::None && h.raw_len != h.payload_len {
             return Err(Error::Corrupt { offset, what: "chunk decompressed to the wrong size" });
         }
@@ -510,21 +509,25 @@ impl PayloadBuf {
     /// Like `decode`, but of an event chunk's op stream only: `self.raw` gets the
     /// length prefix and the ops, enough for [`crate::codec::Decoder::scan_counts`].
     pub(crate) fn decode_ops(&mut self, h: &ChunkHeader, offset: u64) -> Result<(), Error> {
-        if crc32fast::hash(&self.payload) != h.payload_crc {
-            return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
-        }
         if h.kind != ChunkKind::Events {
-            return self.decode_part(h, offset, self.payload.len(), h.raw_len as usize);
+            return self.decode(h, offset);
         }
+        self.verify(h, offset)?;
         let bad = || Error::Corrupt { offset, what: "event chunk without its op-stream length" };
-        let k = prefix_len(h, &self.payload).ok_or_else(bad)?;
-        let mut at = 0;
-        let ops = crate::varint::get(&self.payload, &mut at).ok_or_else(bad)?;
+        let (k, ops) = prefix(h, &self.payload).ok_or_else(bad)?;
         let want = (k as u64).saturating_add(ops);
         if want > u64::from(h.raw_len) {
             return Err(bad());
         }
         self.decode_part(h, offset, h.split as usize, want as usize)
+    }
+
+    /// Checks the stored payload against the header's checksum.
+    fn verify(&self, h: &ChunkHeader, offset: u64) -> Result<(), Error> {
+        if crc32fast::hash(&self.payload) != h.payload_crc {
+            return Err(Error::Corrupt { offset, what: "chunk payload checksum mismatch" });
+        }
+        Ok(())
     }
 
     /// Decompresses `payload[..end]` (verified) into `raw`, expecting `want` bytes.
@@ -546,7 +549,7 @@ impl PayloadBuf {
             }
             Codec::Zstd => {
                 let bad = || Error::Corrupt { offset, what: "zstd payload does not decompress" };
-                let k = prefix_len(h, &self.payload).ok_or(Error::Corrupt {
+                let (k, _) = prefix(h, &self.payload).ok_or(Error::Corrupt {
                     offset,
                     what: "event chunk without its op-stream length",
                 })?;

@@ -806,24 +806,32 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         Ok(out.len())
     }
 
-    /// [`Decoder::fast_access`], pushing onto `out` (which has room).
+    /// The common case, a plain load/store without value with every field's bytes
+    /// present, read without per-byte bounds checks: its tag, pc delta and address
+    /// delta, the cursors moved past it. `None` sends the caller to the general path
+    /// (which also reports errors).
     #[inline(always)]
-    fn fast_access_into(&mut self, out: &mut Vec<Event>) -> bool {
+    fn take_plain(&mut self) -> Option<(u8, u64, u64)> {
+        // tag + pc in the op stream, the address in the side stream
         const NEED: usize = 1 + MAX_VARINT;
         let buf = self.buf.as_ref();
-        let Some(s) = buf[..self.end].get(self.pos..self.pos + NEED) else { return false };
-        let s: &[u8; NEED] = s.try_into().expect("NEED bytes");
+        let s: &[u8; NEED] = buf[..self.end].get(self.pos..self.pos + NEED)?.try_into().ok()?;
         let t = s[0];
         if t > tag::ACCESS_MAX || t & tag::ACCESS_VALUE != 0 || t & 7 > 4 {
-            return false;
+            return None;
         }
-        let Some(a) = buf.get(self.spos..self.spos + MAX_VARINT) else { return false };
-        let a: &[u8; MAX_VARINT] = a.try_into().expect("MAX_VARINT bytes");
-        let (Some((dpc, n1)), Some((da, n2))) = (varint_at(s, 1), varint_at(a, 0)) else {
-            return false;
-        };
+        let a: &[u8; MAX_VARINT] = buf.get(self.spos..self.spos + MAX_VARINT)?.try_into().ok()?;
+        let (dpc, n1) = varint_at(s, 1)?;
+        let (da, n2) = varint_at(a, 0)?;
         self.pos += 1 + n1;
         self.spos += n2;
+        Some((t, dpc, da))
+    }
+
+    /// [`Decoder::take_plain`]'s access, pushed onto `out`.
+    #[inline(always)]
+    fn fast_access_into(&mut self, out: &mut Vec<Event>) -> bool {
+        let Some((t, dpc, da)) = self.take_plain() else { return false };
         let pc = self.pred.pc_from(dpc);
         let addr = self.pred.addr_from(pc, da);
         let kind = if t & tag::ACCESS_WRITE != 0 { AccessKind::Write } else { AccessKind::Read };
@@ -866,24 +874,10 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         }
     }
 
-    /// The common case, a plain load/store without value with every field's bytes
-    /// present: decoded without per-byte bounds checks. `None` sends the caller to
-    /// the general path (which also reports errors).
+    /// [`Decoder::take_plain`]'s access as an event.
     #[inline(always)]
     fn fast_access(&mut self) -> Option<Event> {
-        // tag + pc in the op stream, the address in the side stream
-        const NEED: usize = 1 + MAX_VARINT;
-        let buf = self.buf.as_ref();
-        let s: &[u8; NEED] = buf[..self.end].get(self.pos..self.pos + NEED)?.try_into().ok()?;
-        let t = s[0];
-        if t > tag::ACCESS_MAX || t & tag::ACCESS_VALUE != 0 || t & 7 > 4 {
-            return None;
-        }
-        let a: &[u8; MAX_VARINT] = buf.get(self.spos..self.spos + MAX_VARINT)?.try_into().ok()?;
-        let (dpc, n1) = varint_at(s, 1)?;
-        let (da, n2) = varint_at(a, 0)?;
-        self.pos += 1 + n1;
-        self.spos += n2;
+        let (t, dpc, da) = self.take_plain()?;
         let pc = self.pred.pc_from(dpc);
         let addr = self.pred.addr_from(pc, da);
         Some(Event::Access {
@@ -942,14 +936,8 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 Event::Range { pc: Pc(pc), addr: Addr(addr), len, kind }
             }
             tag::RMW => {
-                let b = self.byte()?;
-                let Some(op) = RmwOp::from_u8(b >> 4) else {
-                    return Err(self.err("unknown atomic operation"));
-                };
+                let (b, op) = self.rmw_head()?;
                 let lg = b & 7;
-                if lg > 4 {
-                    return Err(self.err("atomic size code out of range"));
-                }
                 let pc = self.pc()?;
                 let addr = self.addr(pc)?;
                 let value = if b & 8 != 0 { Some(self.sv()?) } else { None };
@@ -1478,11 +1466,10 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         let t = self.buf.as_ref()[self.pos];
         let c = match t {
             0..=tag::ACCESS_MAX => {
-                self.pos += 1;
                 if t & 7 > 4 {
-                    self.pos -= 1;
                     return Err(self.err("access size code out of range"));
                 }
+                self.pos += 1;
                 let pc = Pc(self.pc()?);
                 let write = t & tag::ACCESS_WRITE != 0;
                 Counted::Access { pc, write, bytes: 1 << (t & 7) }
@@ -1494,13 +1481,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             }
             tag::RMW => {
                 self.pos += 1;
-                let b = self.byte()?;
-                let Some(op) = RmwOp::from_u8(b >> 4) else {
-                    return Err(self.err("unknown atomic operation"));
-                };
-                if b & 7 > 4 {
-                    return Err(self.err("atomic size code out of range"));
-                }
+                let (b, op) = self.rmw_head()?;
                 let pc = Pc(self.pc()?);
                 Counted::Rmw { pc, size: 1 << (b & 7), stores: op.stores() }
             }
@@ -1554,24 +1535,10 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             if self.failed || self.at_end()? {
                 return Ok(n);
             }
-            // plain accesses with every byte present: no per-byte bounds checks
-            let buf = self.buf.as_ref();
-            if let (Some(s), Some(a)) = (
-                buf[..self.end].get(self.pos..self.pos + 1 + MAX_VARINT),
-                buf.get(self.spos..self.spos + MAX_VARINT),
-            ) {
-                let s: &[u8; 1 + MAX_VARINT] = s.try_into().expect("window");
-                let a: &[u8; MAX_VARINT] = a.try_into().expect("window");
-                let t = s[0];
-                if t <= tag::ACCESS_MAX && t & tag::ACCESS_VALUE == 0 && t & 7 <= 4 {
-                    if let (Some((dpc, n1)), Some((_, n2))) = (varint_at(s, 1), varint_at(a, 0)) {
-                        self.pred.pc_from(dpc);
-                        self.pos += 1 + n1;
-                        self.spos += n2;
-                        n += 1;
-                        continue;
-                    }
-                }
+            if let Some((_, dpc, _)) = self.take_plain() {
+                self.pred.pc_from(dpc);
+                n += 1;
+                continue;
             }
             let t = self.buf.as_ref()[self.pos];
             match t {
@@ -1594,13 +1561,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 }
                 tag::RMW => {
                     self.pos += 1;
-                    let b = self.byte()?;
-                    if RmwOp::from_u8(b >> 4).is_none() {
-                        return Err(self.err("unknown atomic operation"));
-                    }
-                    if b & 7 > 4 {
-                        return Err(self.err("atomic size code out of range"));
-                    }
+                    let (b, _) = self.rmw_head()?;
                     self.pc()?;
                     self.skip_sv()?;
                     if b & 8 != 0 {
@@ -1619,6 +1580,18 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             }
             n += 1;
         }
+    }
+
+    /// An atomic's operation byte (after its tag), checked: the byte and the op.
+    fn rmw_head(&mut self) -> Result<(u8, RmwOp), DecodeError> {
+        let b = self.byte()?;
+        let Some(op) = RmwOp::from_u8(b >> 4) else {
+            return Err(self.err("unknown atomic operation"));
+        };
+        if b & 7 > 4 {
+            return Err(self.err("atomic size code out of range"));
+        }
+        Ok((b, op))
     }
 
     /// Steps over one varint of the side stream.

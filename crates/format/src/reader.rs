@@ -259,6 +259,11 @@ impl TraceReader {
         self.header.dropped_events.max(self.meta.dropped.map_or(0, |d| d.0))
     }
 
+    /// The chunk behind a [`StreamChunk`].
+    fn chunk_of(&self, c: &StreamChunk) -> Result<&ChunkIndex, Error> {
+        self.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })
+    }
+
     /// Reads, verifies and decompresses one chunk's payload.
     pub fn read_chunk(&self, c: &ChunkIndex) -> Result<Vec<u8>, Error> {
         let mut b = PayloadBuf::new();
@@ -394,8 +399,7 @@ impl ChunkDecoder {
         c: &StreamChunk,
         mut f: impl FnMut(&[Event]),
     ) -> Result<(), Error> {
-        let ci =
-            r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
+        let ci = r.chunk_of(c)?;
         r.read_chunk_into(ci, &mut self.buf)?;
         let mut dec = Decoder::new(&self.buf.raw[..]);
         loop {
@@ -422,8 +426,7 @@ impl ChunkDecoder {
         c: &StreamChunk,
         f: impl FnMut(u64, Event),
     ) -> Result<u64, Error> {
-        let ci =
-            r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
+        let ci = r.chunk_of(c)?;
         r.read_chunk_into(ci, &mut self.buf)?;
         Decoder::new(&self.buf.raw[..])
             .skeleton(f)
@@ -440,8 +443,7 @@ impl ChunkDecoder {
         c: &StreamChunk,
         f: impl FnMut(crate::codec::Counted, u64),
     ) -> Result<u64, Error> {
-        let ci =
-            r.chunks.get(c.chunk).ok_or(Error::Corrupt { offset: 0, what: "no such chunk" })?;
+        let ci = r.chunk_of(c)?;
         r.read_chunk_ops_into(ci, &mut self.buf)?;
         let mut dec = Decoder::new(&self.buf.raw[..]);
         dec.scan_counts(&mut self.tally, f)

@@ -244,6 +244,41 @@ impl HeapIndex {
     }
 }
 
+/// The last block a lookup found that no other block overlaps: a lookup inside it
+/// needs no search (see [`HeapIndex::exclusive`]). One per attributor.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LastBlock {
+    start: u64,
+    end: u64,
+    index: usize,
+}
+
+impl LastBlock {
+    /// [`HeapIndex::find_with_span`] (`span`: with the event range, else
+    /// [`HeapIndex::find`]'s answer and the whole range).
+    #[inline]
+    pub(crate) fn find(
+        &mut self,
+        heap: &HeapIndex,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+        span: bool,
+    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+        if addr.0 >= self.start && addr.0 < self.end {
+            return (Some((self.index, addr.0 - self.start)), 0..u64::MAX);
+        }
+        let r = heap.search(addr, thread, index, span);
+        if let Some((bi, _)) = r.0 {
+            if heap.exclusive(bi) {
+                let b = &heap.blocks[bi];
+                *self = LastBlock { start: b.start, end: b.end, index: bi };
+            }
+        }
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -487,17 +487,14 @@ pub struct Attributor<'s> {
     labels: Interner,
     global_cache: FastMap<u64, Option<LabelId>>,
     stack_cache: FastMap<(Pc, i64, Pc, Pc), LabelId>,
-    /// The last block found that no other block overlaps: start, end, index.
-    last_excl: (u64, u64, usize),
-    /// [`Granularity::Variable`]: the label of each heap block (`UNSEEN` before
-    /// its first access, `NOT_GLOBAL` when it names its bytes apart: dynamic TLS).
-    block_ids: Vec<LabelId>,
+    last_block: heap::LastBlock,
+    block_labels: BlockLabels,
     heap_ids: FastMap<(usize, u64), LabelId>,
     /// Labels of large blocks' offsets, one segment per block: a table instead of
     /// `heap_ids` for the blocks that hold millions of distinct fields.
     heap_dense: DenseTable,
     /// Direct-mapped: (page, whether it lies in a module).
-    module_pages: Vec<(u64, bool)>,
+    module_pages: ModulePages,
     /// Per block: its segment in `heap_dense` (`u32::MAX`: none yet).
     block_seg: Vec<u32>,
     fn_starts: FastMap<Pc, u64>,
@@ -534,7 +531,7 @@ const DENSE_PAGE_MASK: u64 = (1 << DENSE_PAGE_BITS) - 1;
 const NO_PAGE: u32 = u32::MAX;
 /// Heap blocks from this size on get a dense label table.
 pub(crate) const BIG_BLOCK: u64 = 4096;
-pub(crate) const MODULE_PAGES: usize = 1024;
+const MODULE_PAGES: usize = 1024;
 /// Segments up to this size get a dense table.
 const DENSE_MAX: u64 = 1 << 32;
 
@@ -627,6 +624,70 @@ impl DenseTable {
     }
 }
 
+/// Whether an address lies in a module, cached per page when the whole page
+/// answers alike (a module may end mid-page): heap accesses ask on nearly every
+/// access or cache miss.
+pub(crate) struct ModulePages(Vec<(u64, bool)>);
+
+impl Default for ModulePages {
+    fn default() -> Self {
+        ModulePages(vec![(u64::MAX, false); MODULE_PAGES])
+    }
+}
+
+impl ModulePages {
+    #[inline]
+    pub(crate) fn contains(&mut self, sym: &Symbolizer, addr: Addr) -> bool {
+        let page = addr.0 >> 12;
+        let slot = (page as usize) & (MODULE_PAGES - 1);
+        let (p, inside) = self.0[slot];
+        if p == page {
+            return inside;
+        }
+        let first = sym.module_of(Addr(page << 12)).is_some();
+        let last = sym.module_of(Addr((page << 12) | 0xfff)).is_some();
+        if first != last {
+            return sym.module_of(addr).is_some();
+        }
+        self.0[slot] = (page, first);
+        first
+    }
+}
+
+/// [`Granularity::Variable`]: one label per heap block, named at its first access,
+/// unless its bytes have names of their own (a dynamic TLS block).
+#[derive(Default)]
+pub(crate) struct BlockLabels(Vec<LabelId>);
+
+impl BlockLabels {
+    /// Block `bi`'s label (`Some(None)`: its bytes are named apart), `None` before
+    /// it is named.
+    #[inline]
+    pub(crate) fn get(&self, bi: usize) -> Option<Option<LabelId>> {
+        match self.0.get(bi) {
+            None | Some(&UNSEEN) => None,
+            Some(&NOT_GLOBAL) => Some(None),
+            Some(&id) => Some(Some(id)),
+        }
+    }
+
+    /// Names block `bi` (one of `blocks`) after `l`, its label at some offset.
+    pub(crate) fn set(
+        &mut self,
+        bi: usize,
+        blocks: usize,
+        l: Label,
+        labels: &mut Interner,
+    ) -> Option<LabelId> {
+        if self.0.len() <= bi {
+            self.0.resize(blocks.max(bi + 1), UNSEEN);
+        }
+        let id = if l.kind == Kind::Heap { labels.intern(l) } else { NOT_GLOBAL };
+        self.0[bi] = id;
+        (id != NOT_GLOBAL).then_some(id)
+    }
+}
+
 /// Dense global tables: not looked up yet, and not a global variable.
 pub(crate) const UNSEEN: u32 = u32::MAX;
 pub(crate) const NOT_GLOBAL: u32 = u32::MAX - 1;
@@ -643,11 +704,11 @@ impl<'s> Attributor<'s> {
             labels: Interner::default(),
             global_cache: FastMap::default(),
             stack_cache: FastMap::default(),
-            block_ids: Vec::new(),
-            last_excl: (1, 0, 0),
+            block_labels: BlockLabels::default(),
+            last_block: heap::LastBlock::default(),
             heap_ids: FastMap::default(),
             heap_dense: DenseTable::empty(),
-            module_pages: vec![(u64::MAX, false); MODULE_PAGES],
+            module_pages: ModulePages::default(),
             block_seg: Vec::new(),
             fn_starts: FastMap::default(),
             heap_sites: FastMap::default(),
@@ -723,21 +784,7 @@ impl<'s> Attributor<'s> {
         if let Some(id) = self.tls(thread, addr) {
             return id;
         }
-        let (s, e, b) = self.last_excl;
-        let found = if addr.0 >= s && addr.0 < e {
-            // the block found last, which nothing overlaps: no search
-            Some((b, addr.0 - s))
-        } else {
-            let r = self.heap.find(addr, thread, index);
-            if let Some((bi, _)) = r {
-                if self.heap.exclusive(bi) {
-                    let blk = &self.heap.blocks()[bi];
-                    self.last_excl = (blk.start, blk.end, bi);
-                }
-            }
-            r
-        };
-        if let Some((bi, off)) = found {
+        if let (Some((bi, off)), _) = self.last_block.find(&self.heap, addr, thread, index, false) {
             if self.labels.coarse {
                 if let Some(id) = self.block_id(bi, off) {
                     return id;
@@ -770,18 +817,11 @@ impl<'s> Attributor<'s> {
     /// names (a dynamic TLS block).
     #[inline]
     fn block_id(&mut self, bi: usize, off: u64) -> Option<LabelId> {
-        match self.block_ids.get(bi) {
-            Some(&NOT_GLOBAL) => return None,
-            Some(&id) if id != UNSEEN => return Some(id),
-            _ => {}
-        }
-        if self.block_ids.len() <= bi {
-            self.block_ids.resize(self.heap.blocks().len().max(bi + 1), UNSEEN);
+        if let Some(id) = self.block_labels.get(bi) {
+            return id;
         }
         let l = self.heap_label(bi, off);
-        let id = if l.kind == Kind::Heap { self.intern(l) } else { NOT_GLOBAL };
-        self.block_ids[bi] = id;
-        (id != NOT_GLOBAL).then_some(id)
+        self.block_labels.set(bi, self.heap.blocks().len(), l, &mut self.labels)
     }
 
     #[inline]
@@ -859,20 +899,7 @@ impl<'s> Attributor<'s> {
 
     fn global_slow(&mut self, addr: Addr) -> Option<LabelId> {
         // Heap and stack addresses are in no module: skip the cache for them.
-        // Whether a page is in a module is cached: heap accesses ask on every access.
-        let page = addr.0 >> 12;
-        let slot = (page as usize) & (MODULE_PAGES - 1);
-        if self.module_pages[slot].0 != page {
-            // cached only when the whole page answers alike (a module may end mid-page)
-            let first = self.sym.module_of(Addr(page << 12)).is_some();
-            let last = self.sym.module_of(Addr((page << 12) | 0xfff)).is_some();
-            if first != last {
-                self.sym.module_of(addr)?;
-            } else {
-                self.module_pages[slot] = (page, first);
-            }
-        }
-        if self.module_pages[slot].0 == page && !self.module_pages[slot].1 {
+        if !self.module_pages.contains(self.sym, addr) {
             return None;
         }
         if let Some(&c) = self.global_cache.get(&addr.0) {

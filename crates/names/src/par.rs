@@ -18,12 +18,12 @@
 //!    change), so repeated accesses cost one probe. Labels are built once per
 //!    distinct name key per worker and merged at the end.
 
-use crate::heap::Block;
+use crate::heap::{Block, LastBlock};
 use crate::{
     function_start, global_label, heap_base, heap_label, heap_single, mapping_label, prefetch,
-    stack_label, static_tls_layout, tls_label, DenseTable, Error, FastMap, Granularity, HeapIndex,
-    HeapShape, Interner, Kind, Label, Maps, OpenFrame, ThreadState, BIG_BLOCK, MODULE_PAGES,
-    NOT_GLOBAL, UNSEEN,
+    stack_label, static_tls_layout, tls_label, BlockLabels, DenseTable, Error, FastMap,
+    Granularity, HeapIndex, HeapShape, Interner, Label, Maps, ModulePages, OpenFrame, ThreadState,
+    BIG_BLOCK, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
 use memlens_symbols::{HeapType, Symbolizer};
@@ -655,8 +655,7 @@ struct Worker<'a> {
     stack_names: FastMap<(Pc, i64, Pc, Pc), u32>,
     tls_names: FastMap<(u64, u64), Option<u32>>,
     heap_names: FastMap<(u32, HeapShape, u64), u32>,
-    /// [`Granularity::Variable`]: per block, its label (see `Attributor`'s).
-    block_ids: Vec<u32>,
+    block_labels: BlockLabels,
     /// Labels of large blocks' offsets (see `Attributor`'s).
     heap_dense: DenseTable,
     block_seg: Vec<u32>,
@@ -665,10 +664,8 @@ struct Worker<'a> {
     mapping_epoch: u64,
     fs: FnStarts,
     epochs: u64,
-    /// Page → in a module (see `in_module`).
-    module_pages: Vec<(u64, bool)>,
-    /// The last block found that no other block overlaps: start, end, index.
-    last_excl: (u64, u64, usize),
+    module_pages: ModulePages,
+    last_block: LastBlock,
 }
 
 /// The state of the chunk being attributed.
@@ -686,7 +683,7 @@ impl<'a> Worker<'a> {
         Worker {
             sh,
             labels: Interner { coarse: g == Granularity::Variable, ..Interner::default() },
-            block_ids: Vec::new(),
+            block_labels: BlockLabels::default(),
             acc: Accum::default(),
             cache: vec![EMPTY; 1 << CACHE_BITS],
             dense: DenseTable::new(sh.sym),
@@ -700,34 +697,14 @@ impl<'a> Worker<'a> {
             mapping_epoch: u64::MAX,
             fs: FnStarts::default(),
             epochs: 0,
-            module_pages: vec![(u64::MAX, false); MODULE_PAGES],
-            last_excl: (1, 0, 0),
+            module_pages: ModulePages::default(),
+            last_block: LastBlock::default(),
         }
     }
 
     fn epoch(&mut self) -> u64 {
         self.epochs += 1;
         self.epochs
-    }
-
-    /// Whether `addr` lies in a module, cached per page when the whole page answers
-    /// alike (heap accesses ask on nearly every cache miss).
-    #[inline]
-    fn in_module(&mut self, addr: Addr) -> bool {
-        let sym = self.sh.sym;
-        let page = addr.0 >> 12;
-        let slot = (page as usize) & (MODULE_PAGES - 1);
-        let (p, inside) = self.module_pages[slot];
-        if p == page {
-            return inside;
-        }
-        let first = sym.module_of(Addr(page << 12)).is_some();
-        let last = sym.module_of(Addr((page << 12) | 0xfff)).is_some();
-        if first != last {
-            return sym.module_of(addr).is_some();
-        }
-        self.module_pages[slot] = (page, first);
-        first
     }
 
     fn intern(&mut self, l: Label) -> u32 {
@@ -883,7 +860,7 @@ impl<'a> Worker<'a> {
             if id != NOT_GLOBAL {
                 return (id, ALWAYS, all);
             }
-        } else if self.in_module(addr) {
+        } else if self.module_pages.contains(sh.sym, addr) {
             let id = match self.globals.get(&addr.0) {
                 Some(&id) => id,
                 None => {
@@ -936,40 +913,21 @@ impl<'a> Worker<'a> {
                 return (id, dep, all);
             }
         }
-        let (s, e, b) = self.last_excl;
-        let (found, span) = if addr.0 >= s && addr.0 < e {
-            // the block found last, which nothing overlaps: no search
-            (Some((b, addr.0 - s)), 0..u64::MAX)
-        } else {
-            let r = sh.heap.find_with_span(addr, cur.thread, index);
-            if let Some((bi, _)) = r.0 {
-                if sh.heap.exclusive(bi) {
-                    let blk = &sh.heap.blocks()[bi];
-                    self.last_excl = (blk.start, blk.end, bi);
-                }
-            }
-            r
-        };
+        let (found, span) = self.last_block.find(sh.heap, addr, cur.thread, index, true);
         if let Some((bi, off)) = found {
             let class = sh.classes.of_block[bi];
             let (base, ty) = &sh.classes.classes[class as usize];
             let b: &Block = &sh.heap.blocks()[bi];
             let single = heap_single(ty, b);
             if self.labels.coarse {
-                // one label per block, unless its bytes have different names
-                if self.block_ids.len() <= bi {
-                    self.block_ids.resize(sh.heap.blocks().len().max(bi + 1), UNSEEN);
-                }
-                let id = match self.block_ids[bi] {
-                    UNSEEN => {
-                        let l = heap_label(base, ty, single, off);
-                        let id = if l.kind == Kind::Heap { self.intern(l) } else { NOT_GLOBAL };
-                        self.block_ids[bi] = id;
-                        id
+                let id = match self.block_labels.get(bi) {
+                    Some(id) => id,
+                    None => {
+                        let (l, n) = (heap_label(base, ty, single, off), sh.heap.blocks().len());
+                        self.block_labels.set(bi, n, l, &mut self.labels)
                     }
-                    id => id,
                 };
-                if id != NOT_GLOBAL {
+                if let Some(id) = id {
                     return (id, dep, span);
                 }
             }

@@ -321,7 +321,7 @@ fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
         len: pos - buf,
         // an interrupted event may have written side bytes past the last
         // committed one's: a reader ignores them
-        side_len: st.side_len().min(st.buf_cap.get() * memlens_format::codec::SIDE_PER_OP),
+        side_len: st.side_len(),
         cap: st.buf_cap.get(),
         stream: st.stream.get(),
         seq: st.seq.get(),

@@ -26,7 +26,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::sync::atomic::{
     compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
 };
-use memlens_format::codec::{Encoder, MAX_ACCESS_LEN, SIDE_PER_OP};
+use memlens_format::codec::{Encoder, MAX_ACCESS_LEN};
 use memlens_format::{Addr, ChunkCounts, Event, ThreadId};
 
 /// Set in `pos` while an event is being written (the rest is the committed end).
@@ -224,10 +224,13 @@ impl ThreadState {
         &mut *self.enc.get()
     }
 
-    /// Side-stream bytes written into the current buffer (owner only).
+    /// Side-stream bytes written into the current buffer. Read by another thread
+    /// (after `pos`), it covers every committed event and maybe part of one being
+    /// written; readers ignore side bytes past the last event's, and the writer
+    /// clamps it to the region.
     pub(crate) fn side_len(&self) -> usize {
-        // SAFETY: owner; the encoder is not in use.
-        let side = unsafe { self.enc().side() } as usize;
+        // SAFETY: the state is alive; the cursor is read volatile.
+        let side = unsafe { Encoder::side_of(self.enc.get()) } as usize;
         side.saturating_sub(self.buf.get() + self.buf_cap.get())
     }
 
@@ -613,17 +616,12 @@ fn steal(sess: &Session, st: &ThreadState, deadline: u64, here: bool) {
         if st.pend.get().tag != 0 {
             sess.dropped_events.fetch_add(1, Relaxed);
         }
-        // The owner may already be writing its next event: the cursor read after
-        // `pos` covers every committed event, and a reader ignores side bytes past
-        // the last event's.
-        // SAFETY: the state is registered, so alive; the cursor is read volatile.
-        let side = unsafe { Encoder::side_of(st.enc.get()) } as usize;
-        let cap = st.buf_cap.get();
+        // the owner may already be writing its next event (see `side_len`)
         let job = Job {
             buf,
             len: pos - buf,
-            side_len: side.saturating_sub(buf + cap).min(cap * SIDE_PER_OP),
-            cap,
+            side_len: st.side_len(),
+            cap: st.buf_cap.get(),
             stream: st.stream.get(),
             seq: st.seq.get(),
             last: true,
@@ -679,7 +677,6 @@ fn park_chunk(sess: &Session, st: &ThreadState, t: u64) -> bool {
     let n = unsafe { memlens_format::varint::put(clk.as_mut_ptr().add(1), t) } as usize
         - clk.as_ptr() as usize;
     let buf = st.buf.get();
-    let cap = st.buf_cap.get();
     if !st.stolen.load(Relaxed) && buf != 0 {
         // The owner is parked, but a signal handler may interrupt its wait and
         // record: send its events to the general path (`limit` 0), which drops and
@@ -705,13 +702,11 @@ fn park_chunk(sess: &Session, st: &ThreadState, t: u64) -> bool {
         unsafe { core::ptr::copy_nonoverlapping(clk.as_ptr(), pos as *mut u8, n) };
         st.bump(class::OTHER);
         st.pos.store(pos + n, Release);
-        // SAFETY: the owner does not run its encoder while parked.
-        let side = unsafe { Encoder::side_of(st.enc.get()) } as usize;
         let job = Job {
             buf,
             len: pos + n - buf,
-            side_len: side.saturating_sub(buf + cap).min(cap * SIDE_PER_OP),
-            cap,
+            side_len: st.side_len(),
+            cap: st.buf_cap.get(),
             stream: st.stream.get(),
             seq: st.seq.get(),
             last: false,
