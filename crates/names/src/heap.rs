@@ -44,8 +44,15 @@ pub struct HeapIndex {
     members: Vec<u32>,
     /// After `finish`: per block, overlapped by no other block.
     exclusive: Vec<bool>,
+    /// After `finish`: per start, the thread of all its blocks when their lifetimes
+    /// follow one another (`u32::MAX`: not so), so that the block live at an event
+    /// is found by a binary search (an allocator reuses a start thousands of times).
+    solo: Vec<u32>,
     max_end: Vec<u64>,
 }
+
+/// A search's answer: the block and offset, and the event range it holds over.
+type Found = (Option<(usize, u64)>, std::ops::Range<u64>);
 
 /// How many distinct block starts below an address are looked at.
 const WINDOW: usize = 64;
@@ -137,6 +144,21 @@ impl HeapIndex {
                 self.exclusive[i as usize] = before && after;
             }
         }
+        self.solo = (0..starts.len())
+            .map(|j| {
+                let g = &members[groups[j] as usize..groups[j + 1] as usize];
+                let t = self.blocks[g[0] as usize].thread;
+                let one_after_another = g.windows(2).all(|w| {
+                    let (a, b) = (&self.blocks[w[0] as usize], &self.blocks[w[1] as usize]);
+                    b.thread == t && a.died.is_some_and(|d| d <= b.born)
+                });
+                if one_after_another {
+                    t.0
+                } else {
+                    u32::MAX
+                }
+            })
+            .collect();
         self.starts = starts;
         self.groups = groups;
         self.members = members;
@@ -179,6 +201,19 @@ impl HeapIndex {
     /// the accessing thread wins, else the first block of another thread, else the
     /// first of the accessing thread.
     fn search(
+        &self,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+        span: bool,
+    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+        match self.search_solo(addr, thread, index) {
+            Some(r) => r,
+            None => self.search_full(addr, thread, index, span),
+        }
+    }
+
+    fn search_full(
         &self,
         addr: Addr,
         thread: ThreadId,
@@ -244,6 +279,53 @@ impl HeapIndex {
     }
 }
 
+impl HeapIndex {
+    /// [`HeapIndex::search`] when every start it looks at has blocks of the accessing
+    /// thread only, one after another, and one of them is live and covers `addr`:
+    /// that block is the answer, found by binary search per start. The range is
+    /// narrower than the full search's where blocks that do not cover `addr` end or
+    /// begin (it only has to keep the answer the same). `None`: search in full.
+    fn search_solo(
+        &self,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+    ) -> Option<Found> {
+        let a = addr.0;
+        let lo = a.saturating_sub(self.widest.saturating_sub(1));
+        let k = self.starts.partition_point(|&s| s <= a);
+        let (mut from, mut to) = (0u64, u64::MAX);
+        for j in (k.saturating_sub(WINDOW)..k).rev() {
+            if self.starts[j] < lo || self.max_end[j] <= a {
+                break;
+            }
+            if self.solo[j] != thread.0 {
+                return None;
+            }
+            let g = &self.members[self.groups[j] as usize..self.groups[j + 1] as usize];
+            let p = g.partition_point(|&i| self.blocks[i as usize].born <= index);
+            if let Some(&n) = g.get(p) {
+                to = to.min(self.blocks[n as usize].born);
+            }
+            if p > 0 {
+                let i = g[p - 1] as usize;
+                let b = &self.blocks[i];
+                let died = b.died.unwrap_or(u64::MAX);
+                if index < died {
+                    from = from.max(b.born);
+                    to = to.min(died);
+                    if a < b.end {
+                        return Some((Some((i, a - b.start)), from..to));
+                    }
+                } else {
+                    from = from.max(died);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// The last block a lookup found that no other block overlaps: a lookup inside it
 /// needs no search (see [`HeapIndex::exclusive`]). One per attributor.
 #[derive(Clone, Copy, Debug, Default)]
@@ -279,6 +361,77 @@ impl LastBlock {
     }
 }
 
+/// Address ranges where every block that ever covered them has the same key
+/// (for [`Granularity::Variable`](crate::Granularity::Variable): the same
+/// whole-block name). There the name of an access needs no search through the
+/// blocks, which overlap over time wherever memory is reused: any block a search
+/// could find has that name. Ranges with blocks of different keys, or of a block
+/// without a key, are left out.
+#[derive(Default)]
+pub(crate) struct Regions {
+    lo: Vec<u64>,
+    hi: Vec<u64>,
+    key: Vec<u32>,
+}
+
+/// The key of a block whose bytes are named apart.
+const MIXED: u32 = u32::MAX;
+
+impl Regions {
+    /// `key(i)`: block `i`'s key, `None` when its bytes have names of their own.
+    pub(crate) fn new(heap: &HeapIndex, mut key: impl FnMut(usize) -> Option<u32>) -> Regions {
+        // (address, +1 start / -1 end, key); at one address ends go first
+        let mut bounds: Vec<(u64, i8, u32)> = Vec::with_capacity(heap.blocks.len() * 2);
+        for (i, b) in heap.blocks.iter().enumerate() {
+            let k = key(i).unwrap_or(MIXED);
+            bounds.push((b.start, 1, k));
+            bounds.push((b.end, -1, k));
+        }
+        bounds.sort_unstable_by_key(|&(a, d, _)| (a, d));
+        let mut r = Regions::default();
+        let mut live: FastMap<u32, u32> = FastMap::default();
+        let mut j = 0;
+        while j < bounds.len() {
+            let at = bounds[j].0;
+            while j < bounds.len() && bounds[j].0 == at {
+                let (_, d, k) = bounds[j];
+                if d > 0 {
+                    *live.entry(k).or_default() += 1;
+                } else if let Some(n) = live.get_mut(&k) {
+                    *n -= 1;
+                    if *n == 0 {
+                        live.remove(&k);
+                    }
+                }
+                j += 1;
+            }
+            let Some(&(next, _, _)) = bounds.get(j) else { break };
+            if live.len() != 1 {
+                continue;
+            }
+            let k = *live.keys().next().expect("one key");
+            if k == MIXED {
+                continue;
+            }
+            if r.hi.last() == Some(&at) && r.key.last() == Some(&k) {
+                *r.hi.last_mut().expect("a range") = next;
+            } else {
+                r.lo.push(at);
+                r.hi.push(next);
+                r.key.push(k);
+            }
+        }
+        r
+    }
+
+    /// The range holding `addr` and its key.
+    #[inline]
+    pub(crate) fn find(&self, addr: u64) -> Option<(u64, u64, u32)> {
+        let j = self.lo.partition_point(|&l| l <= addr).checked_sub(1)?;
+        (addr < self.hi[j]).then(|| (self.lo[j], self.hi[j], self.key[j]))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +453,82 @@ mod tests {
         assert_eq!(h.find_with_span(Addr(0x1018), t, 9).1, 5..u64::MAX);
         // the reused start overlaps: neither block is exclusive
         assert!(!h.exclusive(0) && !h.exclusive(1));
+    }
+
+    #[test]
+    fn binary_search_of_reused_starts_agrees_with_the_full_search() {
+        // one thread; a few starts reused many times with varying sizes
+        let mut h = HeapIndex::default();
+        let t = ThreadId(0);
+        let mut x = 12345u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut live: Vec<Option<u64>> = vec![None; 8];
+        let mut index = 1;
+        for _ in 0..2000 {
+            let k = rnd(8) as usize;
+            if let Some(a) = live[k].take() {
+                h.free(t, index, Addr(a));
+            } else {
+                let a = 0x10000 + k as u64 * 0x100;
+                h.add_block(t, index, Addr(a), 8 + rnd(0x180), Pc(0xa + rnd(2)), vec![]);
+                live[k] = Some(a);
+            }
+            index += 1 + rnd(3);
+        }
+        h.finish();
+        let (mut fast, mut all) = (0, 0);
+        for _ in 0..20000 {
+            let (a, i) = (Addr(0x10000 + rnd(0x900)), rnd(index + 10));
+            let full = h.search_full(a, t, i, true);
+            assert_eq!(h.search_full(a, t, i, false).0, full.0);
+            all += 1;
+            if let Some((found, span)) = h.search_solo(a, t, i) {
+                fast += 1;
+                assert_eq!(found, full.0, "{a:?} at {i}");
+                assert!(span.contains(&i), "{span:?} holds {i}");
+                // the answer holds over the whole range (the full search narrows
+                // its range by blocks below the answer too; they do not change it)
+                let end = span.end.min(index + 10);
+                for j in [span.start, end - 1, span.start + rnd(end - span.start)] {
+                    assert_eq!(h.search_full(a, t, j, false).0, found, "{a:?} at {j} in {span:?}");
+                }
+            }
+            // another thread never takes the fast way
+            assert!(h.search_solo(a, ThreadId(1), i).is_none());
+        }
+        assert!(fast > all / 4, "the fast way answered {fast} of {all}");
+    }
+
+    #[test]
+    fn regions_keep_ranges_whose_blocks_share_a_key() {
+        let mut h = HeapIndex::default();
+        let t = ThreadId(0);
+        // 0x1000: two blocks over time, same key; 0x2000: two keys; 0x3000: no key
+        h.add_block(t, 1, Addr(0x1000), 32, Pc(0xa), vec![]);
+        h.free(t, 2, Addr(0x1000));
+        h.add_block(t, 3, Addr(0x1010), 48, Pc(0xa), vec![]);
+        h.add_block(t, 4, Addr(0x2000), 32, Pc(0xa), vec![]);
+        h.add_block(t, 5, Addr(0x2010), 32, Pc(0xb), vec![]);
+        h.add_block(t, 6, Addr(0x3000), 8, Pc(0xc), vec![]);
+        h.finish();
+        let r = Regions::new(&h, |i| match h.blocks()[i].site.0 {
+            0xa => Some(1),
+            0xb => Some(2),
+            _ => None,
+        });
+        assert_eq!(r.find(0x1000), Some((0x1000, 0x1040, 1)));
+        assert_eq!(r.find(0x103f), Some((0x1000, 0x1040, 1)));
+        assert_eq!(r.find(0x1040), None);
+        assert_eq!(r.find(0xfff), None);
+        assert_eq!(r.find(0x2008), Some((0x2000, 0x2010, 1)));
+        assert_eq!(r.find(0x2010), None, "blocks of two keys");
+        assert_eq!(r.find(0x2028), Some((0x2020, 0x2030, 2)));
+        assert_eq!(r.find(0x3000), None, "a block without a key");
     }
 
     #[test]

@@ -507,6 +507,10 @@ pub struct Attributor<'s> {
     /// Writable module segments where most globals are, each with a lazily filled
     /// label per byte address: one array load instead of a hash probe per access.
     dense: DenseTable,
+    /// [`Granularity::Variable`]: built at the first heap lookup.
+    coarse_heap: Option<par::CoarseHeap>,
+    /// Per key of `coarse_heap`: the label id (`UNSEEN`: none yet).
+    region_ids: Vec<LabelId>,
 }
 
 /// Label per byte address of the modules' writable segments, in pages allocated on
@@ -716,6 +720,8 @@ impl<'s> Attributor<'s> {
             site_namer: None,
             static_tls,
             dense: DenseTable::new(sym),
+            coarse_heap: None,
+            region_ids: Vec::new(),
         }
     }
 
@@ -784,6 +790,11 @@ impl<'s> Attributor<'s> {
         if let Some(id) = self.tls(thread, addr) {
             return id;
         }
+        if self.labels.coarse {
+            if let Some(id) = self.region(addr) {
+                return id;
+            }
+        }
         if let (Some((bi, off)), _) = self.last_block.find(&self.heap, addr, thread, index, false) {
             if self.labels.coarse {
                 if let Some(id) = self.block_id(bi, off) {
@@ -810,6 +821,26 @@ impl<'s> Attributor<'s> {
             addr,
         );
         self.intern(l)
+    }
+
+    /// [`Granularity::Variable`]: the name of `addr` if it lies where every heap block
+    /// ever there has the same whole-block name (see `heap::Regions`).
+    fn region(&mut self, addr: Addr) -> Option<LabelId> {
+        if self.coarse_heap.is_none() {
+            let namer = self.site_namer.as_deref();
+            let classes = par::HeapClasses::new(&self.heap, self.sym, namer);
+            self.coarse_heap = Some(par::CoarseHeap::new(&self.heap, &classes));
+        }
+        let ch = self.coarse_heap.as_ref()?;
+        let k = ch.regions.find(addr.0)?.2 as usize;
+        if self.region_ids.len() <= k {
+            self.region_ids.resize(ch.labels.len().max(k + 1), UNSEEN);
+        }
+        if self.region_ids[k] == UNSEEN {
+            let l = ch.labels[k].clone();
+            self.region_ids[k] = self.labels.intern(l);
+        }
+        Some(self.region_ids[k])
     }
 
     /// [`Granularity::Variable`]: one label for all of block `bi` (named at its

@@ -15,15 +15,17 @@
 //!    direct-mapped cache per worker maps (pc, address) to a label while the
 //!    answer provably stays the same (globals always; stack names until a frame
 //!    changes; heap names over the event range where the block lookup cannot
-//!    change), so repeated accesses cost one probe. Labels are built once per
-//!    distinct name key per worker and merged at the end.
+//!    change), so repeated accesses cost one probe. By whole variables a heap
+//!    address where every block ever there has one name (`heap::Regions`) is named
+//!    without a block search, and the answer is kept for the rest of its page.
+//!    Labels are built once per distinct name key per worker and merged at the end.
 
-use crate::heap::{Block, LastBlock};
+use crate::heap::{Block, LastBlock, Regions};
 use crate::{
     function_start, global_label, heap_base, heap_label, heap_single, mapping_label, prefetch,
     stack_label, static_tls_layout, tls_label, BlockLabels, DenseTable, Error, FastMap,
-    Granularity, HeapIndex, HeapShape, Interner, Label, Maps, ModulePages, OpenFrame, ThreadState,
-    BIG_BLOCK, NOT_GLOBAL, UNSEEN,
+    Granularity, HeapIndex, HeapShape, Interner, Kind, Label, Maps, ModulePages, OpenFrame,
+    ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
 use memlens_symbols::{HeapType, Symbolizer};
@@ -121,10 +123,14 @@ pub fn attribute_trace_auto(
     threads: usize,
     g: Granularity,
 ) -> Result<Attribution, Error> {
+    let parallel = threads > 1 && r.stream_chunks().len() > 1;
+    if parallel && g == Granularity::Variable {
+        // whole blocks have one name each: no need to look at the heap first
+        return attribute_trace(r, sym, maps, site_namer, threads, g);
+    }
     let heap = HeapIndex::from_trace(r)?;
     let big: u64 = heap.blocks().iter().map(|b| b.end - b.start).filter(|&n| n >= BIG_BLOCK).sum();
-    let few_names = g == Granularity::Variable || big <= PARALLEL_MAX_BIG_HEAP;
-    if threads > 1 && few_names && r.stream_chunks().len() > 1 {
+    if parallel && big <= PARALLEL_MAX_BIG_HEAP {
         return attribute_trace(r, sym, maps, site_namer, threads, g);
     }
     serial_with(r, sym, maps, site_namer, heap, g)
@@ -211,6 +217,10 @@ struct Accum {
     last: Vec<u32>,
     threads: Vec<Vec<ThreadId>>,
     more: FastMap<(u32, u64), u64>,
+    /// Direct-mapped counts in front of `more`: with whole-variable names a heap
+    /// site's label is reached from hundreds of code addresses, and a hash map
+    /// entry per access was a seventh of naming sqlite.
+    spill: Vec<(u32, u64, u64)>,
     /// Accesses not yet added: adding in batches lets the counters of the next
     /// accesses be prefetched (random accesses to a large array miss the cache
     /// on every counter otherwise).
@@ -229,6 +239,7 @@ struct Pending {
 }
 
 const BATCH: usize = 512;
+const SPILL_BITS: u32 = 12;
 const AHEAD: usize = 8;
 
 impl Accum {
@@ -282,7 +293,7 @@ impl Accum {
             h.pc[j] = pc.0;
             h.n[j] += k;
         } else {
-            *self.more.entry((id, pc.0)).or_default() += k;
+            self.spill(id, pc.0, k);
         }
         // a thread's accesses come in runs (a stream, a chunk): search only when the
         // thread changes
@@ -296,6 +307,24 @@ impl Accum {
         }
     }
 
+    #[inline]
+    fn spill(&mut self, id: u32, pc: u64, k: u64) {
+        if self.spill.is_empty() {
+            self.spill = vec![(0, 0, 0); 1 << SPILL_BITS];
+        }
+        let h = ((pc ^ u64::from(id).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            >> (64 - SPILL_BITS)) as usize;
+        let e = &mut self.spill[h];
+        if e.2 != 0 && (e.0, e.1) == (id, pc) {
+            e.2 += k;
+            return;
+        }
+        let old = std::mem::replace(e, (id, pc, k));
+        if old.2 != 0 {
+            *self.more.entry((old.0, old.1)).or_default() += old.2;
+        }
+    }
+
     #[inline(never)]
     fn grow(&mut self, i: usize) {
         let n = (i + 1).max(self.hot.len() * 2);
@@ -305,7 +334,12 @@ impl Accum {
     }
 
     /// The labels that were accessed, with their counters.
-    fn finish(self, labels: Vec<Label>) -> Attribution {
+    fn finish(mut self, labels: Vec<Label>) -> Attribution {
+        for (id, pc, n) in std::mem::take(&mut self.spill) {
+            if n != 0 {
+                *self.more.entry((id, pc)).or_default() += n;
+            }
+        }
         let mut labels: Vec<Option<Label>> = labels.into_iter().map(Some).collect();
         let mut out = Attribution::default();
         let mut at: Vec<u32> = vec![u32::MAX; self.hot.len()];
@@ -472,9 +506,17 @@ impl ChunkPre {
     }
 }
 
-/// Per-worker cache of function starts.
-#[derive(Default)]
-struct FnStarts(FastMap<Pc, u64>);
+/// Per-worker cache of function starts: direct-mapped, since every function entry
+/// and exit of the trace asks (a hash map lookup each was 6% of naming sort).
+struct FnStarts(Vec<(u64, u64)>);
+
+const FN_STARTS_BITS: u32 = 12;
+
+impl Default for FnStarts {
+    fn default() -> Self {
+        FnStarts(vec![(0, 0); 1 << FN_STARTS_BITS])
+    }
+}
 
 impl FnStarts {
     #[inline]
@@ -482,7 +524,12 @@ impl FnStarts {
         if pc.0 == 0 {
             return 0;
         }
-        *self.0.entry(pc).or_insert_with(|| function_start(sym, pc))
+        let h = (pc.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FN_STARTS_BITS)) as usize;
+        let e = &mut self.0[h];
+        if e.0 != pc.0 {
+            *e = (pc.0, function_start(sym, pc));
+        }
+        e.1
     }
 }
 
@@ -574,13 +621,17 @@ fn for_chunks<W: Send>(
 // ---------------------------------------------------------------- pass 2
 
 /// Heap blocks grouped by what their names depend on: (site, call stack).
-struct HeapClasses {
+pub(crate) struct HeapClasses {
     of_block: Vec<u32>,
     classes: Vec<(Arc<str>, Option<HeapType>)>,
 }
 
 impl HeapClasses {
-    fn new(heap: &HeapIndex, sym: &Symbolizer, site_namer: SiteNamer<'_>) -> HeapClasses {
+    pub(crate) fn new(
+        heap: &HeapIndex,
+        sym: &Symbolizer,
+        site_namer: Option<SiteNamer<'_>>,
+    ) -> HeapClasses {
         let mut ids: FastMap<(Pc, &[Pc]), u32> = FastMap::default();
         let mut bases: FastMap<Pc, Arc<str>> = FastMap::default();
         let mut classes = Vec::new();
@@ -591,7 +642,7 @@ impl HeapClasses {
                 *ids.entry((b.site, &b.stack[..])).or_insert_with(|| {
                     let base = bases
                         .entry(b.site)
-                        .or_insert_with(|| heap_base(Some(site_namer), b.site))
+                        .or_insert_with(|| heap_base(site_namer, b.site))
                         .clone();
                     classes.push((base, sym.heap_type(b.site, &b.stack)));
                     (classes.len() - 1) as u32
@@ -602,6 +653,33 @@ impl HeapClasses {
     }
 }
 
+/// [`Granularity::Variable`]: the whole-block name of every heap block, by key,
+/// and the address ranges where all blocks ever there share one (see [`Regions`]).
+pub(crate) struct CoarseHeap {
+    pub(crate) regions: Regions,
+    pub(crate) labels: Vec<Label>,
+}
+
+impl CoarseHeap {
+    pub(crate) fn new(heap: &HeapIndex, classes: &HeapClasses) -> CoarseHeap {
+        let mut keys = Interner { coarse: true, ..Interner::default() };
+        let mut by: FastMap<(u32, HeapShape), Option<u32>> = FastMap::default();
+        let regions = Regions::new(heap, |bi| {
+            let class = classes.of_block[bi];
+            let (base, ty) = &classes.classes[class as usize];
+            let shape = heap_single(ty, &heap.blocks()[bi]);
+            *by.entry((class, shape)).or_insert_with(|| {
+                if matches!(shape, HeapShape::DynamicTls(_)) {
+                    return None;
+                }
+                let l = heap_label(base, ty, shape, 0);
+                (l.kind == Kind::Heap).then(|| keys.intern(l))
+            })
+        });
+        CoarseHeap { regions, labels: keys.labels }
+    }
+}
+
 /// What the workers share.
 struct Shared<'a> {
     sym: &'a Symbolizer,
@@ -609,6 +687,9 @@ struct Shared<'a> {
     classes: &'a HeapClasses,
     maps: Option<&'a Maps>,
     static_tls: &'a [(u32, u64, u64)],
+    coarse: Option<&'a CoarseHeap>,
+    /// Lowest offset below the thread pointer of the static TLS blocks.
+    tls_reach: u64,
 }
 
 /// One chunk's starting point.
@@ -644,6 +725,20 @@ const EMPTY: Entry =
 
 const CACHE_BITS: u32 = 14;
 
+/// A heap range of one page (see [`Regions`]) whose accesses all get `label`
+/// while the thread epoch is `epoch`: a strided loop over a large block costs
+/// one miss per page instead of one per address.
+#[derive(Clone, Copy)]
+struct PageEntry {
+    page: u64,
+    lo: u64,
+    hi: u64,
+    epoch: u64,
+    label: u32,
+}
+
+const PAGE_BITS: u32 = 8;
+
 struct Worker<'a> {
     sh: &'a Shared<'a>,
     labels: Interner,
@@ -666,6 +761,9 @@ struct Worker<'a> {
     epochs: u64,
     module_pages: ModulePages,
     last_block: LastBlock,
+    /// Per key of `Shared::coarse`: the label id (`UNSEEN`: none yet).
+    region_ids: Vec<u32>,
+    pages: Vec<PageEntry>,
 }
 
 /// The state of the chunk being attributed.
@@ -699,6 +797,11 @@ impl<'a> Worker<'a> {
             epochs: 0,
             module_pages: ModulePages::default(),
             last_block: LastBlock::default(),
+            region_ids: Vec::new(),
+            pages: vec![
+                PageEntry { page: u64::MAX, lo: 0, hi: 0, epoch: 0, label: 0 };
+                1 << PAGE_BITS
+            ],
         }
     }
 
@@ -825,6 +928,11 @@ impl<'a> Worker<'a> {
         {
             return e.label;
         }
+        let page = addr.0 >> 12;
+        let p = &self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)];
+        if p.page == page && addr.0 >= p.lo && addr.0 < p.hi && p.epoch == cur.tepoch {
+            return p.label;
+        }
         self.miss(cur, index, pc, addr, h)
     }
 
@@ -839,6 +947,29 @@ impl<'a> Worker<'a> {
         self.cache[h] =
             Entry { pc: pc.0, addr: addr.0, label, dep, epoch, from: span.start, to: span.end };
         label
+    }
+
+    /// Remembers that the part of `addr`'s page in heap range `[lo, hi)` is named
+    /// `id`, if nothing resolve looks at before the heap can differ within it: no
+    /// module, nor the thread's stack or static TLS, touches the page.
+    fn note_page(&mut self, cur: &Cursor<'_>, addr: Addr, lo: u64, hi: u64, id: u32) {
+        let page = addr.0 >> 12;
+        let (first, last) = (page << 12, (page << 12) | 0xfff);
+        let st = &cur.st;
+        if st.stack.is_some_and(|(s, e)| s <= last && e > first)
+            || (st.tls != 0 && st.tls.saturating_sub(self.sh.tls_reach) <= last && st.tls > first)
+            || self.sh.sym.module_of(Addr(first)).is_some()
+            || self.sh.sym.module_of(Addr(last)).is_some()
+        {
+            return;
+        }
+        self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)] = PageEntry {
+            page,
+            lo: lo.max(first),
+            hi: hi.min(last + 1),
+            epoch: cur.tepoch,
+            label: id,
+        };
     }
 
     /// The same decisions as [`Attributor::attribute`](crate::Attributor::attribute),
@@ -910,6 +1041,22 @@ impl<'a> Worker<'a> {
                 }
             };
             if let Some(id) = id {
+                return (id, dep, all);
+            }
+        }
+        if let Some(ch) = sh.coarse {
+            if let Some((lo, hi, key)) = ch.regions.find(addr.0) {
+                let k = key as usize;
+                if self.region_ids.len() <= k {
+                    self.region_ids.resize(ch.labels.len().max(k + 1), UNSEEN);
+                }
+                if self.region_ids[k] == UNSEEN {
+                    self.region_ids[k] = self.labels.intern(ch.labels[k].clone());
+                }
+                let id = self.region_ids[k];
+                if dep == THREAD {
+                    self.note_page(cur, addr, lo, hi, id);
+                }
                 return (id, dep, all);
             }
         }
@@ -1046,14 +1193,17 @@ pub fn attribute_trace(
         }
     }
     heap.finish();
-    let classes = HeapClasses::new(&heap, sym, site_namer);
+    let classes = HeapClasses::new(&heap, sym, Some(site_namer));
     let static_tls = static_tls_layout(sym);
+    let coarse = (g == Granularity::Variable).then(|| CoarseHeap::new(&heap, &classes));
     let sh = Shared {
         sym,
         heap: &heap,
         classes: &classes,
         maps: maps.as_ref(),
         static_tls: &static_tls,
+        coarse: coarse.as_ref(),
+        tls_reach: static_tls.iter().map(|&(_, off, _)| off).max().unwrap_or(0),
     };
     // pass 2: attribution
     let workers = for_chunks(
