@@ -70,7 +70,7 @@ pub(crate) fn signal_fence(mo: i32) {
 macro_rules! rmw_op {
     ($bits:literal, $imp:ident, $ent:ident, $sfx:literal, $op:ident, $method:ident) => {
         unsafe extern "C" fn $imp(a: *mut T, v: T, mo: i32, pc: usize) -> T {
-            let (old, t) = order::atomic(a as u64, || at(a).$method(v, order(mo)));
+            let (old, t) = order::atomic_rmw(a as u64, || at(a).$method(v, order(mo)));
             record::clocked_rmw(t, RmwOp::$op, LG, pc as u64, a as u64, old as u64);
             old
         }
@@ -113,7 +113,7 @@ macro_rules! family {
                 pc: usize,
             ) -> i32 {
                 let want = *c;
-                let (r, t) = order::atomic(a as u64, || {
+                let (r, t) = order::atomic_rmw(a as u64, || {
                     at(a).compare_exchange(want, v, order(mo), fail_order(fmo))
                 });
                 match r {
@@ -138,7 +138,7 @@ macro_rules! family {
                 fmo: i32,
                 pc: usize,
             ) -> T {
-                let (r, t) = order::atomic(a as u64, || {
+                let (r, t) = order::atomic_rmw(a as u64, || {
                     at(a).compare_exchange(c, v, order(mo), fail_order(fmo))
                 });
                 match r {
@@ -255,7 +255,7 @@ mod a128 {
         ($imp:ident, $ent:ident, $sym:literal, $op:ident, |$c:ident, $v:ident| $e:expr) => {
             unsafe extern "C" fn $imp(a: *mut u128, lo: u64, hi: u64, _mo: i32, pc: usize) -> Pair {
                 let $v = join(lo, hi);
-                let (old, t) = order::atomic(a as u64, || update(a, |$c| $e));
+                let (old, t) = order::atomic_rmw(a as u64, || update(a, |$c| $e));
                 record::clocked(t);
                 record::rmw(RmwOp::$op, LG, pc as u64, a as u64, old as u64);
                 pair(old)
@@ -290,7 +290,7 @@ mod a128 {
         pc: usize,
     ) -> i32 {
         let want = *c;
-        let (prev, t) = order::atomic(a as u64, || cas16(a, want, join(lo, hi)));
+        let (prev, t) = order::atomic_rmw(a as u64, || cas16(a, want, join(lo, hi)));
         record::clocked(t);
         if prev == want {
             record::rmw(RmwOp::Cas, LG, pc as u64, a as u64, prev as u64);
@@ -316,7 +316,7 @@ mod a128 {
         pc: usize,
     ) -> Pair {
         let want = join(clo, chi);
-        let (prev, t) = order::atomic(a as u64, || cas16(a, want, join(vlo, vhi)));
+        let (prev, t) = order::atomic_rmw(a as u64, || cas16(a, want, join(vlo, vhi)));
         record::clocked(t);
         let op = if prev == want { RmwOp::Cas } else { order::failed_op() };
         record::rmw(op, LG, pc as u64, a as u64, prev as u64);

@@ -200,12 +200,29 @@ fn token(st: &ThreadState) -> u32 {
 
 #[inline(always)]
 fn lock(s: &Stripe, tok: u32) {
+    lock_as(s, tok, false);
+}
+
+/// [`lock`], `polite` for a read-modify-write (see [`BACKOFF_MAX`]).
+#[inline(always)]
+fn lock_as(s: &Stripe, tok: u32, polite: bool) {
     // No load first: under contention a read would fetch the line shared and the
     // exchange fetch it again for writing.
     if s.lock.compare_exchange(0, tok, Acquire, Relaxed).is_err() {
-        lock_contended(s, tok);
+        lock_contended(s, tok, polite);
     }
 }
+
+/// Most pauses between two looks at a contended stripe. Backing off (rather than
+/// reading the lock word after every pause) leaves the line with the holder, which
+/// can then unlock and often take it again without a transfer: fewer hand-overs,
+/// fewer `Clock` events. A waiter for a read-modify-write is *polite*: it backs off
+/// the most from the start, so a thread in a run of atomic updates to one line
+/// keeps it for several (contended `inc add` at 8 threads: 1.6 -> 1.1 times the
+/// unordered run). Loads, stores and blocking calls look again after one pause,
+/// then two, four...: a store that ends another thread's spin-wait must not wait
+/// out the spinner's loads (a two-thread ping-pong gets 5x slower otherwise).
+const BACKOFF_MAX: u32 = 64;
 
 /// Spins a little, then yields: with more threads than cores the holder may have
 /// been preempted, and spinning through its time slice is what made 8 threads on 2
@@ -215,11 +232,12 @@ fn lock(s: &Stripe, tok: u32) {
 /// and the steal counted.
 #[cold]
 #[inline(never)]
-fn lock_contended(s: &Stripe, tok: u32) {
+fn lock_contended(s: &Stripe, tok: u32, polite: bool) {
     let steal = mode() == ATOMIC;
     let mut spins = 0u32;
     let mut seen = (0u32, 0u64);
     let mut since = 0u64;
+    let mut backoff = if polite { BACKOFF_MAX } else { 1 };
     loop {
         let h = s.lock.load(Relaxed);
         if h == 0 {
@@ -230,7 +248,10 @@ fn lock_contended(s: &Stripe, tok: u32) {
         }
         spins = spins.wrapping_add(1);
         if spins < 100 {
-            core::hint::spin_loop();
+            for _ in 0..backoff {
+                core::hint::spin_loop();
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
             continue;
         }
         // SAFETY: no preconditions.
@@ -262,11 +283,23 @@ fn unlock(s: &Stripe, tok: u32) {
     }
 }
 
-/// Runs the atomic operation `f` under the stripe lock of `addr` and advances the
-/// clocks (`t = max(thread, stripe) + 1`, `stripe = t`). Returns `f`'s result and the
-/// new thread clock, 0 when ordering is off or the clock did not change.
+/// Runs the atomic load or store `f` under the stripe lock of `addr` and advances
+/// the clocks (`t = max(thread, stripe) + 1`, `stripe = t`). Returns `f`'s result
+/// and the new thread clock, 0 when ordering is off or the clock did not change.
 #[inline(always)]
 pub(crate) fn atomic<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
+    atomic_as(addr, false, f)
+}
+
+/// [`atomic`] for a read-modify-write (exchange, compare-exchange, fetch-op): its
+/// waiters are polite (see [`BACKOFF_MAX`]).
+#[inline(always)]
+pub(crate) fn atomic_rmw<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
+    atomic_as(addr, true, f)
+}
+
+#[inline(always)]
+fn atomic_as<R>(addr: u64, polite: bool, f: impl FnOnce() -> R) -> (R, u64) {
     if mode() == NONE {
         return (f(), 0);
     }
@@ -277,7 +310,7 @@ pub(crate) fn atomic<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
     let tok = if me != 0 { me as u32 } else { token(st) };
     let th = st.lclock.get();
     let s = &STRIPES[index(addr)];
-    lock(s, tok);
+    lock_as(s, tok, polite);
     let v = s.word.load(Relaxed);
     let r = f();
     let c = v & CLOCK;
