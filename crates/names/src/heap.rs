@@ -285,12 +285,7 @@ impl HeapIndex {
     /// that block is the answer, found by binary search per start. The range is
     /// narrower than the full search's where blocks that do not cover `addr` end or
     /// begin (it only has to keep the answer the same). `None`: search in full.
-    fn search_solo(
-        &self,
-        addr: Addr,
-        thread: ThreadId,
-        index: u64,
-    ) -> Option<Found> {
+    fn search_solo(&self, addr: Addr, thread: ThreadId, index: u64) -> Option<Found> {
         let a = addr.0;
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
         let k = self.starts.partition_point(|&s| s <= a);
