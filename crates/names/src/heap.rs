@@ -58,6 +58,10 @@ type Found = (Option<(usize, u64)>, std::ops::Range<u64>);
 
 /// How many distinct block starts below an address are looked at.
 const WINDOW: usize = 64;
+/// How many distinct starts below an address the binary-search path steps through
+/// (most of them stepped over as never reaching the address) before it leaves the
+/// lookup to the full search.
+const SOLO_STEPS: usize = 4096;
 
 impl HeapIndex {
     /// Records an allocation (first pass).
@@ -298,11 +302,25 @@ impl HeapIndex {
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
         let k = self.starts.partition_point(|&s| s <= a);
         let (mut from, mut to) = (0u64, u64::MAX);
-        for j in (k.saturating_sub(WINDOW)..k).rev() {
+        // Starts whose blocks never reach `addr` are stepped over, so the window counts
+        // only the others (a big live block with thousands of old small starts inside
+        // is found); `SOLO_STEPS` bounds the stepping (an address no block covers,
+        // below a huge block).
+        let mut floor = 0;
+        let mut looked = 0;
+        for j in (0..k).rev() {
             if self.starts[j] < lo || self.max_end[j] <= a {
+                floor = j + 1;
                 break;
             }
-            if self.solo[j] != thread.0 {
+            if k - j > SOLO_STEPS {
+                return None;
+            }
+            if self.group_end[j] <= a {
+                continue;
+            }
+            looked += 1;
+            if looked > WINDOW || self.solo[j] != thread.0 {
                 return None;
             }
             let g = &self.members[self.groups[j] as usize..self.groups[j + 1] as usize];
@@ -328,10 +346,7 @@ impl HeapIndex {
         // No block of the window is live and covers `addr` anywhere in `from..to`: the
         // full search answers with the first block covering it, newest start first,
         // newest block first (all of this thread, so none ranks above another).
-        for j in (k.saturating_sub(WINDOW)..k).rev() {
-            if self.starts[j] < lo || self.max_end[j] <= a {
-                break;
-            }
+        for j in (floor..k).rev() {
             if self.group_end[j] <= a {
                 continue;
             }
@@ -527,6 +542,28 @@ mod tests {
             }
         }
         assert_eq!(fast, all, "one thread's blocks: the fast way answers every lookup");
+    }
+
+    #[test]
+    fn a_live_block_is_found_past_a_hundred_old_starts_inside_it() {
+        // 100 small blocks live and die at 0x10000.., then one big block covers them all
+        let mut h = HeapIndex::default();
+        let t = ThreadId(0);
+        let mut index = 1;
+        for k in 0..100u64 {
+            h.add_block(t, index, Addr(0x10000 + k * 0x20), 16, Pc(0xa), vec![]);
+            h.free(t, index + 1, Addr(0x10000 + k * 0x20));
+            index += 2;
+        }
+        h.add_block(t, index, Addr(0x10000), 0x1000, Pc(0xb), vec![]);
+        h.finish();
+        let big = h.blocks().len() - 1;
+        // past the last small start, 100 starts above the big block's
+        assert_eq!(h.find(Addr(0x10c80), t, index + 1), Some((big, 0xc80)));
+        // inside an old small block, before the big one is born: that small block
+        assert_eq!(h.find(Addr(0x10c68), t, index - 1), Some((99, 8)));
+        // the full search alone looks at 64 starts and misses the big block
+        assert_ne!(h.search_full(Addr(0x10c80), t, index + 1, false).0, Some((big, 0xc80)));
     }
 
     #[test]
