@@ -832,15 +832,7 @@ impl<'s> Attributor<'s> {
             self.coarse_heap = Some(par::CoarseHeap::new(&self.heap, &classes));
         }
         let ch = self.coarse_heap.as_ref()?;
-        let k = ch.regions.find(addr.0)?.2 as usize;
-        if self.region_ids.len() <= k {
-            self.region_ids.resize(ch.labels.len().max(k + 1), UNSEEN);
-        }
-        if self.region_ids[k] == UNSEEN {
-            let l = ch.labels[k].clone();
-            self.region_ids[k] = self.labels.intern(l);
-        }
-        Some(self.region_ids[k])
+        Some(ch.find(addr.0, &mut self.region_ids, &mut self.labels)?.2)
     }
 
     /// [`Granularity::Variable`]: one label for all of block `bi` (named at its

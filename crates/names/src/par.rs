@@ -686,6 +686,25 @@ impl CoarseHeap {
         });
         CoarseHeap { regions, labels: keys.labels }
     }
+
+    /// The range of [`Regions`] holding `addr` and its name as an id of `labels`;
+    /// `ids` keeps the id of each key interned so far (`UNSEEN`: none yet).
+    pub(crate) fn find(
+        &self,
+        addr: u64,
+        ids: &mut Vec<u32>,
+        labels: &mut Interner,
+    ) -> Option<(u64, u64, u32)> {
+        let (lo, hi, key) = self.regions.find(addr)?;
+        let k = key as usize;
+        if ids.len() <= k {
+            ids.resize(self.labels.len().max(k + 1), UNSEEN);
+        }
+        if ids[k] == UNSEEN {
+            ids[k] = labels.intern(self.labels[k].clone());
+        }
+        Some((lo, hi, ids[k]))
+    }
 }
 
 /// What the workers share.
@@ -1055,15 +1074,7 @@ impl<'a> Worker<'a> {
             }
         }
         if let Some(ch) = sh.coarse {
-            if let Some((lo, hi, key)) = ch.regions.find(addr.0) {
-                let k = key as usize;
-                if self.region_ids.len() <= k {
-                    self.region_ids.resize(ch.labels.len().max(k + 1), UNSEEN);
-                }
-                if self.region_ids[k] == UNSEEN {
-                    self.region_ids[k] = self.labels.intern(ch.labels[k].clone());
-                }
-                let id = self.region_ids[k];
+            if let Some((lo, hi, id)) = ch.find(addr.0, &mut self.region_ids, &mut self.labels) {
                 if dep == THREAD {
                     self.note_page(cur, addr, lo, hi, id);
                 }
