@@ -138,7 +138,7 @@ fn parse(args: &[String]) -> Parsed {
     p
 }
 
-fn compile_flags(fam: Family, p: &Parsed, rt: &Runtime) -> Vec<String> {
+fn compile_flags(fam: Family, p: &Parsed, rt: &Runtime, plugin: Option<&Path>) -> Vec<String> {
     let mut f = vec!["-fsanitize=thread".to_string(), "-fno-omit-frame-pointer".to_string()];
     // A 5-byte NOP pad at every function entry: `record --trace-calls` patches the
     // listed ones into calls to the runtime at start-up; the others keep the NOPs.
@@ -149,9 +149,16 @@ fn compile_flags(fam: Family, p: &Parsed, rt: &Runtime) -> Vec<String> {
         f.push("-g".into());
     }
     if fam == Family::Clang {
-        // clang leaves out a read followed by a write in the same block (a race
-        // detector does not need it); we want every access.
+        // clang leaves out a read followed by a write in the same block, and locals
+        // whose address never escapes (a race detector needs neither); we want
+        // every access.
         f.extend(["-mllvm", "-tsan-instrument-read-before-write=1"].map(String::from));
+        f.extend(["-mllvm", "-tsan-omit-by-pointer-capturing=0"].map(String::from));
+        // Everything else TSan leaves out (other widths, masked, gather/scatter,
+        // constant data) comes from memlens's own pass.
+        if let Some(plugin) = plugin {
+            f.push(format!("-fpass-plugin={}", plugin.display()));
+        }
     }
     f.push(format!("-I{}", rt.include_dir.display()));
     f
@@ -170,6 +177,60 @@ fn link_flags(rt: &Runtime, shared: bool) -> Vec<String> {
         f.push(format!("-Wl,--export-dynamic-symbol={pat}"));
     }
     f
+}
+
+/// What gcc's TSan pass cannot be told to record (docs/fidelity.md).
+const GCC_BLIND: &str = "with gcc, loads and stores of local variables whose address never escapes are not recorded (gcc's TSan pass has no switch for them); clang-22 records them (MEMLENS_CC=clang-22, see docs/fidelity.md)";
+
+/// One line on stderr; `MEMLENS_QUIET=1` silences it (build logs of big projects).
+fn note(text: &str) {
+    if std::env::var_os("MEMLENS_QUIET").is_none_or(|v| v != "1") {
+        eprintln!("memlens: note: {text}");
+    }
+}
+
+/// The LLVM major version of a clang binary (`clang-22` by its name, else asked).
+fn clang_major(cc: &str) -> Option<u32> {
+    let base = Path::new(cc).file_name()?.to_string_lossy().to_string();
+    if let Some(v) = base.rsplit('-').next().and_then(|v| v.parse().ok()) {
+        return Some(v);
+    }
+    let out = Command::new(cc).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let at = text.find("version ")? + "version ".len();
+    text[at..].split('.').next()?.parse().ok()
+}
+
+/// memlens's pass plugin for this clang, written next to the runtime (or into the
+/// user's cache when that directory is read-only); `None`, with a note saying what
+/// goes unrecorded, when it cannot be used.
+fn pass_plugin(cc: &str, rt: &Runtime) -> Option<PathBuf> {
+    const BLIND: &str = "vector accesses wider than 16 bytes, masked and gather/scatter accesses and loads of constant data are not recorded (docs/fidelity.md)";
+    if !memlens_pass::available() {
+        note(&format!("this memlens was built without its LLVM pass plugin (llvm-22-dev was missing): {BLIND}; install llvm-22-dev and rebuild memlens"));
+        return None;
+    }
+    let major = clang_major(cc);
+    if major != Some(memlens_pass::LLVM_MAJOR) {
+        note(&format!(
+            "{cc} is not clang {} (memlens's pass plugin needs that version): {BLIND}",
+            memlens_pass::LLVM_MAJOR
+        ));
+        return None;
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|d| d.join("memlens"));
+    let mut why = String::new();
+    for dir in std::iter::once(rt.dir.clone()).chain(cache) {
+        match memlens_pass::install(&dir) {
+            Ok(p) => return p,
+            Err(e) => why = e.to_string(),
+        }
+    }
+    note(&format!("{why}: {BLIND}"));
+    None
 }
 
 fn run(cmd: &mut Command) -> Result<i32> {
@@ -191,7 +252,14 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     if args.iter().any(|a| a == "--version" || a == "-v" || a == "-dumpversion" || a == "--help") {
         return run(Command::new(&cc).args(&args));
     }
-    let cflags = compile_flags(fam, &p, &rt);
+    let plugin = match fam {
+        Family::Clang if !p.sources.is_empty() => pass_plugin(&cc, &rt),
+        _ => None,
+    };
+    if fam == Family::Gcc && !p.sources.is_empty() {
+        note(GCC_BLIND);
+    }
+    let cflags = compile_flags(fam, &p, &rt, plugin.as_deref());
     if p.compile_only {
         return run(Command::new(&cc).args(&cflags).args(&args));
     }

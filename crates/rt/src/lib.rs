@@ -132,6 +132,7 @@ mod strings;
 mod sync;
 mod sys;
 mod tsan;
+mod vector;
 
 pub use api::{register_thread, roi_begin, roi_end, thread_name, trace_off, trace_on};
 

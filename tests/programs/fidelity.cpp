@@ -1,0 +1,1 @@
+#include "fidelity.c"
