@@ -8,6 +8,8 @@ command -v g++ >/dev/null || pkgs+=(g++)
 command -v clang-22 >/dev/null || pkgs+=(clang-22)
 command -v ld.lld-22 >/dev/null || pkgs+=(lld-22)
 command -v llvm-nm-22 >/dev/null || pkgs+=(llvm-22)
+# The headers memlens's LLVM pass plugin is built against (crates/pass).
+[ -f /usr/lib/llvm-22/include/llvm/Plugins/PassPlugin.h ] || pkgs+=(llvm-22-dev)
 command -v valgrind >/dev/null || pkgs+=(valgrind)
 command -v qemu-x86_64 >/dev/null || pkgs+=(qemu-user)
 if [ ${#pkgs[@]} -eq 0 ]; then

@@ -20,6 +20,9 @@ fn main() {
     match built {
         Ok(major) => println!("cargo:rustc-env=MEMLENS_PASS_LLVM_MAJOR={major}"),
         Err(why) => {
+            // Build again once the headers are installed (a missing path always
+            // counts as changed; the failing probe above is cheap).
+            println!("cargo:rerun-if-changed=/usr/lib/llvm-22/include/llvm/Plugins/PassPlugin.h");
             println!("cargo:warning=memlens-pass: LLVM pass plugin not built ({why}); memlens cc will not see vector, masked and gather accesses with clang");
             std::fs::write(&out, b"").unwrap();
             println!("cargo:rustc-env=MEMLENS_PASS_LLVM_MAJOR=0");

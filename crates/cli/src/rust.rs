@@ -52,6 +52,9 @@ pub fn cargo(args: Vec<String>) -> Result<i32> {
             cmd.args(["--target-dir", "target/memlens"]);
         }
     }
+    if builds && wide_vectors_requested() {
+        eprintln!("memlens: note: Rust with AVX/AVX-512 target features: loads and stores wider than 16 bytes and masked/gather intrinsics are not recorded (stable rustc cannot load memlens's LLVM pass; SanitizerCoverage has no callback for them); `memlens record --dbi` sees them (docs/fidelity.md)");
+    }
     cmd.env("RUSTC_WRAPPER", &exe)
         .env(WRAP_ENV, "1")
         .env("MEMLENS_RT_RLIB", &rlib)
@@ -61,6 +64,22 @@ pub fn cargo(args: Vec<String>) -> Result<i32> {
         eprintln!("memlens: instrumented binaries are under target/memlens/{TARGET}/");
     }
     Ok(st.code().unwrap_or(1))
+}
+
+/// Whether the user's rustflags enable 32- or 64-byte vectors (`target-cpu` other
+/// than the baseline, or an AVX target feature).
+fn wide_vectors_requested() -> bool {
+    let flags: String = ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .collect::<Vec<_>>()
+        .join(" ");
+    flags.contains("+avx")
+        || flags.split(['\x1f', ' ']).any(|f| {
+            f.strip_prefix("target-cpu=")
+                .or_else(|| f.strip_prefix("-Ctarget-cpu="))
+                .is_some_and(|cpu| !matches!(cpu, "x86-64" | "x86-64-v2" | "generic"))
+        })
 }
 
 /// When memlens runs as cargo's `RUSTC_WRAPPER`: `memlens /path/to/rustc ARGS`.
