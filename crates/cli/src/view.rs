@@ -146,10 +146,10 @@ impl Launcher {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&l.file)
             .with_context(|| format!("cannot create {}", l.file.display()))?;
-        write!(
+        writeln!(
             f,
             "<!doctype html><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={url}\">\
-             <title>memlens view</title><a href=\"{url}\">memlens view</a>\n"
+             <title>memlens view</title><a href=\"{url}\">memlens view</a>"
         )
         .with_context(|| format!("cannot write {}", l.file.display()))?;
         Ok(l)

@@ -193,7 +193,7 @@ async fn page(State(s): State<Arc<AppState>>) -> Response {
 async fn heavy(
     s: &Arc<AppState>,
     ty: &'static str,
-    work: impl FnOnce(&AppState) -> Result<Vec<Vec<u8>>, Response> + Send + 'static,
+    work: impl FnOnce(&AppState) -> Result<Vec<Vec<u8>>, Failure> + Send + 'static,
 ) -> Response {
     let Ok(permit) = s.heavy.clone().acquire_owned().await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "memlens view: shutting down\n").into_response();
@@ -201,7 +201,7 @@ async fn heavy(
     let st = s.clone();
     let parts = match tokio::task::spawn_blocking(move || work(&st)).await {
         Ok(Ok(p)) => p,
-        Ok(Err(r)) => return r,
+        Ok(Err(f)) => return f.into_response(),
         Err(_) => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "memlens view: request failed\n")
                 .into_response()
@@ -224,6 +224,13 @@ async fn heavy(
         Body::from_stream(body),
     )
         .into_response()
+}
+
+/// Why a request failed: its status and one line of text.
+type Failure = (StatusCode, String);
+
+fn bad_request(msg: String) -> Failure {
+    (StatusCode::BAD_REQUEST, msg)
 }
 
 fn bad(msg: impl Into<String>) -> Response {
@@ -290,7 +297,7 @@ async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         }
         Ok(parts)
     };
-    heavy(&s, "application/octet-stream", move |s| go(s).map_err(bad)).await
+    heavy(&s, "application/octet-stream", move |s| go(s).map_err(bad_request)).await
 }
 
 async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
@@ -303,7 +310,7 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             spans.iter().map(|s| json!([s.start, s.end, s.func, s.thread, s.depth])).collect(),
         ))
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad)?)])).await
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
 }
 
 fn json_bytes(v: &Value) -> Vec<u8> {
@@ -357,7 +364,7 @@ async fn range(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             json!({"level": level, "pcs": per_pc.into_iter().map(|(k, v)| json!([k, v.0, v.1])).collect::<Vec<_>>()}),
         )
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad)?)])).await
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
 }
 
 /// Source text of a file the trace's debug information names (no other file is
@@ -368,7 +375,7 @@ async fn source(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         return (StatusCode::NOT_FOUND, "not a source file of this trace").into_response();
     }
     heavy(&s, "text/plain; charset=utf-8", move |_| {
-        let not_found = |why: String| (StatusCode::NOT_FOUND, why).into_response();
+        let not_found = |why: String| (StatusCode::NOT_FOUND, why);
         // stat first: opening a FIFO named like a source file would block.
         let md = std::fs::metadata(&f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
         if !md.is_file() {
