@@ -475,3 +475,60 @@ fn read_span(f: &File, i: u64) -> Result<Span, Error> {
         .map_err(|e| Error::Io(format!("cannot read spans: {e}")))?;
     Ok(parse_span(&b))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::index::tests::trace_of;
+    use crate::{build, BuildOptions, Index, TileFields, CELL_BYTES};
+    use memlens_analysis::NoNames;
+    use memlens_format::TraceReader;
+
+    /// Cells read in blocks (many blocks here) are exactly the file's, bucket by
+    /// bucket, and the drawing columns agree with them.
+    #[test]
+    fn block_reads_give_the_cells_of_the_file() {
+        // 40 lines round and round: 40 cells per bucket, ~1.2 M cells in all.
+        let addrs: Vec<u64> = (0..30_000u64).map(|i| 0x10000 + 64 * (i % 40)).collect();
+        let path = trace_of("blocks", &addrs);
+        let dir = crate::index_dir(&path);
+        let r = TraceReader::open(&path).unwrap();
+        build(&r, &path, &dir, &NoNames, BuildOptions::default(), &mut |_, _| {}).unwrap();
+        let ix = Index::open(&dir).unwrap();
+        let file = std::fs::read(dir.join("cells0.bin")).unwrap();
+        let nb = ix.levels[0].offsets.len() as u64 - 1;
+        assert!(file.len() / CELL_BYTES > 4 << 16, "several blocks");
+        assert_eq!(ix.cell_count(0, 0, nb).unwrap() as usize, file.len() / CELL_BYTES);
+        let t = ix.tiles(0, 0, nb, false, 0..u32::MAX).unwrap();
+        assert_eq!(t.len() as u64, nb);
+        assert_eq!(t.iter().flat_map(|(_, c)| c.iter().copied()).collect::<Vec<u8>>(), file);
+        for (b, c) in &t {
+            let off = &ix.levels[0].offsets;
+            assert_eq!(c.len() as u64, (off[*b as usize + 1] - off[*b as usize]) * 32);
+        }
+        // A row filter keeps rows 5..10 of each bucket.
+        let f = ix.tiles(0, 100, 2100, false, 5..10).unwrap();
+        assert!(f.iter().all(|(_, c)| c.len() == 5 * CELL_BYTES));
+        // Drawing columns across block boundaries: rows and ranks as in the cells.
+        let (b0, b1) = (1000, 4000);
+        let soa = ix.tiles_soa(0, b0, b1, false, 0..u32::MAX, TileFields::Draw).unwrap();
+        let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
+        let nbk = (b1 - b0) as usize;
+        assert_eq!(u(0) as usize, nbk);
+        let n = u(1 + nbk + nbk) as usize;
+        let cells: Vec<&[u8]> = t[b0 as usize..b1 as usize]
+            .iter()
+            .flat_map(|(_, c)| c.chunks_exact(CELL_BYTES))
+            .collect();
+        assert_eq!(n, cells.len());
+        let col = 4 * (2 + 2 * nbk);
+        for (k, c) in cells.iter().enumerate() {
+            let row = u32::from_le_bytes(c[16..20].try_into().unwrap());
+            let addr = u64::from_le_bytes(c[0..8].try_into().unwrap());
+            assert_eq!(u(col / 4 + k), row);
+            assert_eq!(u(col / 4 + n + k), ix.rank(addr));
+        }
+        assert_eq!(soa.len(), (col + 11 * n).div_ceil(4) * 4);
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+}
