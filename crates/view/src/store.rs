@@ -89,7 +89,15 @@ impl Index {
                 dir.display()
             )));
         }
-        let bad = || Error::BadIndex(format!("damaged index {}", dir.display()));
+        let bad = || {
+            Error::BadIndex(format!(
+                "damaged index {} (memlens view --reindex rebuilds it)",
+                dir.display()
+            ))
+        };
+        // Offsets must not run backwards: a planted or damaged file would otherwise make
+        // a bucket's cell count underflow.
+        let sorted = |o: &[u64]| o.windows(2).all(|w| w[0] <= w[1]);
         let mut levels = Vec::new();
         for (i, lv) in meta["levels"].as_array().ok_or_else(bad)?.iter().enumerate() {
             let offsets: Vec<u64> = read(&format!("offsets{i}.bin"))?
@@ -100,7 +108,9 @@ impl Index {
             let cells = File::open(&p)
                 .map_err(|e| Error::BadIndex(format!("cannot open {}: {e}", p.display())))?;
             let len = cells.metadata().map(|m| m.len()).unwrap_or(0);
-            if offsets.last().is_none_or(|&n| n * CELL_BYTES as u64 != len) {
+            if !sorted(&offsets)
+                || offsets.last().is_none_or(|&n| n.checked_mul(CELL_BYTES as u64) != Some(len))
+            {
                 return Err(bad());
             }
             let window = match (
@@ -114,7 +124,9 @@ impl Index {
                         .collect();
                     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
                     let ok = o.len() == offsets.len()
-                        && o.last().is_some_and(|&n| n * WINDOW_BYTES as u64 == len);
+                        && sorted(&o)
+                        && o.last()
+                            .is_some_and(|&n| n.checked_mul(WINDOW_BYTES as u64) == Some(len));
                     ok.then_some((o, f))
                 }
                 _ => None,
@@ -528,6 +540,13 @@ mod tests {
             assert_eq!(u(col / 4 + n + k), ix.rank(addr));
         }
         assert_eq!(soa.len(), (col + 11 * n).div_ceil(4) * 4);
+        // Offsets that run backwards (planted or damaged) are refused at open, with
+        // what to do, instead of underflowing later.
+        let mut off = std::fs::read(dir.join("offsets0.bin")).unwrap();
+        off[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(dir.join("offsets0.bin"), off).unwrap();
+        let e = Index::open(&dir).err().expect("a damaged index opened").to_string();
+        assert!(e.contains("damaged index") && e.contains("--reindex"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_file(&path).unwrap();
     }
