@@ -25,7 +25,7 @@ const STYLE_CSS: &str = include_str!("../assets/style.css");
 /// number of concurrent requests.
 const HEAVY: usize = 2;
 /// Largest tile answer, in bytes (cells × bytes per cell, before the row filter).
-pub const MAX_ANSWER: u64 = 128 << 20;
+const MAX_ANSWER: u64 = 128 << 20;
 /// Largest source file served.
 const MAX_SOURCE: u64 = 16 << 20;
 /// Answers go out in pieces of this size, so a slow reader holds at most a few.
@@ -274,7 +274,7 @@ async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             Some(TileFields::Detail) => 22,
         };
         let cells = s.index.cell_count(level, b0, b1).map_err(|e| e.to_string())?;
-        if cells * per_cell > MAX_ANSWER {
+        if cells.saturating_mul(per_cell) > MAX_ANSWER {
             return Err(format!(
                 "{cells} cells is too many for one request (at most {} MiB): ask for fewer buckets",
                 MAX_ANSWER >> 20
