@@ -3,6 +3,7 @@
 
 use crate::names::Names;
 use anyhow::{Context, Result};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -60,25 +61,113 @@ pub fn run(o: ViewOpts) -> Result<i32> {
     if o.no_serve {
         return Ok(0);
     }
+    let sources = dwarf_sources(&r.meta().modules);
     drop(r);
     let index = memlens_view::Index::open(&dir)?;
-    let opts = memlens_view::ServeOptions { port: o.port, token: None };
+    let opts = memlens_view::ServeOptions { port: o.port, token: None, sources };
+    let mut launcher = None;
     memlens_view::serve(index, opts, |url| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "memlens view: {url}");
         let _ = out.flush();
         if o.open {
-            open_browser(url);
+            match Launcher::write(url) {
+                Ok(l) => {
+                    open_browser(&l.file);
+                    launcher = Some(l);
+                }
+                Err(e) => eprintln!("memlens: {e:#}; open the URL above"),
+            }
         }
     })?;
+    drop(launcher);
     Ok(0)
 }
 
-/// Starts the desktop's browser, if there is one; the URL is printed either way.
-fn open_browser(url: &str) {
+/// Every source file the DWARF of the trace's modules names: the only files the
+/// server shows. Recomputed here, at start, because the index beside the trace is
+/// a file anyone who can write there could plant.
+fn dwarf_sources(modules: &[memlens_format::Module]) -> HashSet<String> {
+    let sym = memlens_symbols::Symbolizer::new(modules);
+    let mut out = HashSet::new();
+    for m in modules {
+        if let Ok(files) = sym.module_symbols(m.id).and_then(|ms| ms.source_files()) {
+            out.extend(files);
+        }
+    }
+    out
+}
+
+/// `--open`: the URL holds the token, and a browser's command line is readable by
+/// every user in /proc/PID/cmdline. The browser gets the path of a 0600 file in a
+/// fresh 0700 directory instead, a page that redirects to the URL; both go when
+/// the server stops.
+struct Launcher {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl Launcher {
+    fn write(url: &str) -> Result<Launcher> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        // The URL is ours (http://127.0.0.1:PORT/?token=HEX): nothing in it to escape.
+        anyhow::ensure!(
+            url.bytes().all(|b| b.is_ascii_alphanumeric() || b":/.?=".contains(&b)),
+            "unexpected characters in the URL"
+        );
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute() && d.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        // mkdir fails on anything already there (a planted directory or link): try
+        // another name a few times.
+        let mut dir = None;
+        for k in 0..16u32 {
+            let d = base.join(format!("memlens-view-{}-{:08x}", std::process::id(), t ^ k));
+            match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+                Ok(()) => {
+                    dir = Some(d);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
+            }
+        }
+        let dir = dir.with_context(|| format!("no free directory name in {}", base.display()))?;
+        let file = dir.join("open.html");
+        let l = Launcher { dir, file };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&l.file)
+            .with_context(|| format!("cannot create {}", l.file.display()))?;
+        writeln!(
+            f,
+            "<!doctype html><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={url}\">\
+             <title>memlens view</title><a href=\"{url}\">memlens view</a>"
+        )
+        .with_context(|| format!("cannot write {}", l.file.display()))?;
+        Ok(l)
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Starts the desktop's browser on `page`, if there is one; the URL is printed either way.
+fn open_browser(page: &std::path::Path) {
     for b in ["xdg-open", "chromium", "google-chrome", "firefox"] {
         let spawned = std::process::Command::new(b)
-            .arg(url)
+            .arg(page)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -427,6 +427,21 @@ impl ModuleSymbols {
         Ok(merge_ranges(out))
     }
 
+    /// Every source file the DWARF line tables name, as [`Self::frames`] spells it
+    /// (sorted, deduplicated). Empty without DWARF. The viewer serves only these.
+    pub fn source_files(&self) -> Result<Vec<String>, Error> {
+        let Some(units) = self.units()? else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (uid, unit) in units.units.iter().enumerate() {
+            let Some(program) = &unit.line_program else { continue };
+            let header = program.header();
+            out.extend(header.file_names().iter().filter_map(|f| units.file_path(uid, header, f)));
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
     fn data_index(&self) -> &DataIndex {
         self.data.get_or_init(|| {
             let units = self.units().ok().flatten();

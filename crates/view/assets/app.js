@@ -1,8 +1,9 @@
 // memlens view: memory map, flame chart, source browser and tables on one time axis.
-// Plain JS, no build step; every request carries the page's token.
+// Plain JS, no build step; every request carries the page's token. Data (file, function,
+// variable names) only ever reaches the page as textContent, never as HTML.
 "use strict";
 (function () {
-  const TOKEN = window.MEMLENS_TOKEN;
+  const TOKEN = new URLSearchParams(location.search).get("token") || "";
   const $ = (id) => document.getElementById(id);
   const api = (path, params) => {
     const q = new URLSearchParams(Object.assign({ token: TOKEN }, params || {}));
@@ -324,7 +325,7 @@
 
   function drawAxis(w) {
     const ax = $("axis");
-    ax.innerHTML = "";
+    ax.replaceChildren();
     for (let k = 0; k <= 8; k++) {
       const s = document.createElement("span");
       s.style.left = Math.min(w - 60, (k / 8) * w) + "px";
@@ -648,7 +649,7 @@
   }
   function buildTree() {
     const tree = $("tree");
-    tree.innerHTML = "";
+    tree.replaceChildren();
     const files = new Map();
     for (const r of meta.source) {
       if (!files.has(r.file)) files.set(r.file, new Map());
@@ -697,10 +698,13 @@
       sourceCache.set(file, text);
     }
     const byLine = new Map(meta.source.filter((r) => r.file === file).map((r) => [r.line, r]));
-    code.innerHTML = "";
+    code.replaceChildren();
     const head = document.createElement("div");
     head.className = "srcline";
-    head.innerHTML = COLS().map((c) => '<span class="m">' + c + "</span>").join("") + '<span class="n">#</span><span>' + file + "</span>";
+    const span = (cls, text) => { const e = document.createElement("span"); if (cls) e.className = cls; e.textContent = text; head.appendChild(e); };
+    for (const c of COLS()) span("m", c);
+    span("n", "#");
+    span("", file);
     code.appendChild(head);
     const lines = text === null ? [...byLine.keys()].sort((a, b) => a - b).map((l) => [l, "(source not readable)"]) : text.split("\n").map((t, k) => [k + 1, t]);
     let focus = null;
@@ -744,11 +748,19 @@
     const [, , rows] = secs.find((s) => s[0] === key) || secs[0];
     document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("on", b.dataset.key === key));
     const el = $("table");
-    el.innerHTML = "";
-    if (!rows || !rows.length) { el.innerHTML = '<div class="hint">nothing</div>'; return; }
+    el.replaceChildren();
+    if (!rows || !rows.length) {
+      const d = document.createElement("div");
+      d.className = "hint";
+      d.textContent = "nothing";
+      el.appendChild(d);
+      return;
+    }
     const cols = Object.keys(rows[0]).filter((c) => c !== "var");
     const tbl = document.createElement("table");
-    tbl.innerHTML = "<tr>" + cols.map((c) => '<th class="t">' + c + "</th>").join("") + "</tr>";
+    const hr = document.createElement("tr");
+    for (const c of cols) { const th = document.createElement("th"); th.className = "t"; th.textContent = c; hr.appendChild(th); }
+    tbl.appendChild(hr);
     for (const r of rows) {
       const tr = document.createElement("tr");
       tr.className = "row";

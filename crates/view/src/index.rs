@@ -875,12 +875,12 @@ pub fn annotation_path(trace: &Path) -> std::path::PathBuf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use memlens_analysis::NoNames;
     use memlens_format::{EventBuffer, TraceWriter};
 
-    fn trace_of(name: &str, addrs: &[u64]) -> std::path::PathBuf {
+    pub(crate) fn trace_of(name: &str, addrs: &[u64]) -> std::path::PathBuf {
         let path = std::env::temp_dir().join(format!("view-{name}-{}.trace", std::process::id()));
         let mut w = TraceWriter::new(File::create(&path).unwrap(), 1, 1).unwrap();
         let mut buf = EventBuffer::new();

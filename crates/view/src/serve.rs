@@ -3,19 +3,39 @@
 
 use crate::{Error, Index, TileFields, CELL_BYTES};
 use axum::body::Body;
+use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 const INDEX_HTML: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
+
+/// Expensive requests (tiles, range sums, flame frames, source text) served at once;
+/// the others wait. With [`MAX_ANSWER`] this bounds the server's memory under any
+/// number of concurrent requests.
+const HEAVY: usize = 2;
+/// Largest tile answer, in bytes (cells × bytes per cell, before the row filter).
+const MAX_ANSWER: u64 = 128 << 20;
+/// Largest source file served.
+const MAX_SOURCE: u64 = 16 << 20;
+/// Answers go out in pieces of this size, so a slow reader holds at most a few.
+const PIECE: usize = 64 << 10;
+
+/// Sent with every answer: no script but ours (no inline script, no eval), no
+/// connection elsewhere, no framing, no type sniffing, no referrer.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
+    connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'";
 
 /// How to serve.
 #[derive(Clone, Debug, Default)]
@@ -24,12 +44,19 @@ pub struct ServeOptions {
     pub port: u16,
     /// The access token; `None` draws 128 random bits.
     pub token: Option<String>,
+    /// The only files `/api/source` serves: the source files the trace's own debug
+    /// information names, recomputed by the caller (the index's `meta.json` could
+    /// be planted by anyone who can write beside the trace).
+    pub sources: HashSet<String>,
 }
 
 struct AppState {
     index: Index,
     token: String,
     files: HashSet<String>,
+    meta: Bytes,
+    port: u16,
+    heavy: Arc<Semaphore>,
 }
 
 type Params = Query<HashMap<String, String>>;
@@ -47,11 +74,10 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
         Some(t) => t,
         None => random_token()?,
     };
-    let files = index.meta()["source"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|r| r["file"].as_str().map(String::from)).collect())
-        .unwrap_or_default();
-    let state = Arc::new(AppState { index, token: token.clone(), files });
+    // The token goes into the page's HTML: only hex digits may.
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::Config("the token must be hex digits".into()));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -62,6 +88,14 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .await
             .map_err(|e| Error::Io(format!("cannot listen on 127.0.0.1:{}: {e}", opts.port)))?;
         let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+        let state = Arc::new(AppState {
+            meta: Bytes::copy_from_slice(index.meta_json()),
+            index,
+            token: token.clone(),
+            files: opts.sources,
+            port: addr.port(),
+            heavy: Arc::new(Semaphore::new(HEAVY)),
+        });
         let app = Router::new()
             .route("/", get(page))
             .route("/app.js", get(|| async { asset(APP_JS, "text/javascript") }))
@@ -72,6 +106,8 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .route("/api/range", get(range))
             .route("/api/source", get(source))
             .layer(middleware::from_fn_with_state(state.clone(), check_token))
+            .layer(middleware::from_fn_with_state(state.clone(), check_host))
+            .layer(middleware::map_response(secure_headers))
             .with_state(state);
         ready(&format!("http://{addr}/?token={token}"));
         axum::serve(listener, app)
@@ -81,6 +117,43 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .await
             .map_err(|e| Error::Io(format!("server failed: {e}")))
     })
+}
+
+async fn secure_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    r
+}
+
+/// `Host` (and `Origin`, when sent) must name this server as 127.0.0.1:PORT or
+/// localhost:PORT: a page whose DNS name was rebound to 127.0.0.1 sends its own.
+async fn check_host(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let ok_host = |h: &str| {
+        let (name, port) = match h.rsplit_once(':') {
+            Some((n, p)) => (n, p.parse::<u16>().ok()),
+            None => (h, Some(80)),
+        };
+        port == Some(s.port) && (name == "127.0.0.1" || name.eq_ignore_ascii_case("localhost"))
+    };
+    let hd = req.headers();
+    let host = hd.get(header::HOST).and_then(|v| v.to_str().ok());
+    let host_ok =
+        host.is_some_and(ok_host) && req.uri().authority().is_none_or(|a| ok_host(a.as_str()));
+    let origin_ok = hd
+        .get_all(header::ORIGIN)
+        .iter()
+        .all(|o| o.to_str().ok().and_then(|o| o.strip_prefix("http://")).is_some_and(ok_host));
+    if !host_ok || !origin_ok {
+        return (
+            StatusCode::FORBIDDEN,
+            "memlens view: wrong Host or Origin (open the URL memlens printed)\n",
+        )
+            .into_response();
+    }
+    next.run(req).await
 }
 
 /// Every request carries `?token=`; anything else is 403.
@@ -103,8 +176,61 @@ fn asset(body: &'static str, ty: &'static str) -> Response {
     ([(header::CONTENT_TYPE, ty), (header::CACHE_CONTROL, "no-store")], body).into_response()
 }
 
-async fn page() -> Response {
-    asset(INDEX_HTML, "text/html; charset=utf-8")
+/// The page, with the token (hex digits, checked at start) in its asset URLs: no
+/// inline script is needed to pass it on.
+async fn page(State(s): State<Arc<AppState>>) -> Response {
+    let html = INDEX_HTML.replace("__TOKEN__", &s.token);
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
+        html,
+    )
+        .into_response()
+}
+
+/// Runs an expensive request: at most [`HEAVY`] at once, off the async workers, and
+/// the answer keeps its permit until its last piece is handed to the connection, so
+/// finished answers cannot pile up in memory behind slow readers.
+async fn heavy(
+    s: &Arc<AppState>,
+    ty: &'static str,
+    work: impl FnOnce(&AppState) -> Result<Vec<Vec<u8>>, Failure> + Send + 'static,
+) -> Response {
+    let Ok(permit) = s.heavy.clone().acquire_owned().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "memlens view: shutting down\n").into_response();
+    };
+    let st = s.clone();
+    let parts = match tokio::task::spawn_blocking(move || work(&st)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(f)) => return f.into_response(),
+        Err(_) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "memlens view: request failed\n")
+                .into_response()
+        }
+    };
+    let len: usize = parts.iter().map(Vec::len).sum();
+    let pieces: Vec<Bytes> = parts
+        .into_iter()
+        .flat_map(|p| {
+            let p = Bytes::from(p);
+            (0..p.len()).step_by(PIECE).map(move |i| p.slice(i..(i + PIECE).min(p.len())))
+        })
+        .collect();
+    let body = futures_util::stream::iter(pieces).map(move |p| {
+        let _held = &permit;
+        Ok::<_, std::convert::Infallible>(p)
+    });
+    (
+        [(header::CONTENT_TYPE, ty), (header::CONTENT_LENGTH, &len.to_string())],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// Why a request failed: its status and one line of text.
+type Failure = (StatusCode, String);
+
+fn bad_request(msg: String) -> Failure {
+    (StatusCode::BAD_REQUEST, msg)
 }
 
 fn bad(msg: impl Into<String>) -> Response {
@@ -119,21 +245,22 @@ fn num(p: &HashMap<String, String>, k: &str, default: u64) -> Result<u64, String
 }
 
 async fn meta(State(s): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], s.index.meta_json().to_vec()).into_response()
+    // One shared copy: concurrent requests do not each clone the metadata.
+    ([(header::CONTENT_TYPE, "application/json")], Body::from(s.meta.clone())).into_response()
 }
 
 /// Binary tiles: `u32 buckets`, then per bucket `u32 bucket, u32 cells` and the
 /// cells (see docs/viewer.md).
 async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
-    let go = || -> Result<Vec<u8>, String> {
+    let go = move |s: &AppState| -> Result<Vec<Vec<u8>>, String> {
         let level = num(&p, "level", 0)? as usize;
         let b0 = num(&p, "b0", 0)?;
-        let b1 = num(&p, "b1", b0 + 1)?;
+        let b1 = num(&p, "b1", b0.saturating_add(1))?;
         if b1 < b0 || b1 - b0 > 16384 {
             return Err("at most 16384 buckets per request".into());
         }
         let by_addr = p.get("mode").is_some_and(|m| m == "addr");
-        let r0 = num(&p, "r0", 0)? as u32;
+        let r0 = num(&p, "r0", 0)?.min(u32::MAX as u64) as u32;
         let r1 = num(&p, "r1", u32::MAX as u64)?.min(u32::MAX as u64) as u32;
         let fields = match p.get("fields").map(String::as_str) {
             None | Some("all") => None,
@@ -141,29 +268,40 @@ async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             Some("detail") => Some(TileFields::Detail),
             Some(f) => return Err(format!("bad fields: {f} (all, draw or detail)")),
         };
+        let per_cell = match fields {
+            None => CELL_BYTES as u64,
+            Some(TileFields::Draw) => 11,
+            Some(TileFields::Detail) => 22,
+        };
+        let cells = s.index.cell_count(level, b0, b1).map_err(|e| e.to_string())?;
+        if cells.saturating_mul(per_cell) > MAX_ANSWER {
+            return Err(format!(
+                "{cells} cells is too many for one request (at most {} MiB): ask for fewer buckets",
+                MAX_ANSWER >> 20
+            ));
+        }
         if let Some(f) = fields {
-            return s.index.tiles_soa(level, b0, b1, by_addr, r0..r1, f).map_err(|e| e.to_string());
+            return s
+                .index
+                .tiles_soa_parts(level, b0, b1, by_addr, r0..r1, f)
+                .map_err(|e| e.to_string());
         }
         let t = s.index.tiles(level, b0, b1, by_addr, r0..r1).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        let mut parts = Vec::with_capacity(t.len() * 2 + 1);
+        parts.push((t.len() as u32).to_le_bytes().to_vec());
         for (b, cells) in t {
-            out.extend_from_slice(&(b as u32).to_le_bytes());
-            out.extend_from_slice(&((cells.len() / CELL_BYTES) as u32).to_le_bytes());
-            out.extend_from_slice(&cells);
+            let mut h = (b as u32).to_le_bytes().to_vec();
+            h.extend_from_slice(&((cells.len() / CELL_BYTES) as u32).to_le_bytes());
+            parts.push(h);
+            parts.push(cells);
         }
-        Ok(out)
+        Ok(parts)
     };
-    match go() {
-        Ok(b) => {
-            ([(header::CONTENT_TYPE, "application/octet-stream")], Body::from(b)).into_response()
-        }
-        Err(e) => bad(e),
-    }
+    heavy(&s, "application/octet-stream", move |s| go(s).map_err(bad_request)).await
 }
 
 async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
-    let go = || -> Result<Value, String> {
+    let go = move |s: &AppState| -> Result<Value, String> {
         let t0 = num(&p, "t0", 0)?;
         let t1 = num(&p, "t1", u64::MAX)?;
         let min = num(&p, "min", 0)?;
@@ -172,10 +310,11 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             spans.iter().map(|s| json!([s.start, s.end, s.func, s.thread, s.depth])).collect(),
         ))
     };
-    match go() {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => bad(e),
-    }
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+}
+
+fn json_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
 }
 
 /// Metrics per code address in `t0..t1`: `[pc, loads, stores, bytes, shared, misses,
@@ -184,7 +323,7 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
 /// finest level that covers the range in at most 4096 buckets (approximate there:
 /// coarser levels keep one code address per line and bucket).
 async fn range(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
-    let go = || -> Result<Value, String> {
+    let go = move |s: &AppState| -> Result<Value, String> {
         let t0 = num(&p, "t0", 0)?;
         let t1 = num(&p, "t1", u64::MAX)?;
         let ix = &s.index;
@@ -207,45 +346,54 @@ async fn range(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             level += 1;
         }
         let bs = ix.bucket_size(level).unwrap_or(1);
-        let nb = ix.meta()["levels"][level]["buckets"].as_u64().unwrap_or(0);
-        let (b0, b1) = (t0 / bs, t1.div_ceil(bs).min(nb));
+        let (b0, b1) = (t0 / bs, t1.div_ceil(bs));
         let mut per_pc: HashMap<u32, (u64, u64)> = HashMap::new();
-        let mut b = b0;
-        while b < b1 {
-            let e = (b + 4096).min(b1);
-            let t = ix.tiles(level, b, e, false, 0..u32::MAX).map_err(|e| e.to_string())?;
-            for (_, cells) in t {
-                for c in cells.chunks_exact(CELL_BYTES) {
-                    let loads = u16::from_le_bytes([c[20], c[21]]) as u64;
-                    let stores = u16::from_le_bytes([c[22], c[23]]) as u64;
-                    if loads + stores > 0 {
-                        let pc = u32::from_le_bytes([c[8], c[9], c[10], c[11]]);
-                        let v = per_pc.entry(pc).or_default();
-                        v.0 += loads;
-                        v.1 += stores;
-                    }
-                }
+        // Cell by cell from the file: memory stays flat whatever the range.
+        ix.for_each_cell(level, b0, b1, false, |_, c| {
+            let loads = u16::from_le_bytes([c[20], c[21]]) as u64;
+            let stores = u16::from_le_bytes([c[22], c[23]]) as u64;
+            if loads + stores > 0 {
+                let pc = u32::from_le_bytes([c[8], c[9], c[10], c[11]]);
+                let v = per_pc.entry(pc).or_default();
+                v.0 += loads;
+                v.1 += stores;
             }
-            b = e;
-        }
+        })
+        .map_err(|e| e.to_string())?;
         Ok(
             json!({"level": level, "pcs": per_pc.into_iter().map(|(k, v)| json!([k, v.0, v.1])).collect::<Vec<_>>()}),
         )
     };
-    match go() {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => bad(e),
-    }
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
 }
 
-/// Source text of a file the debug information names (no other file is served).
+/// Source text of a file the trace's debug information names (no other file is
+/// served; only regular files, at most [`MAX_SOURCE`] bytes).
 async fn source(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
-    let Some(f) = p.get("file") else { return bad("missing file") };
-    if !s.files.contains(f) {
+    let Some(f) = p.get("file").cloned() else { return bad("missing file") };
+    if !s.files.contains(&f) {
         return (StatusCode::NOT_FOUND, "not a source file of this trace").into_response();
     }
-    match tokio::fs::read(f).await {
-        Ok(b) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], b).into_response(),
-        Err(e) => (StatusCode::NOT_FOUND, format!("cannot read {f}: {e}")).into_response(),
-    }
+    heavy(&s, "text/plain; charset=utf-8", move |_| {
+        let not_found = |why: String| (StatusCode::NOT_FOUND, why);
+        // stat first: opening a FIFO named like a source file would block.
+        let md = std::fs::metadata(&f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+        if !md.is_file() {
+            return Err(not_found(format!("{f} is not a regular file")));
+        }
+        let file =
+            std::fs::File::open(&f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+        let md = file.metadata().map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+        if !md.is_file() {
+            return Err(not_found(format!("{f} is not a regular file")));
+        }
+        if md.len() > MAX_SOURCE {
+            return Err(not_found(format!("{f} is larger than {} MiB", MAX_SOURCE >> 20)));
+        }
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_SOURCE), &mut b)
+            .map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+        Ok(vec![b])
+    })
+    .await
 }

@@ -89,7 +89,15 @@ impl Index {
                 dir.display()
             )));
         }
-        let bad = || Error::BadIndex(format!("damaged index {}", dir.display()));
+        let bad = || {
+            Error::BadIndex(format!(
+                "damaged index {} (memlens view --reindex rebuilds it)",
+                dir.display()
+            ))
+        };
+        // Offsets must not run backwards: a planted or damaged file would otherwise make
+        // a bucket's cell count underflow.
+        let sorted = |o: &[u64]| o.windows(2).all(|w| w[0] <= w[1]);
         let mut levels = Vec::new();
         for (i, lv) in meta["levels"].as_array().ok_or_else(bad)?.iter().enumerate() {
             let offsets: Vec<u64> = read(&format!("offsets{i}.bin"))?
@@ -100,7 +108,9 @@ impl Index {
             let cells = File::open(&p)
                 .map_err(|e| Error::BadIndex(format!("cannot open {}: {e}", p.display())))?;
             let len = cells.metadata().map(|m| m.len()).unwrap_or(0);
-            if offsets.last().is_none_or(|&n| n * CELL_BYTES as u64 != len) {
+            if !sorted(&offsets)
+                || offsets.last().is_none_or(|&n| n.checked_mul(CELL_BYTES as u64) != Some(len))
+            {
                 return Err(bad());
             }
             let window = match (
@@ -114,7 +124,9 @@ impl Index {
                         .collect();
                     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
                     let ok = o.len() == offsets.len()
-                        && o.last().is_some_and(|&n| n * WINDOW_BYTES as u64 == len);
+                        && sorted(&o)
+                        && o.last()
+                            .is_some_and(|&n| n.checked_mul(WINDOW_BYTES as u64) == Some(len));
                     ok.then_some((o, f))
                 }
                 _ => None,
@@ -168,6 +180,57 @@ impl Index {
         self.levels.get(level).map(|l| l.bucket)
     }
 
+    /// Number of cells in buckets `b0..b1` of a level (clamped to the level), before
+    /// any row filter: what an answer over them costs, known without reading them.
+    pub fn cell_count(&self, level: usize, b0: u64, b1: u64) -> Result<u64, Error> {
+        let lv =
+            self.levels.get(level).ok_or_else(|| Error::Config(format!("no level {level}")))?;
+        let nb = lv.offsets.len() as u64 - 1;
+        let (b0, b1) = (b0.min(nb), b1.min(nb).max(b0.min(nb)));
+        Ok(lv.offsets[b1 as usize] - lv.offsets[b0 as usize])
+    }
+
+    /// Calls `f(bucket, cell)` for every cell of buckets `b0..b1` (clamped), reading
+    /// the file in blocks so that memory does not grow with the range. With
+    /// `by_address`, the cell's row is its line's rank among all lines.
+    pub fn for_each_cell(
+        &self,
+        level: usize,
+        b0: u64,
+        b1: u64,
+        by_address: bool,
+        mut f: impl FnMut(u64, &[u8; CELL_BYTES]),
+    ) -> Result<(), Error> {
+        const BLOCK: u64 = 1 << 16;
+        let lv =
+            self.levels.get(level).ok_or_else(|| Error::Config(format!("no level {level}")))?;
+        let nb = lv.offsets.len() as u64 - 1;
+        let (b0, b1) = (b0.min(nb), b1.min(nb).max(b0.min(nb)));
+        let (c0, c1) = (lv.offsets[b0 as usize], lv.offsets[b1 as usize]);
+        let mut buf = vec![0u8; (c1 - c0).min(BLOCK) as usize * CELL_BYTES];
+        let (mut b, mut c) = (b0, c0);
+        while c < c1 {
+            let n = (c1 - c).min(BLOCK);
+            let buf = &mut buf[..n as usize * CELL_BYTES];
+            lv.cells
+                .read_exact_at(buf, c * CELL_BYTES as u64)
+                .map_err(|e| Error::Io(format!("cannot read tiles: {e}")))?;
+            for (k, raw) in buf.chunks_exact(CELL_BYTES).enumerate() {
+                while b + 1 < b1 && lv.offsets[b as usize + 1] <= c + k as u64 {
+                    b += 1;
+                }
+                let mut cell: [u8; CELL_BYTES] = raw.try_into().unwrap_or([0; CELL_BYTES]);
+                if by_address {
+                    let addr = u64::from_le_bytes(cell[0..8].try_into().unwrap_or_default());
+                    cell[16..20].copy_from_slice(&self.rank(addr).to_le_bytes());
+                }
+                f(b, &cell);
+            }
+            c += n;
+        }
+        Ok(())
+    }
+
     /// The raw cells of buckets `b0..b1` of a level, as `(bucket, cells)` with
     /// [`CELL_BYTES`]-byte records. With `by_address`, each cell's row is the rank of its
     /// line among all lines of the trace instead of its working-set row. Only rows in
@@ -180,34 +243,15 @@ impl Index {
         by_address: bool,
         rows: std::ops::Range<u32>,
     ) -> Result<Vec<(u64, Vec<u8>)>, Error> {
-        let lv =
-            self.levels.get(level).ok_or_else(|| Error::Config(format!("no level {level}")))?;
-        let nb = lv.offsets.len() as u64 - 1;
+        let nb = self.levels.get(level).map_or(0, |l| l.offsets.len() as u64 - 1);
         let (b0, b1) = (b0.min(nb), b1.min(nb).max(b0.min(nb)));
-        let (c0, c1) = (lv.offsets[b0 as usize], lv.offsets[b1 as usize]);
-        let mut buf = vec![0u8; ((c1 - c0) as usize) * CELL_BYTES];
-        lv.cells
-            .read_exact_at(&mut buf, c0 * CELL_BYTES as u64)
-            .map_err(|e| Error::Io(format!("cannot read tiles: {e}")))?;
-        let mut out = Vec::with_capacity((b1 - b0) as usize);
-        for b in b0..b1 {
-            let s = ((lv.offsets[b as usize] - c0) as usize) * CELL_BYTES;
-            let e = ((lv.offsets[b as usize + 1] - c0) as usize) * CELL_BYTES;
-            let mut cells = Vec::with_capacity(e - s);
-            for c in buf[s..e].chunks_exact(CELL_BYTES) {
-                let mut c: [u8; CELL_BYTES] = c.try_into().unwrap_or([0; CELL_BYTES]);
-                if by_address {
-                    let addr = u64::from_le_bytes(c[0..8].try_into().unwrap_or_default());
-                    let rank = self.lines.binary_search(&addr).unwrap_or_else(|i| i) as u32;
-                    c[16..20].copy_from_slice(&rank.to_le_bytes());
-                }
-                let row = u32::from_le_bytes(c[16..20].try_into().unwrap_or_default());
-                if rows.contains(&row) {
-                    cells.extend_from_slice(&c);
-                }
+        let mut out: Vec<(u64, Vec<u8>)> = (b0..b1).map(|b| (b, Vec::new())).collect();
+        self.for_each_cell(level, b0, b1, by_address, |b, c| {
+            let row = u32::from_le_bytes(c[16..20].try_into().unwrap_or_default());
+            if rows.contains(&row) {
+                out[(b - b0) as usize].1.extend_from_slice(c);
             }
-            out.push((b, cells));
-        }
+        })?;
         Ok(out)
     }
 
@@ -232,70 +276,108 @@ impl Index {
         rows: std::ops::Range<u32>,
         fields: TileFields,
     ) -> Result<Vec<u8>, Error> {
-        let t = self.tiles(level, b0, b1, by_address, rows)?;
-        let n: usize = t.iter().map(|(_, c)| c.len() / CELL_BYTES).sum();
-        let per = if fields == TileFields::Draw { 11 } else { 22 };
-        let mut out = Vec::with_capacity(8 + t.len() * 8 + n * per + 4);
-        out.extend_from_slice(&(t.len() as u32).to_le_bytes());
-        for (b, _) in &t {
-            out.extend_from_slice(&(*b as u32).to_le_bytes());
+        Ok(self.tiles_soa_parts(level, b0, b1, by_address, rows, fields)?.concat())
+    }
+
+    /// [`Index::tiles_soa`] in pieces (the header, then each column padded to 4
+    /// bytes), so a server can send them without copying them into one buffer.
+    pub fn tiles_soa_parts(
+        &self,
+        level: usize,
+        b0: u64,
+        b1: u64,
+        by_address: bool,
+        rows: std::ops::Range<u32>,
+        fields: TileFields,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        // (column, cell byte range) of the plain copied columns.
+        let plain: &[std::ops::Range<usize>] = match fields {
+            TileFields::Draw => &[16..20, 24..25, 26..27],
+            TileFields::Detail => &[0..4, 4..8, 8..12, 12..16, 20..22, 22..24, 25..26, 28..29],
+        };
+        let mut cols: Vec<Vec<u8>> = vec![Vec::new(); plain.len()];
+        let (mut ranks, mut flags) = (Vec::new(), Vec::new());
+        let mut buckets: Vec<(u64, u32)> = Vec::new();
+        // A bucket's cells are in address order: gallop from the last rank instead of
+        // a full binary search per cell.
+        let mut lo = 0usize;
+        let lines = &self.lines;
+        self.for_each_cell(level, b0, b1, false, |b, c| {
+            if buckets.last().is_none_or(|x| x.0 != b) {
+                buckets.push((b, 0));
+                lo = 0;
+            }
+            let addr = u64::from_le_bytes(c[0..8].try_into().unwrap_or_default());
+            let row = if by_address {
+                self.rank(addr)
+            } else {
+                u32::from_le_bytes(c[16..20].try_into().unwrap_or_default())
+            };
+            if !rows.contains(&row) {
+                return;
+            }
+            if let Some(x) = buckets.last_mut() {
+                x.1 += 1;
+            }
+            let mut c = *c;
+            c[16..20].copy_from_slice(&row.to_le_bytes());
+            for (col, r) in cols.iter_mut().zip(plain) {
+                col.extend_from_slice(&c[r.clone()]);
+            }
+            if fields == TileFields::Draw {
+                if lo >= lines.len() || lines[lo] > addr {
+                    lo = 0;
+                }
+                let mut step = 1;
+                while lo + step < lines.len() && lines[lo + step] < addr {
+                    lo += step;
+                    step *= 2;
+                }
+                let end = (lo + step + 1).min(lines.len());
+                lo += lines[lo..end].partition_point(|&x| x < addr);
+                ranks.extend_from_slice(&(lo as u32).to_le_bytes());
+                let stored = u16::from_le_bytes([c[22], c[23]]) > 0;
+                flags.push((c[27] & 1) | (u8::from(stored) << 1));
+            }
+        })?;
+        // Buckets without cells (after the row filter) still get their entry.
+        let nb = self.levels.get(level).map_or(0, |l| l.offsets.len() as u64 - 1);
+        let (b0, b1) = (b0.min(nb), b1.min(nb).max(b0.min(nb)));
+        let mut all = Vec::with_capacity((b1 - b0) as usize);
+        let mut it = buckets.into_iter().peekable();
+        for b in b0..b1 {
+            let n =
+                if it.peek().is_some_and(|x| x.0 == b) { it.next().map_or(0, |x| x.1) } else { 0 };
+            all.push((b, n));
+        }
+        let mut head = Vec::with_capacity(8 + all.len() * 8);
+        head.extend_from_slice(&(all.len() as u32).to_le_bytes());
+        for (b, _) in &all {
+            head.extend_from_slice(&(*b as u32).to_le_bytes());
         }
         let mut start = 0u32;
-        for (_, c) in &t {
-            out.extend_from_slice(&start.to_le_bytes());
-            start += (c.len() / CELL_BYTES) as u32;
+        for (_, n) in &all {
+            head.extend_from_slice(&start.to_le_bytes());
+            start += n;
         }
-        out.extend_from_slice(&start.to_le_bytes());
-        let cells = || t.iter().flat_map(|(_, c)| c.chunks_exact(CELL_BYTES));
-        let col = |out: &mut Vec<u8>, r: std::ops::Range<usize>| {
-            for c in cells() {
-                out.extend_from_slice(&c[r.clone()]);
-            }
-        };
-        match fields {
-            TileFields::Draw => {
-                col(&mut out, 16..20);
-                // A bucket's cells are in address order: gallop from the last rank
-                // instead of a full binary search per cell.
-                for (_, cs) in &t {
-                    let mut lo = 0usize;
-                    for c in cs.chunks_exact(CELL_BYTES) {
-                        let addr = u64::from_le_bytes(c[0..8].try_into().unwrap_or_default());
-                        if lo >= self.lines.len() || self.lines[lo] > addr {
-                            lo = 0;
-                        }
-                        let mut step = 1;
-                        while lo + step < self.lines.len() && self.lines[lo + step] < addr {
-                            lo += step;
-                            step *= 2;
-                        }
-                        let end = (lo + step + 1).min(self.lines.len());
-                        lo += self.lines[lo..end].partition_point(|&x| x < addr);
-                        out.extend_from_slice(&(lo as u32).to_le_bytes());
-                    }
-                }
-                col(&mut out, 24..25);
-                col(&mut out, 26..27);
-                for c in cells() {
-                    let stored = u16::from_le_bytes([c[22], c[23]]) > 0;
-                    out.push((c[27] & 1) | (u8::from(stored) << 1));
-                }
-            }
-            TileFields::Detail => {
-                col(&mut out, 0..4);
-                col(&mut out, 4..8);
-                col(&mut out, 8..12);
-                col(&mut out, 12..16);
-                col(&mut out, 20..22);
-                col(&mut out, 22..24);
-                col(&mut out, 25..26);
-                col(&mut out, 28..29);
-            }
+        head.extend_from_slice(&start.to_le_bytes());
+        let mut parts = vec![head];
+        if fields == TileFields::Draw {
+            let mut it = cols.into_iter();
+            parts.extend(it.next());
+            parts.push(ranks);
+            parts.extend(it);
+            parts.push(flags);
+        } else {
+            parts.extend(cols);
         }
-        while out.len() % 4 != 0 {
-            out.push(0);
+        // The u32 columns come first, so only the end needs padding to keep the answer
+        // a whole number of words.
+        let len: usize = parts.iter().map(Vec::len).sum();
+        if let Some(last) = parts.last_mut() {
+            last.resize(last.len() + (4 - len % 4) % 4, 0);
         }
-        Ok(out)
+        Ok(parts)
     }
 
     /// Per code address (its index in `meta.pcs`), what happened in operations
@@ -404,4 +486,68 @@ fn read_span(f: &File, i: u64) -> Result<Span, Error> {
     f.read_exact_at(&mut b, i * SPAN_BYTES as u64)
         .map_err(|e| Error::Io(format!("cannot read spans: {e}")))?;
     Ok(parse_span(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::index::tests::trace_of;
+    use crate::{build, BuildOptions, Index, TileFields, CELL_BYTES};
+    use memlens_analysis::NoNames;
+    use memlens_format::TraceReader;
+
+    /// Cells read in blocks (many blocks here) are exactly the file's, bucket by
+    /// bucket, and the drawing columns agree with them.
+    #[test]
+    fn block_reads_give_the_cells_of_the_file() {
+        // 40 lines round and round: 40 cells per bucket, ~1.2 M cells in all.
+        let addrs: Vec<u64> = (0..30_000u64).map(|i| 0x10000 + 64 * (i % 40)).collect();
+        let path = trace_of("blocks", &addrs);
+        let dir = crate::index_dir(&path);
+        let r = TraceReader::open(&path).unwrap();
+        build(&r, &path, &dir, &NoNames, BuildOptions::default(), &mut |_, _| {}).unwrap();
+        let ix = Index::open(&dir).unwrap();
+        let file = std::fs::read(dir.join("cells0.bin")).unwrap();
+        let nb = ix.levels[0].offsets.len() as u64 - 1;
+        assert!(file.len() / CELL_BYTES > 4 << 16, "several blocks");
+        assert_eq!(ix.cell_count(0, 0, nb).unwrap() as usize, file.len() / CELL_BYTES);
+        let t = ix.tiles(0, 0, nb, false, 0..u32::MAX).unwrap();
+        assert_eq!(t.len() as u64, nb);
+        assert_eq!(t.iter().flat_map(|(_, c)| c.iter().copied()).collect::<Vec<u8>>(), file);
+        for (b, c) in &t {
+            let off = &ix.levels[0].offsets;
+            assert_eq!(c.len() as u64, (off[*b as usize + 1] - off[*b as usize]) * 32);
+        }
+        // A row filter keeps rows 5..10 of each bucket.
+        let f = ix.tiles(0, 100, 2100, false, 5..10).unwrap();
+        assert!(f.iter().all(|(_, c)| c.len() == 5 * CELL_BYTES));
+        // Drawing columns across block boundaries: rows and ranks as in the cells.
+        let (b0, b1) = (1000, 4000);
+        let soa = ix.tiles_soa(0, b0, b1, false, 0..u32::MAX, TileFields::Draw).unwrap();
+        let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
+        let nbk = (b1 - b0) as usize;
+        assert_eq!(u(0) as usize, nbk);
+        let n = u(1 + nbk + nbk) as usize;
+        let cells: Vec<&[u8]> = t[b0 as usize..b1 as usize]
+            .iter()
+            .flat_map(|(_, c)| c.chunks_exact(CELL_BYTES))
+            .collect();
+        assert_eq!(n, cells.len());
+        let col = 4 * (2 + 2 * nbk);
+        for (k, c) in cells.iter().enumerate() {
+            let row = u32::from_le_bytes(c[16..20].try_into().unwrap());
+            let addr = u64::from_le_bytes(c[0..8].try_into().unwrap());
+            assert_eq!(u(col / 4 + k), row);
+            assert_eq!(u(col / 4 + n + k), ix.rank(addr));
+        }
+        assert_eq!(soa.len(), (col + 11 * n).div_ceil(4) * 4);
+        // Offsets that run backwards (planted or damaged) are refused at open, with
+        // what to do, instead of underflowing later.
+        let mut off = std::fs::read(dir.join("offsets0.bin")).unwrap();
+        off[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(dir.join("offsets0.bin"), off).unwrap();
+        let e = Index::open(&dir).err().expect("a damaged index opened").to_string();
+        assert!(e.contains("damaged index") && e.contains("--reindex"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -599,3 +599,320 @@ fn viewer_draws_a_coarse_frame_first_then_the_fine_one() {
         "{fresh} vs {cached}"
     );
 }
+
+/// One raw GET with the given header lines; returns (status, lower-cased head, body).
+fn get_raw(port: u16, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("no HTTP head") + 4;
+    let head = String::from_utf8_lossy(&all[..end]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut body = all[end..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+/// `memlens view --port 0 [args] TRACE` in the background: (server, port, token).
+fn serve_in_background(
+    trace: &Path,
+    args: &[&str],
+    path_env: Option<&Path>,
+) -> (Server, u16, String) {
+    let mut cmd = Command::new(memlens());
+    cmd.arg("view").args(["--port", "0"]).args(args).arg(trace);
+    if let Some(p) = path_env {
+        let old = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{old}", p.display()));
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let url = first.trim().strip_prefix("memlens view: ").expect("no URL printed").to_string();
+    let rest = url.strip_prefix("http://127.0.0.1:").expect("not bound to 127.0.0.1");
+    let port: u16 = rest.split('/').next().unwrap().parse().unwrap();
+    let token = rest.split("token=").nth(1).unwrap().to_string();
+    (Server(child), port, token)
+}
+
+/// `tests/programs/viewer.c` copied to `dir/name` and built there with gcc.
+fn build_as(dir: &Path, name: &str) -> PathBuf {
+    require_runtime();
+    let src = dir.join(name);
+    std::fs::copy(programs().join("viewer.c"), &src).unwrap();
+    let exe = dir.join("prog");
+    let out = Command::new(memlens())
+        .args(["cc", "-O2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_CC", "gcc")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cc failed: {}", stderr(&out));
+    exe
+}
+
+/// A source file named like HTML is shown as its name, and no script runs: the
+/// page builds DOM text nodes, and its Content-Security-Policy forbids inline script.
+#[test]
+fn viewer_shows_a_hostile_file_name_as_text_and_runs_no_script() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("view-xss");
+    let name = "<img src=x onerror=alert(1)>.c";
+    let exe = build_as(&dir, name);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    let v = Viewer::open(&trace);
+    let b = &v.b;
+    // The tree shows the file's name as text; opening it shows the full path as text.
+    let node = b.js("return document.querySelector('#tree .node.lvl1').firstChild.textContent");
+    assert_eq!(node, json!(name));
+    b.click("#tree .node.lvl1");
+    let store_a = line_of("viewer.c", "store-a");
+    v.wait_for(&format!("document.querySelector(\"#code .srcline[data-line='{store_a}']\")"));
+    let head = b.js(
+        "return document.querySelector('#code .srcline:first-child span:last-child').textContent",
+    );
+    assert!(head.as_str().unwrap().ends_with(&format!("/{name}")), "{head}");
+    // Its text came from /api/source (the file is one the DWARF names).
+    let line = b.js(&format!(
+        "return document.querySelector(\"#code .srcline[data-line='{store_a}'] span:last-child\").textContent"
+    ));
+    assert!(line.as_str().unwrap().contains("a[i] = i;"), "{line}");
+    assert_eq!(b.js("return document.querySelectorAll('img').length"), json!(0));
+    assert_eq!(b.js("return document.title"), json!("memlens view"));
+    // No alert is open (an open one would also fail the scripts above).
+    let (st, body) = http(b.port, "GET", &format!("/session/{}/alert/text", b.session), None);
+    assert_eq!(st, 404, "an alert is open: {}", String::from_utf8_lossy(&body));
+}
+
+/// A planted `meta.json` naming /etc/passwd does not make the server read it: the
+/// files it serves come from the trace's own DWARF. Requests naming another host
+/// (DNS rebinding) get 403; every answer carries the security headers.
+#[test]
+fn viewer_serves_only_dwarf_sources_checks_host_and_sends_csp() {
+    let dir = scratch("view-planted");
+    let exe = build(Cc::Gcc, "viewer.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    let out = run_memlens(&["view", "--no-serve", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "view --no-serve failed: {}", stderr(&out));
+    // Plant /etc/passwd among the index's source files; the index stays current.
+    let meta_path = dir.join("t.trace.mlview/meta.json");
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    let src = meta["source"][0]["file"].as_str().unwrap().to_string();
+    assert!(src.ends_with("viewer.c"), "{src}");
+    meta["source"].as_array_mut().unwrap().push(json!({"file": "/etc/passwd",
+        "function": "main", "line": 1, "loads": 1, "stores": 0, "bytes": 8, "shared": 0}));
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+
+    let (_server, port, token) = serve_in_background(&trace, &[], None);
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let q = |file: &str| {
+        let f: String = file
+            .bytes()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    (c as char).to_string()
+                } else {
+                    format!("%{c:02X}")
+                }
+            })
+            .collect();
+        format!("/api/source?token={token}&file={f}")
+    };
+    let (st, _, body) = get_raw(port, &q("/etc/passwd"), &host);
+    assert_eq!(st, 404, "{}", String::from_utf8_lossy(&body));
+    let (st, _, body) = get_raw(port, &q(&src), &host);
+    assert_eq!(st, 200);
+    assert_eq!(body, std::fs::read(programs().join("viewer.c")).unwrap());
+
+    // DNS rebinding: right token, wrong Host or Origin.
+    let page = format!("/?token={token}");
+    assert_eq!(get_raw(port, &page, "Host: evil.example\r\n").0, 403);
+    assert_eq!(get_raw(port, &page, &format!("Host: evil.example:{port}\r\n")).0, 403);
+    assert_eq!(get_raw(port, &page, &format!("Host: 127.0.0.1:{}\r\n", port ^ 1)).0, 403);
+    let evil_origin = format!("{host}Origin: http://evil.example:{port}\r\n");
+    assert_eq!(get_raw(port, &format!("/api/meta?token={token}"), &evil_origin).0, 403);
+    assert_eq!(get_raw(port, &page, &format!("Host: localhost:{port}\r\n")).0, 200);
+    let good_origin = format!("{host}Origin: http://127.0.0.1:{port}\r\n");
+    assert_eq!(get_raw(port, &format!("/api/meta?token={token}"), &good_origin).0, 200);
+
+    // Every answer, 200 or 403 or 404, carries the policy.
+    for (path, hd, want) in [
+        (page.clone(), host.clone(), 200),
+        (format!("/app.js?token={token}"), host.clone(), 200),
+        (format!("/api/tiles?token={token}&level=0&b0=0&b1=4&fields=draw"), host.clone(), 200),
+        ("/".to_string(), host.clone(), 403),
+        (page.clone(), "Host: evil.example\r\n".to_string(), 403),
+        (q("/etc/passwd"), host.clone(), 404),
+    ] {
+        let (st, head, _) = get_raw(port, &path, &hd);
+        assert_eq!(st, want, "{path}");
+        for h in [
+            "content-security-policy: default-src 'self'; script-src 'self';",
+            "connect-src 'self'",
+            "x-content-type-options: nosniff",
+            "referrer-policy: no-referrer",
+            "x-frame-options: deny",
+        ] {
+            assert!(head.contains(h), "{path}: no `{h}` in\n{head}");
+        }
+        assert!(!head.contains("unsafe-inline") && !head.contains("unsafe-eval"), "{head}");
+    }
+    // The page itself has no inline script for the policy to forbid.
+    let html = String::from_utf8(get_raw(port, &page, &host).2).unwrap();
+    assert!(!html.contains("<script>") && !html.contains("document.write"), "{html}");
+}
+
+/// `--open` hands the browser a 0600 file in a 0700 directory, never the token
+/// (a command line is readable by every user in /proc/PID/cmdline); the file
+/// redirects to the URL and goes away when the server stops.
+#[test]
+fn viewer_open_keeps_the_token_off_the_browser_command_line() {
+    let dir = scratch("view-open");
+    let exe = build(Cc::Gcc, "viewer.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    assert!(record(&exe, &trace, &[]).status.success());
+    // A stand-in browser that reports what it was given.
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let seen = dir.join("seen");
+    let script = format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{0}.args'\nstat -c %a \"$1\" > '{0}.mode'\n\
+         stat -c %a \"$(dirname \"$1\")\" > '{0}.dirmode'\ncat \"$1\" > '{0}.page'\nmv '{0}.args' '{0}'\n",
+        seen.display()
+    );
+    let fake = bin.join("xdg-open");
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let runtime = dir.join("run");
+    std::fs::create_dir(&runtime).unwrap();
+    let mut cmd = Command::new(memlens());
+    let old = std::env::var("PATH").unwrap_or_default();
+    cmd.args(["view", "--open", "--port", "0"])
+        .arg(&trace)
+        .env("PATH", format!("{}:{old}", bin.display()))
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let server = Server(child);
+    let url = first.trim().strip_prefix("memlens view: ").unwrap().to_string();
+    let token = url.split("token=").nth(1).unwrap().to_string();
+    let t = Instant::now();
+    while !seen.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the browser was not started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let args = std::fs::read_to_string(&seen).unwrap();
+    assert!(!args.contains(&token), "the token is on the browser's command line: {args}");
+    let page = PathBuf::from(args.trim());
+    assert!(page.starts_with(&runtime), "{args}");
+    let read = |ext: &str| std::fs::read_to_string(format!("{}.{ext}", seen.display())).unwrap();
+    assert_eq!(read("mode").trim(), "600");
+    assert_eq!(read("dirmode").trim(), "700");
+    assert!(read("page").contains(&format!("content=\"0;url={url}\"")), "{}", read("page"));
+    // Interrupted, the server removes the file and its directory.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGINT) };
+    let t = Instant::now();
+    while page.exists() || page.parent().unwrap().exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "{} left behind", page.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Peak RSS (VmHWM) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// 200 concurrent tile requests whose readers are slow (they read only after all
+/// were sent): the server's memory stays under 1 GB (it answers two at a time and
+/// streams each answer) and every answer arrives complete.
+#[test]
+fn viewer_memory_stays_bounded_under_200_concurrent_tile_requests() {
+    let dir = scratch("view-flood");
+    let exe = build(Cc::Gcc, "viewer_zoom.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    assert!(record(&exe, &trace, &[]).status.success());
+    let (server, port, token) = serve_in_background(&trace, &[], None);
+    let pid = server.0.id();
+    let meta: Value =
+        serde_json::from_slice(&http(port, "GET", &format!("/api/meta?token={token}"), None).1)
+            .unwrap();
+    let buckets = meta["levels"][0]["buckets"].as_u64().unwrap();
+    assert!(buckets >= 8192, "{buckets} buckets");
+    let before = peak_rss(pid);
+    let t = Instant::now();
+    let mut conns = Vec::new();
+    for k in 0..200u64 {
+        let b0 = (k * 97) % (buckets - 4096);
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(
+            s,
+            "GET /api/tiles?token={token}&level=0&b0={b0}&b1={}&fields=all HTTP/1.1\r\n\
+             Host: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n",
+            b0 + 4096
+        )
+        .unwrap();
+        conns.push(s);
+    }
+    // Readers that stall: give the server time to pile answers up, if it would.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut total = 0usize;
+    let readers: Vec<_> = conns
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || {
+                let mut all = Vec::new();
+                s.read_to_end(&mut all).unwrap();
+                all
+            })
+        })
+        .collect();
+    for r in readers {
+        let all = r.join().unwrap();
+        let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(all.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&all[..end]));
+        let head = String::from_utf8_lossy(&all[..end]).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map(|v| v.trim().parse().unwrap())
+            .expect("no content-length");
+        assert_eq!(all.len() - end, len, "a complete answer");
+        // 4096 buckets, each with a header and its cells.
+        assert_eq!(u32::from_le_bytes(all[end..end + 4].try_into().unwrap()), 4096);
+        total += len;
+    }
+    let peak = peak_rss(pid);
+    eprintln!(
+        "200 requests, {} MB answered in {:.1} s; server peak RSS {} MB (at start {} MB)",
+        total >> 20,
+        t.elapsed().as_secs_f64(),
+        peak >> 20,
+        before >> 20
+    );
+    assert!(total > 1 << 30, "the answers add up to more than the bound: {total}");
+    assert!(peak < 1 << 30, "server peak RSS {} MB", peak >> 20);
+    assert!(t.elapsed() < Duration::from_secs(120));
+}
