@@ -275,8 +275,7 @@ pub(crate) fn render_opts(o: &AnalyzeOpts) -> RenderOpts {
 pub(crate) fn cache_config(o: &AnalyzeOpts) -> Result<CacheConfig> {
     let mut cfg = match &o.cache_config {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read cache config {}", p.display()))?;
+            let text = crate::files::read_text(p, "cache config", crate::files::CONFIG_CAP)?;
             CacheConfig::parse(&text)?
         }
         None if !o.cache_args.is_empty() => CacheConfig::from_cachegrind_args(&o.cache_args)?,

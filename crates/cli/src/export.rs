@@ -66,8 +66,7 @@ fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
 
 fn cache_config(o: &ExportOpts) -> Result<Option<CacheConfig>> {
     if let Some(p) = &o.cache_config {
-        let text = std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read cache config {}", p.display()))?;
+        let text = crate::files::read_text(p, "cache config", crate::files::CONFIG_CAP)?;
         return Ok(Some(CacheConfig::parse(&text)?));
     }
     if !o.cache_args.is_empty() {

@@ -93,8 +93,7 @@ fn check_program(exe: &Path) -> Result<()> {
 type FunctionList = (Vec<String>, Vec<(PathBuf, Vec<String>)>);
 
 fn read_function_list(path: &Path) -> Result<FunctionList> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the function list {}", path.display()))?;
+    let text = crate::files::read_text(path, "the function list", crate::files::LIST_CAP)?;
     let (mut names, mut libs) = (Vec::new(), Vec::<(PathBuf, Vec<String>)>::new());
     for l in text.lines().map(|l| l.split('#').next().unwrap_or("").trim()) {
         if let Some(lib) = l.strip_prefix('@') {
