@@ -296,9 +296,13 @@ pub(crate) fn write_annotation(
     rep: &memlens_analysis::cachesim::CacheReport,
 ) -> Result<()> {
     if let (Some(path), Some(a)) = (&o.annotate, &rep.annotation) {
-        let f = std::fs::File::create(path)
+        let mut out = crate::files::Output::create(path)?;
+        let mut w = std::io::BufWriter::new(out.file());
+        a.write_to(&mut w)
+            .and_then(|_| w.flush())
             .with_context(|| format!("cannot write the annotation to {}", path.display()))?;
-        a.write_to(std::io::BufWriter::new(f))?;
+        drop(w);
+        out.commit()?;
     }
     Ok(())
 }

@@ -336,8 +336,10 @@ pub struct TempDir {
 impl TempDir {
     /// Creates a fresh directory under the system temp dir.
     pub fn new() -> Result<TempDir> {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
             .prefix("memlens-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()
             .context("cannot create a temporary directory (set TMPDIR to a writable one)")?;
         Ok(TempDir { path: dir.path().to_path_buf(), _dir: dir })

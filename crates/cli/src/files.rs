@@ -120,3 +120,80 @@ fn random_suffix() -> String {
     const ALPHA: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     b.iter().map(|x| ALPHA[*x as usize % ALPHA.len()] as char).collect()
 }
+
+/// Creates `dest` as a fresh file of ours: made under a random name with
+/// `O_EXCL|O_NOFOLLOW` and renamed over `dest` at once, so a planted file or link
+/// at `dest` is replaced, never written through, and the path is there to follow
+/// (`analyze --follow`) while the file is written.
+pub fn create_in_place(dest: &Path) -> Result<File> {
+    let what = || format!("cannot write {}; choose another path with -o", dest.display());
+    let (file, tmp) = create_exclusive(dest, "tmp").with_context(what)?;
+    if let Err(e) = std::fs::rename(&tmp, dest) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(what);
+    }
+    Ok(file)
+}
+
+/// An exclusive lock on an output path, held while a recording writes it: a
+/// second `memlens record -o` of the same path fails instead of interleaving its
+/// trace with the first one's. The lock file `<dest>.lock` is removed on drop.
+pub struct Lock {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Lock {
+    /// Takes the lock of `dest`, or fails at once naming who holds it.
+    pub fn take(dest: &Path) -> Result<Lock> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let mut name = dest.file_name().map(|n| n.to_owned()).unwrap_or_default();
+        name.push(".lock");
+        let path = dest.with_file_name(name);
+        // A holder may remove the file between our open and our flock: retry.
+        for _ in 0..100 {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+                .with_context(|| {
+                    format!(
+                        "cannot write the trace to {} (nor its lock file {}); choose another path with -o",
+                        dest.display(),
+                        path.display()
+                    )
+                })?;
+            // SAFETY: a valid descriptor.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::WouldBlock {
+                    return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+                }
+                bail!(
+                    "{} is being written by another `memlens record`; wait for it to end or choose another path with -o",
+                    dest.display()
+                );
+            }
+            let mine = f.metadata()?;
+            let same = std::fs::symlink_metadata(&path)
+                .is_ok_and(|m| m.ino() == mine.ino() && m.dev() == mine.dev());
+            if !same {
+                continue;
+            }
+            return Ok(Lock { path, _file: f });
+        }
+        bail!("cannot lock {}: the lock file keeps changing", path.display())
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // removed while still locked, so no one locks a file about to vanish unseen
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -14,6 +14,7 @@ mod live;
 mod names;
 mod order;
 mod parallel_read;
+mod paths;
 mod record;
 mod rust;
 mod view;
