@@ -175,3 +175,44 @@ fn a_second_recording_of_the_same_trace_is_refused() {
 fn libc_sigabrt() -> i32 {
     6
 }
+
+#[test]
+fn the_viewer_index_is_never_written_through_links() {
+    let dir = scratch("planted-index");
+    let exe = build(Cc::Gcc, "counts.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    assert!(record(&exe, &trace, &[]).status.success());
+    let t = trace.to_str().unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let index = dir.join("t.trace.mlview");
+    // links planted inside the index: replaced, their targets untouched
+    std::fs::create_dir(&index).unwrap();
+    for f in ["meta.json", "cells0.bin", "lines.bin"] {
+        std::os::unix::fs::symlink(&victim, index.join(f)).unwrap();
+    }
+    let out = run_memlens(&["view", "--no-serve", "--reindex", t]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    for f in ["meta.json", "cells0.bin", "lines.bin"] {
+        let m = std::fs::symlink_metadata(index.join(f)).unwrap();
+        assert!(m.file_type().is_file(), "{f} is still a link");
+    }
+    // a symlinked index directory: refused, with one line
+    std::fs::remove_dir_all(&index).unwrap();
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &index).unwrap();
+    let out = run_memlens(&["view", "--no-serve", t]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "written through the link");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
