@@ -189,3 +189,45 @@ fn cc_resets_the_language_after_dash_x() {
     assert!(out.status.success(), "{}", stderr(&out));
     check(&exe);
 }
+
+/// `analyze --follow` of a trace whose writer died without finishing it, its pid
+/// now another process's: it must notice from the start time and finish.
+#[test]
+fn follow_is_not_fooled_by_a_reused_pid() {
+    use memlens_format::{FileHeader, HEADER_SIZE};
+    let (_dir, trace) = traced("pidreuse");
+    let mut other = Command::new("sleep").arg("60").spawn().unwrap();
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let mut h = FileHeader::decode(&bytes[..HEADER_SIZE]).unwrap();
+    h.finished = false;
+    h.pid = other.id();
+    // the recording started 10 s before `sleep` did
+    h.start_ns -= 10_000_000_000;
+    bytes[..HEADER_SIZE].copy_from_slice(&h.encode());
+    std::fs::write(&trace, &bytes).unwrap();
+    let mut follow = Command::new(memlens())
+        .args(["analyze", "counts", "--follow"])
+        .arg(&trace)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = follow.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = follow.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = other.kill();
+    let _ = other.wait();
+    let out = follow.wait_with_output().unwrap();
+    assert!(status.is_some(), "still waiting for pid {} after 20 s", h.pid);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("gone"), "{}", stderr(&out));
+    assert!(!stdout(&out).is_empty());
+}
