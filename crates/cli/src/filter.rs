@@ -143,7 +143,7 @@ pub fn code_ranges(exe: &Path, spec: &FilterSpec) -> Result<String> {
         let exc = spec.exclude_functions.iter().chain(&spec.exclude_files).map(|g| format!("!{g}"));
         let globs: Vec<String> = inc.chain(exc).collect();
         anyhow::bail!(
-            "the filter ({}) selects no function of {}; globs take `*` and `?` only, other characters match themselves",
+            "--functions/--files/--filter-file ({}) select no function of {}; globs take `*` and `?` only, other characters match themselves",
             globs.join(", "),
             exe.display()
         );

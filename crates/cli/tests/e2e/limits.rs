@@ -104,7 +104,7 @@ fn a_filter_selecting_nothing_is_refused() {
             .arg(&exe)
             .output()
             .unwrap();
-        one_line_error(&out, "selects no function");
+        one_line_error(&out, "select no function");
         assert!(stderr(&out).contains(glob), "{}", stderr(&out));
         assert!(stdout(&out).is_empty(), "the program must not run: {}", stdout(&out));
     }
