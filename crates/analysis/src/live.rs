@@ -111,7 +111,10 @@ impl TraceTail {
         // a zombie counts as gone: it writes nothing more
         match std::fs::read_to_string(format!("/proc/{}/stat", h.pid)) {
             Err(_) => true,
-            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Ok(s) => {
+                let Some((_, rest)) = s.rsplit_once(')') else { return true };
+                rest.trim_start().starts_with('Z') || started_after(rest, h.start_ns)
+            }
         }
     }
 
@@ -137,6 +140,26 @@ impl TraceTail {
             Err(e) => Err(Error::Trace(e)),
         }
     }
+}
+
+/// Whether the process whose `/proc/PID/stat` fields after the command are `rest`
+/// started well after `start_ns` (wall clock): then the recorded process is gone
+/// and its pid was given to another one.
+fn started_after(rest: &str, start_ns: u64) -> bool {
+    // field 22, starttime, in clock ticks (USER_HZ, 100 on Linux) since boot; `rest`
+    // starts at field 3
+    let Some(ticks) = rest.split_whitespace().nth(19).and_then(|t| t.parse::<u64>().ok()) else {
+        return false;
+    };
+    let Some(btime) = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<u64>().ok()))
+    }) else {
+        return false;
+    };
+    let started =
+        btime.saturating_mul(1_000_000_000).saturating_add(ticks.saturating_mul(10_000_000));
+    // btime is whole seconds: allow for its rounding
+    start_ns != 0 && started > start_ns.saturating_add(2_000_000_000)
 }
 
 fn io_err(p: &Path, e: std::io::Error) -> memlens_format::Error {

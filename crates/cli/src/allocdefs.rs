@@ -10,6 +10,7 @@
 //! The file comes from `MEMLENS_ALLOC_DEFS`.
 
 use anyhow::{bail, Context, Result};
+use std::path::Path;
 use std::process::Command;
 
 /// One allocator definition.
@@ -99,9 +100,11 @@ pub fn link_wrappers(cc: &str) -> Result<LinkWrappers> {
     let Some(path) = std::env::var_os("MEMLENS_ALLOC_DEFS") else {
         return Ok(LinkWrappers { args: Vec::new(), _dir: None });
     };
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("cannot read MEMLENS_ALLOC_DEFS file {}", path.to_string_lossy())
-    })?;
+    let text = crate::files::read_text(
+        Path::new(&path),
+        "MEMLENS_ALLOC_DEFS file",
+        crate::files::LIST_CAP,
+    )?;
     let defs = parse(&text)?;
     if defs.is_empty() {
         return Ok(LinkWrappers { args: Vec::new(), _dir: None });

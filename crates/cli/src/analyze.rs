@@ -275,8 +275,7 @@ pub(crate) fn render_opts(o: &AnalyzeOpts) -> RenderOpts {
 pub(crate) fn cache_config(o: &AnalyzeOpts) -> Result<CacheConfig> {
     let mut cfg = match &o.cache_config {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read cache config {}", p.display()))?;
+            let text = crate::files::read_text(p, "cache config", crate::files::CONFIG_CAP)?;
             CacheConfig::parse(&text)?
         }
         None if !o.cache_args.is_empty() => CacheConfig::from_cachegrind_args(&o.cache_args)?,
@@ -297,9 +296,13 @@ pub(crate) fn write_annotation(
     rep: &memlens_analysis::cachesim::CacheReport,
 ) -> Result<()> {
     if let (Some(path), Some(a)) = (&o.annotate, &rep.annotation) {
-        let f = std::fs::File::create(path)
+        let mut out = crate::files::Output::create(path)?;
+        let mut w = std::io::BufWriter::new(out.file());
+        a.write_to(&mut w)
+            .and_then(|_| w.flush())
             .with_context(|| format!("cannot write the annotation to {}", path.display()))?;
-        a.write_to(std::io::BufWriter::new(f))?;
+        drop(w);
+        out.commit()?;
     }
     Ok(())
 }

@@ -113,6 +113,7 @@ fn parse(args: &[String]) -> Parsed {
         has_g: false,
         has_x: false,
     };
+    let mut lang: Option<String> = None;
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
@@ -122,6 +123,7 @@ fn parse(args: &[String]) -> Parsed {
             }
             if a == "-x" {
                 p.has_x = true;
+                lang = args.get(i + 1).filter(|l| *l != "none").cloned();
             }
             i += 2;
             continue;
@@ -130,6 +132,12 @@ fn parse(args: &[String]) -> Parsed {
             "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only" => p.compile_only = true,
             _ if a.starts_with("-g") && a != "-g0" => p.has_g = true,
             _ if a.starts_with("-o") && a.len() > 2 => p.output = Some(a[2..].to_string()),
+            _ if a.starts_with("-x") && a.len() > 2 => {
+                p.has_x = true;
+                lang = Some(a[2..].to_string()).filter(|l| l != "none");
+            }
+            // after `-x LANG` every input is a source of LANG, stdin (`-`) included
+            _ if lang.is_some() && (a == "-" || !a.starts_with('-')) => p.sources.push(i),
             _ if is_source(a) => p.sources.push(i),
             _ => {}
         }
@@ -266,7 +274,11 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     let shared = args.iter().any(|a| a == "-shared");
     let alloc = crate::allocdefs::link_wrappers(&cc)?;
     if p.sources.is_empty() {
-        return run(Command::new(&cc).args(&args).args(&alloc.args).args(link_flags(&rt, shared)));
+        return run(Command::new(&cc)
+            .args(&args)
+            .args(reset_lang(&p))
+            .args(&alloc.args)
+            .args(link_flags(&rt, shared)));
     }
     if fam == Family::Clang {
         // clang can be told not to link its TSan runtime, so one command does.
@@ -274,6 +286,7 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
             .args(&cflags)
             .arg("-fno-sanitize-link-runtime")
             .args(&args)
+            .args(reset_lang(&p))
             .args(&alloc.args)
             .args(link_flags(&rt, shared)));
     }
@@ -342,6 +355,16 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     run(&mut cmd)
 }
 
+/// `-x none` after the user's `-x LANG`, so the objects and the runtime archive
+/// memlens appends are not compiled as source of that language.
+fn reset_lang(p: &Parsed) -> &'static [&'static str] {
+    if p.has_x {
+        &["-x", "none"]
+    } else {
+        &[]
+    }
+}
+
 fn strip_link_only(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -370,27 +393,24 @@ fn file_stem(p: &str) -> String {
     Path::new(p).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// A temporary directory removed on drop.
+/// A private temporary directory (mode 0700, random name, created exclusively, so
+/// another user cannot plant links in it or predict it), removed on drop.
 pub struct TempDir {
     /// Its path.
     pub path: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl TempDir {
     /// Creates a fresh directory under the system temp dir.
     pub fn new() -> Result<TempDir> {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("memlens-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .with_context(|| format!("cannot create temporary directory {}", path.display()))?;
-        Ok(TempDir { path })
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("memlens-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .context("cannot create a temporary directory (set TMPDIR to a writable one)")?;
+        Ok(TempDir { path: dir.path().to_path_buf(), _dir: dir })
     }
 }
 
@@ -410,6 +430,16 @@ mod tests {
         assert!(p.compile_only);
         assert!(!p.has_g);
         assert!(parse(&["-g3".into()]).has_g);
+    }
+
+    #[test]
+    fn dash_x_makes_every_later_input_a_source() {
+        let a: Vec<String> = ["-x", "c", "a.txt", "-", "-x", "none", "b.o", "-xc", "c.in"]
+            .map(String::from)
+            .to_vec();
+        let p = parse(&a);
+        assert_eq!(p.sources, vec![2, 3, 8]);
+        assert!(p.has_x);
     }
 
     #[test]

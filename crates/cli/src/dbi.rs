@@ -171,9 +171,9 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
     } else {
         std::env::current_dir()?.join(&opts.output)
     };
-    std::fs::File::create(&output).with_context(|| {
-        format!("cannot write the trace to {}; choose another path with -o", output.display())
-    })?;
+    let lock = crate::files::Lock::take(&output)?;
+    // a fresh file of ours in place of anything planted at the path
+    drop(crate::files::create_in_place(&output)?);
     // The guest's LD_PRELOAD gets ours first; QEMU itself gets none.
     let mut guest_preload = preload.to_string_lossy().into_owned();
     if let Some(p) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
@@ -212,5 +212,8 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
             output.display()
         );
     }
-    crate::record::finish(&output, status, opts.quiet)
+    let code = crate::record::report(None, &output, status, opts.quiet);
+    drop(lock);
+    code?;
+    Ok(crate::record::die_like(status))
 }

@@ -1,7 +1,7 @@
 //! `memlens export`: a trace in other tools' formats (see `docs/export.md`).
 
 use crate::names::Names;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use memlens_analysis::cachesim::CacheConfig;
 use memlens_analysis::{CodeName, DataName, Namer};
 use memlens_export::CachegrindOpts;
@@ -66,8 +66,7 @@ fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
 
 fn cache_config(o: &ExportOpts) -> Result<Option<CacheConfig>> {
     if let Some(p) = &o.cache_config {
-        let text = std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read cache config {}", p.display()))?;
+        let text = crate::files::read_text(p, "cache config", crate::files::CONFIG_CAP)?;
         return Ok(Some(CacheConfig::parse(&text)?));
     }
     if !o.cache_args.is_empty() {
@@ -95,13 +94,11 @@ pub fn export(o: ExportOpts) -> Result<()> {
     let namer = CodeNamer(&names);
     let path = o.output.clone().unwrap_or_else(|| default_name(o.format, r.header().pid));
     let to_stdout = path == Path::new("-");
-    let out: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::stdout().lock())
-    } else {
-        Box::new(
-            std::fs::File::create(&path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-        )
+    // a file is written under a fresh name and renamed into place when complete
+    let mut file = if to_stdout { None } else { Some(crate::files::Output::create(&path)?) };
+    let out: Box<dyn Write> = match &mut file {
+        None => Box::new(std::io::stdout().lock()),
+        Some(f) => Box::new(f.take_file()),
     };
     let s = match o.format {
         ExportFormat::Perfetto => memlens_export::perfetto(&r, &namer, out),
@@ -112,6 +109,9 @@ pub fn export(o: ExportOpts) -> Result<()> {
         }
         ExportFormat::Dhat => memlens_export::dhat(&r, &namer, out),
     }?;
+    if let Some(f) = file {
+        f.commit()?;
+    }
     if !to_stdout {
         let what = match o.format {
             ExportFormat::Cachegrind => format!(

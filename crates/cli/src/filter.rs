@@ -46,8 +46,7 @@ impl FilterSpec {
     /// include (an empty whitelist includes everything). Its globs match anywhere
     /// at the start (an implicit leading `*`).
     pub fn add_dinamite_json(&mut self, path: &Path) -> Result<()> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read filter file {}", path.display()))?;
+        let text = crate::files::read_text(path, "filter file", crate::files::LIST_CAP)?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not valid JSON", path.display()))?;
         let star = |s: &str| if s.starts_with('*') { s.to_string() } else { format!("*{s}") };
@@ -136,6 +135,18 @@ pub fn code_ranges(exe: &Path, spec: &FilterSpec) -> Result<String> {
             let r = f.range();
             out += &format!("{}\t{:x}\t{:x}\n", exe.display(), r.start.0, r.end.0);
         }
+    }
+    // An empty selection would record nothing without a word (a typo, or `[`
+    // taken for a character class).
+    if out.is_empty() {
+        let inc = spec.include_functions.iter().chain(&spec.include_files).cloned();
+        let exc = spec.exclude_functions.iter().chain(&spec.exclude_files).map(|g| format!("!{g}"));
+        let globs: Vec<String> = inc.chain(exc).collect();
+        anyhow::bail!(
+            "--functions/--files/--filter-file ({}) select no function of {}; globs take `*` and `?` only, other characters match themselves",
+            globs.join(", "),
+            exe.display()
+        );
     }
     Ok(out)
 }

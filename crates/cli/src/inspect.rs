@@ -170,11 +170,16 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
     )?;
     writeln!(out, "modules     {}", m.modules.len())?;
     if let Some(c) = &v["coverage"].as_object() {
-        writeln!(
-            out,
-            "named       {}% of accesses have a source line, {}% a variable/field/heap name",
-            c["with_line_pct"], c["with_name_pct"]
-        )?;
+        // A percentage of nothing would claim a full naming that never happened.
+        if c["accesses"].as_u64() == Some(0) {
+            writeln!(out, "named       no accesses")?;
+        } else {
+            writeln!(
+                out,
+                "named       {}% of accesses have a source line, {}% a variable/field/heap name",
+                c["with_line_pct"], c["with_name_pct"]
+            )?;
+        }
         for u in c["unnamed"].as_array().into_iter().flatten() {
             writeln!(
                 out,

@@ -5,6 +5,7 @@ mod analyze;
 mod cc;
 mod dbi;
 mod export;
+mod files;
 mod filter;
 mod follow;
 mod inspect;
@@ -256,9 +257,9 @@ struct AnalyzeArgs {
     /// cachesim: hierarchy description file (see docs/analysis.md).
     #[arg(long, value_name = "FILE")]
     cache_config: Option<PathBuf>,
-    /// cachesim: simulated cores (threads map round-robin).
-    #[arg(long)]
-    cores: Option<usize>,
+    /// cachesim: simulated cores, 1 to 1024 (threads map round-robin).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    cores: Option<u32>,
     /// cachesim: write per-access hit/miss levels to FILE.
     #[arg(long, value_name = "FILE")]
     annotate: Option<PathBuf>,
@@ -317,12 +318,28 @@ fn main() {
             }) {
                 0
             } else {
-                eprintln!("memlens: error: {e:#}");
+                eprintln!("memlens: error: {}", error_text(&e));
                 2
             }
         }
     };
     std::process::exit(code);
+}
+
+/// The error and its causes on one line. Library errors often print their source
+/// in their own text too, so a cause already said (or the context it extends) is
+/// not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for c in e.chain() {
+        let s = c.to_string();
+        match parts.last_mut() {
+            Some(last) if last.contains(&s) => {}
+            Some(last) if s.starts_with(last.as_str()) => *last = s,
+            _ => parts.push(s),
+        }
+    }
+    parts.join(": ")
 }
 
 fn real_main() -> Result<i32> {
@@ -460,7 +477,7 @@ fn real_main() -> Result<i32> {
                 roi: a.roi,
                 cache_args,
                 cache_config: a.cache_config,
-                cores: a.cores,
+                cores: a.cores.map(|n| n as usize),
                 annotate: a.annotate,
                 line: a.line,
                 interval: a.interval,

@@ -7,7 +7,7 @@ use memlens_format::{AccessKind, Event, ThreadId};
 use serde_json::json;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::Path;
 
 /// How a recording orders events across threads.
@@ -326,6 +326,9 @@ impl Amt {
     }
 }
 
+/// Longest input line `merge` accepts; atomic-memory-trace lines are under 200 bytes.
+const MAX_AMT_LINE: usize = 64 << 10;
+
 /// `memlens merge`: atomic-memory-trace's streaming merge (`src/merge.cpp`). Reads
 /// per-thread-ordered, globally unordered lines `<ts>\t<tid>\t...` on `input` and
 /// writes them ordered by timestamp. A line is written once no live registered
@@ -360,8 +363,26 @@ pub fn merge_amt(input: impl BufRead, out: impl Write, strip_ts: bool) -> Result
         }
         Ok(())
     };
-    for (n, line) in input.lines().enumerate() {
-        let line = line?;
+    let mut input = input;
+    let mut buf = Vec::new();
+    for n in 0usize.. {
+        buf.clear();
+        // bounded: a stream without newlines (`< /dev/zero`) must not fill memory
+        let got = (&mut input).take(MAX_AMT_LINE as u64 + 1).read_until(b'\n', &mut buf)?;
+        if got == 0 {
+            break;
+        }
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+        } else if buf.len() > MAX_AMT_LINE {
+            anyhow::bail!(
+                "line {} is longer than {} KiB: the input is not atomic-memory-trace text (`<ts>\\t<tid>\\t...` lines)",
+                n + 1,
+                MAX_AMT_LINE >> 10
+            );
+        }
+        let line = String::from_utf8(std::mem::take(&mut buf))
+            .map_err(|_| anyhow::anyhow!("line {} is not UTF-8 text", n + 1))?;
         if line.trim().is_empty() {
             continue;
         }

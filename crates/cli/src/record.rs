@@ -2,8 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use memlens_format::{FileHeader, HEADER_SIZE};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -93,8 +94,7 @@ fn check_program(exe: &Path) -> Result<()> {
 type FunctionList = (Vec<String>, Vec<(PathBuf, Vec<String>)>);
 
 fn read_function_list(path: &Path) -> Result<FunctionList> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the function list {}", path.display()))?;
+    let text = crate::files::read_text(path, "the function list", crate::files::LIST_CAP)?;
     let (mut names, mut libs) = (Vec::new(), Vec::<(PathBuf, Vec<String>)>::new());
     for l in text.lines().map(|l| l.split('#').next().unwrap_or("").trim()) {
         if let Some(lib) = l.strip_prefix('@') {
@@ -283,10 +283,7 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
     let exe = find_program(prog)?;
     check_program(&exe)?;
     let output = absolute(&opts.output)?;
-    // Create the file now so an unwritable path fails before the program runs.
-    std::fs::File::create(&output).with_context(|| {
-        format!("cannot write the trace to {}; choose another path with -o", output.display())
-    })?;
+    let lock = crate::files::Lock::take(&output)?;
     let tmp = crate::cc::TempDir::new()?;
     let mut cmd = Command::new(&exe);
     cmd.args(&opts.cmd[1..]);
@@ -310,8 +307,27 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
     if let Some(list) = &opts.trace_calls {
         cmd.env("MEMLENS_TRACE_CALLS", trace_calls_spec(&exe, list, opts.quiet)?);
     }
+    // The trace is a fresh file of ours (never a planted one), handed to the
+    // runtime open: it does not open the path again.
+    let trace = crate::files::create_in_place(&output)?;
+    let fd = trace.as_raw_fd();
+    cmd.env("MEMLENS_OUTPUT_FD", fd.to_string());
+    // SAFETY: fcntl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let status = wait_child(&mut cmd, &exe)?;
-    finish(&output, status, opts.quiet)
+    // before `die_like`, which may die of the child's signal
+    drop(tmp);
+    let code = report(Some(&trace), &output, status, opts.quiet);
+    drop(lock);
+    code?;
+    Ok(die_like(status))
 }
 
 /// Runs the traced child to completion. Ctrl-C and TERM go to the child alone, so
@@ -327,27 +343,37 @@ pub(crate) fn wait_child(cmd: &mut Command, what: &Path) -> Result<std::process:
     status.with_context(|| format!("cannot run {}", what.display()))
 }
 
-/// Writes the child's status into the trace, prints the summary, and returns the
-/// exit code to use — or dies of the child's signal, so the shell sees what it
-/// would have seen.
-pub(crate) fn finish(output: &Path, status: std::process::ExitStatus, quiet: bool) -> Result<i32> {
+/// Writes the child's status into the trace (`file`, else the file at `output`)
+/// and prints the summary.
+pub(crate) fn report(
+    file: Option<&std::fs::File>,
+    output: &Path,
+    status: std::process::ExitStatus,
+    quiet: bool,
+) -> Result<()> {
     let (kind, value) = match (status.code(), status.signal()) {
         (Some(c), _) => (1u32, c),
         (None, Some(s)) => (2u32, s),
         _ => (0, 0),
     };
-    patch_end_status(output, kind, value)?;
+    patch_end_status(file, output, kind, value)?;
     if !quiet {
         summary(output);
     }
+    Ok(())
+}
+
+/// The exit code of the child's status — or dies of its signal, so the shell sees
+/// what it would have seen.
+pub(crate) fn die_like(status: std::process::ExitStatus) -> i32 {
     if let Some(sig) = status.signal() {
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
             libc::raise(sig);
         }
-        return Ok(128 + sig);
+        return 128 + sig;
     }
-    Ok(status.code().unwrap_or(1))
+    status.code().unwrap_or(1)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -356,10 +382,26 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 
 /// Writes the waitpid status into the header (the runtime cannot know it when
 /// main returns, or when the process was killed).
-fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+fn patch_end_status(
+    file: Option<&std::fs::File>,
+    path: &Path,
+    kind: u32,
+    value: i32,
+) -> Result<()> {
+    let opened;
+    let f = match file {
+        Some(f) => f,
+        None => {
+            opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)?;
+            &opened
+        }
+    };
     let mut b = vec![0u8; HEADER_SIZE];
-    let n = f.read(&mut b)?;
+    let n = f.read_at(&mut b, 0)?;
     if n < 128 {
         bail!(
             "the program ran but wrote no trace to {}: was it built with `memlens cc`, and did it start at all?",
@@ -372,8 +414,7 @@ fn patch_end_status(path: &Path, kind: u32, value: i32) -> Result<()> {
     };
     h.end_kind = kind;
     h.end_value = value;
-    f.seek(SeekFrom::Start(0))?;
-    f.write_all(&h.encode())?;
+    f.write_all_at(&h.encode(), 0)?;
     Ok(())
 }
 

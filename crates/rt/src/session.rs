@@ -509,7 +509,11 @@ fn open_output(base: &str, owner: bool, pid: u32) -> Result<(c_int, String), Err
         }
     };
     if owner {
-        return open(base, libc::O_CREAT | libc::O_TRUNC)
+        if let Some(fd) = inherited_output() {
+            return Ok((fd, base.to_string()));
+        }
+        // run without `memlens record`: at least never write through a planted link
+        return open(base, libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW)
             .map(|fd| (fd, base.to_string()))
             .map_err(|errno| Error::Open { path: base.to_string(), errno });
     }
@@ -523,6 +527,24 @@ fn open_output(base: &str, owner: bool, pid: u32) -> Result<(c_int, String), Err
         }
     }
     Err(Error::Open { path: format!("{base}.{pid}"), errno: last })
+}
+
+/// The trace `memlens record` created (a fresh file, never a planted one) and
+/// passed open as `MEMLENS_OUTPUT_FD`; taken once, kept from programs this one
+/// starts.
+fn inherited_output() -> Option<c_int> {
+    let v = std::env::var("MEMLENS_OUTPUT_FD").ok()?;
+    // SAFETY: NUL-terminated name; done while starting up.
+    unsafe { libc::unsetenv(c"MEMLENS_OUTPUT_FD".as_ptr()) };
+    let fd: c_int = v.parse().ok()?;
+    // SAFETY: fcntl on any number is safe; a closed one fails.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if fd < 0 || fl < 0 || fl & libc::O_ACCMODE == libc::O_RDONLY {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(fd)
 }
 
 /// A writer thread: compresses and appends jobs until the process ends.

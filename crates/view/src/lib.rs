@@ -68,9 +68,30 @@ pub fn index_dir(trace: &Path) -> PathBuf {
     s.into()
 }
 
+/// Why `dir` cannot be an index directory (a link, or not a directory), if it
+/// exists and cannot.
+pub(crate) fn not_a_real_dir(dir: &Path) -> Option<String> {
+    let m = std::fs::symlink_metadata(dir).ok()?;
+    if m.file_type().is_symlink() {
+        return Some(format!(
+            "the index directory {} is a symbolic link, which memlens neither reads nor writes through; remove it",
+            dir.display()
+        ));
+    }
+    (!m.is_dir()).then(|| {
+        format!(
+            "{} is not a directory; remove it to let memlens build the index there",
+            dir.display()
+        )
+    })
+}
+
 /// Whether `dir` holds a complete index of this version that is newer than the
 /// trace (and than its cachesim annotation, if any).
 pub fn is_fresh(trace: &Path, dir: &Path) -> bool {
+    if not_a_real_dir(dir).is_some() {
+        return false;
+    }
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let Some(meta_time) = mtime(&dir.join("meta.json")) else { return false };
     let newer = |p: &Path| mtime(p).is_some_and(|t| t > meta_time);

@@ -230,6 +230,26 @@ impl CacheConfig {
             }
             prev_line = l.geometry.line;
         }
+        if self.cores == 0 || self.cores > super::MAX_CORES {
+            return Err(Error::Config(format!(
+                "{} cores: simulate 1 to {} cores",
+                self.cores,
+                super::MAX_CORES
+            )));
+        }
+        let shared_from = self.first_shared();
+        let mut lines = 0u64;
+        for (i, l) in self.levels.iter().enumerate() {
+            let copies = if i >= shared_from { 1 } else { self.cores as u64 };
+            let n = l.geometry.size / u64::from(l.geometry.line);
+            lines = lines.saturating_add(n.saturating_mul(copies));
+        }
+        if lines > super::MAX_LINES {
+            return Err(Error::Config(format!(
+                "the hierarchy holds {lines} cache lines over all levels and cores; at most {} (2^27) can be simulated: use smaller caches, longer lines or fewer cores",
+                super::MAX_LINES
+            )));
+        }
         if self.data_granule != 0 && !self.data_granule.is_power_of_two() {
             return Err(Error::Config(format!(
                 "data granule {} is not a power of two",
@@ -336,7 +356,9 @@ impl CacheConfig {
             let v = v.trim().trim_matches('"');
             let e = |x: Error| err(x.to_string());
             match (&mut cur, k) {
-                (None, "cores") => c.cores = parse_u64(v).map_err(e)?.max(1) as usize,
+                (None, "cores") => {
+                    c.cores = usize::try_from(parse_u64(v).map_err(e)?).unwrap_or(usize::MAX)
+                }
                 (None, "core_map") => c.core_map = parse_core_map(v).map_err(e)?,
                 (None, "shared_from") => c.shared_from = Some(parse_u64(v).map_err(e)? as usize),
                 (None, "writeback_fill") => c.writeback_fill = parse_bool(v).map_err(e)?,
@@ -347,11 +369,11 @@ impl CacheConfig {
                     have_geom.0 = true;
                 }
                 (Some(l), "assoc") => {
-                    l.geometry.assoc = parse_u64(v).map_err(e)? as u32;
+                    l.geometry.assoc = parse_u32(v).map_err(e)?;
                     have_geom.1 = true;
                 }
                 (Some(l), "line") => {
-                    l.geometry.line = parse_u64(v).map_err(e)? as u32;
+                    l.geometry.line = parse_u32(v).map_err(e)?;
                     have_geom.2 = true;
                 }
                 (Some(l), "policy") => l.policy = PolicyKind::parse(v).map_err(e)?,
@@ -415,11 +437,7 @@ pub fn parse_geometry(v: &str) -> Result<Geometry, Error> {
     if p.len() != 3 {
         return Err(Error::Config(format!("expected size,assoc,line, got {v:?}")));
     }
-    let g = Geometry {
-        size: parse_u64(p[0])?,
-        assoc: parse_u64(p[1])? as u32,
-        line: parse_u64(p[2])? as u32,
-    };
+    let g = Geometry { size: parse_u64(p[0])?, assoc: parse_u32(p[1])?, line: parse_u32(p[2])? };
     g.validate()?;
     Ok(g)
 }
@@ -439,6 +457,12 @@ pub fn parse_u64(v: &str) -> Result<u64, Error> {
     };
     let n: u64 = num.trim().parse().map_err(|_| bad())?;
     n.checked_mul(mul).ok_or_else(bad)
+}
+
+/// [`parse_u64`] for a value that must fit 32 bits (no silent truncation).
+fn parse_u32(v: &str) -> Result<u32, Error> {
+    u32::try_from(parse_u64(v)?)
+        .map_err(|_| Error::Config(format!("{v} is too large (at most {})", u32::MAX)))
 }
 
 fn parse_bool(v: &str) -> Result<bool, Error> {

@@ -62,6 +62,13 @@ use std::collections::HashMap;
 /// Most cache levels a hierarchy may have.
 pub const MAX_LEVELS: usize = 6;
 
+/// Most simulated cores: every store snoops every other core's private levels.
+pub const MAX_CORES: usize = 1024;
+
+/// Most cache lines simulated over all levels and cores: 8 bytes of state each, so
+/// the simulator stays near 1 GiB whatever the geometry asked for.
+pub const MAX_LINES: u64 = 1 << 27;
+
 /// Accesses attributed to one code or data address, by the level that served them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AccessStats {
