@@ -42,6 +42,7 @@ pub mod chunk;
 pub mod codec;
 pub mod complete;
 pub mod event;
+pub mod fuzz;
 pub mod meta;
 pub mod reader;
 pub mod types;
