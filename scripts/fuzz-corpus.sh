@@ -14,5 +14,6 @@ for p in threads counts; do
   "$memlens" cc -O2 -pthread "tests/programs/$p.c" -o "$tmp/$p"
   (cd "$tmp" && "$memlens" record -q -o "$p.trace" -- "./$p" >/dev/null)
 done
-rm -rf fuzz/corpus/reader fuzz/corpus/decoder
+# inputs that once crashed a target (regress-*) stay
+find fuzz/corpus -type f ! -name "regress-*" -delete
 cargo run -q -p memlens-format --example fuzz_corpus -- fuzz/corpus "$tmp/threads.trace" "$tmp/counts.trace"

@@ -69,13 +69,14 @@ pub struct ChunkCounts {
 }
 
 impl ChunkCounts {
-    /// Adds another chunk's counts.
+    /// Adds another chunk's counts (saturating: damaged or crafted headers must
+    /// not overflow a sum).
     pub fn add(&mut self, o: &ChunkCounts) {
-        self.events += o.events;
-        self.loads += o.loads;
-        self.stores += o.stores;
-        self.allocs += o.allocs;
-        self.frees += o.frees;
+        self.events = self.events.saturating_add(o.events);
+        self.loads = self.loads.saturating_add(o.loads);
+        self.stores = self.stores.saturating_add(o.stores);
+        self.allocs = self.allocs.saturating_add(o.allocs);
+        self.frees = self.frees.saturating_add(o.frees);
     }
 }
 

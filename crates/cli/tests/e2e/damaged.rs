@@ -230,3 +230,38 @@ fn a_cut_trace_is_read_up_to_the_cut_by_every_command() {
     );
     check(&seen(&cut), &expected(&intact, &lost), Some(&warning), false);
 }
+
+#[test]
+fn events_dropped_by_the_runtime_are_reported_by_report_analyze_and_dump_merged() {
+    let (dir, trace) = recorded("dropped");
+    let events = info(&trace)["events"].as_u64().unwrap();
+    // the runtime's counter in the file header, as a full disk leaves it
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let mut h = memlens_format::FileHeader::decode(&bytes).unwrap();
+    h.dropped_events = 123;
+    bytes[..memlens_format::HEADER_SIZE].copy_from_slice(&h.encode());
+    let p = dir.join("dropped.trace");
+    std::fs::write(&p, &bytes).unwrap();
+    let t = p.to_str().unwrap();
+    let warning = "memlens: warning: incomplete trace: 123 events dropped while recording; \
+                   the results cover the rest";
+    let (out, w, _) = run(&["report", "--by", "thread", "--format", "json", t]);
+    assert_eq!(w, [warning]);
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[1]["stores"], 40000);
+    let (out, w, _) = run(&["analyze", "counts", "--format", "json", t]);
+    assert_eq!(w, [warning]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["complete"], false);
+    assert_eq!(v["by_thread"][2]["loads"], 40000);
+    let (out, w, _) = run(&["dump", "--merged", t]);
+    assert_eq!(w, [warning]);
+    assert_eq!(out.lines().count() as u64, events);
+    let (out, w, _) = run(&["info", "--format", "json", t]);
+    assert_eq!(w, [warning]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["complete"].clone(), v["dropped"].clone()),
+        (Value::Bool(false), Value::from(123))
+    );
+}
