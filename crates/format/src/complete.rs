@@ -178,7 +178,7 @@ mod tests {
     }
 
     fn events(r: &TraceReader, t: u32) -> usize {
-        r.events(ThreadId(t)).map(|e| e.unwrap()).count()
+        r.events(ThreadId(t)).inspect(|e| assert!(e.is_ok(), "{e:?}")).count()
     }
 
     #[test]
