@@ -148,6 +148,7 @@ impl TraceReader {
             let h = match ChunkHeader::decode(&hb, off) {
                 Ok(h) => h,
                 Err(e) => {
+                    let reason = short_reason(&e);
                     // A damaged header hides its chunk's length: go on at the next
                     // header that passes its checks, if any.
                     match self.next_header(off + 1)? {
@@ -156,15 +157,14 @@ impl TraceReader {
                                 offset: off,
                                 bytes: next - off,
                                 header: None,
-                                reason: e.to_string(),
+                                reason,
                             });
                             rd.seek(SeekFrom::Start(next))?;
                             off = next;
                             continue;
                         }
                         None => {
-                            self.truncation =
-                                Some(Truncation { offset: off, reason: e.to_string() });
+                            self.truncation = Some(Truncation { offset: off, reason });
                             break;
                         }
                     }
@@ -270,7 +270,7 @@ impl TraceReader {
             let recs = match recs {
                 Ok(r) => r,
                 Err(e) => {
-                    bad.push((i, e.to_string()));
+                    bad.push((i, short_reason(&e)));
                     continue;
                 }
             };
@@ -446,6 +446,14 @@ impl TraceReader {
             index: 0,
             pending: None,
         }
+    }
+}
+
+/// What failed, without the offset (said next to it already).
+fn short_reason(e: &Error) -> String {
+    match e {
+        Error::Corrupt { what, .. } => what.to_string(),
+        e => e.to_string(),
     }
 }
 
