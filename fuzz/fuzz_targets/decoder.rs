@@ -1,8 +1,7 @@
-//! Chunk payloads and metadata records: decoding must never panic.
+//! Chunk payloads, metadata records and whole chunks: decoding must never panic.
+//! The body is `memlens_format::fuzz::decoder`, which `cargo test` also runs over
+//! the corpus and seeded mutations (crates/format/tests/fuzz_smoke.rs).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    for _ in memlens_format::codec::Decoder::new(data) {}
-    let _ = memlens_format::MetaRecord::decode_all(data);
-});
+fuzz_target!(|data: &[u8]| memlens_format::fuzz::decoder(data));

@@ -1,20 +1,7 @@
 //! Whole trace files: the reader must never panic, whatever the bytes.
+//! The body is `memlens_format::fuzz::reader`, which `cargo test` also runs over
+//! the corpus and seeded mutations (crates/format/tests/fuzz_smoke.rs).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let path = std::env::temp_dir().join(format!("memlens-fuzz-{}.trace", std::process::id()));
-    if std::fs::write(&path, data).is_err() {
-        return;
-    }
-    if let Ok(r) = memlens_format::TraceReader::open(&path) {
-        let _ = r.totals();
-        for s in r.streams() {
-            for ev in r.events(s.thread) {
-                if ev.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-});
+fuzz_target!(|data: &[u8]| memlens_format::fuzz::reader(data));

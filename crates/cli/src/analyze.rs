@@ -234,11 +234,14 @@ fn run_chunks<K: memlens_analysis::ChunkKernel>(
     Ok(out)
 }
 
-pub(crate) fn print(t: memlens_analysis::Table, json: bool) -> Result<()> {
+/// Prints a result; JSON carries `complete` (whether the trace had every event).
+pub(crate) fn print(t: memlens_analysis::Table, json: bool, complete: bool) -> Result<()> {
     let out = std::io::stdout();
     let mut out = out.lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &t.to_json())?;
+        let mut v = t.to_json();
+        v["complete"] = serde_json::json!(complete);
+        serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else {
         write!(out, "{}", t.to_text())?;
@@ -364,7 +367,7 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
         }
         _ => unreachable!("checked above"),
     };
-    print(table, o.json)
+    print(table, o.json, r.completeness().is_complete())
 }
 
 /// Parses `A..B`.

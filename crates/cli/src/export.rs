@@ -84,12 +84,6 @@ pub fn export(o: ExportOpts) -> Result<()> {
         );
     }
     let r = crate::inspect::open(&o.trace)?;
-    if let Some(t) = r.truncation() {
-        eprintln!(
-            "memlens: warning: the trace is incomplete ({} at byte {}); exporting what precedes it",
-            t.reason, t.offset
-        );
-    }
     let names = Names::new(&r.meta().modules);
     let namer = CodeNamer(&names);
     let path = o.output.clone().unwrap_or_else(|| default_name(o.format, r.header().pid));

@@ -203,8 +203,10 @@ where
 
 /// The result on stdout, named with the whole trace as the offline run names it.
 fn print_final<R: Render>(o: &AnalyzeOpts, out: &R) -> Result<()> {
-    let r = crate::inspect::open(&o.trace)?;
+    // the follow loop said what it could not read
+    let r = crate::inspect::open_quiet(&o.trace)?;
     let names = Names::new(&r.meta().modules);
     let namer = crate::vars::TraceNamer::new(&r, &names)?;
-    analyze::print(out.render(&namer, &analyze::render_opts(o)), o.json)
+    let complete = r.completeness().is_complete();
+    analyze::print(out.render(&namer, &analyze::render_opts(o)), o.json, complete)
 }

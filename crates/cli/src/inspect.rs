@@ -24,8 +24,18 @@ pub enum By {
     Alloc,
 }
 
-/// Opens a trace with a message that says what to do.
+/// Opens a trace with a message that says what to do, and prints the one warning
+/// line when the trace is incomplete (every command that reads a trace opens it here).
 pub fn open(path: &Path) -> Result<TraceReader> {
+    let r = open_quiet(path)?;
+    if let Some(w) = r.completeness().warning() {
+        eprintln!("memlens: warning: {w}");
+    }
+    Ok(r)
+}
+
+/// [`open`] without the warning (for a caller that reported the damage itself).
+pub fn open_quiet(path: &Path) -> Result<TraceReader> {
     if !path.exists() {
         anyhow::bail!(
             "trace {} does not exist; record one with `memlens record -- PROG`",
@@ -33,17 +43,6 @@ pub fn open(path: &Path) -> Result<TraceReader> {
         );
     }
     TraceReader::open(path).with_context(|| format!("cannot read {}", path.display()))
-}
-
-fn warn_truncated(r: &TraceReader) {
-    if let Some(t) = r.truncation() {
-        eprintln!(
-            "memlens: warning: the trace is incomplete ({} at byte {}); reading the {} complete chunks before it",
-            t.reason,
-            t.offset,
-            r.chunks().len()
-        );
-    }
 }
 
 fn end_text(e: EndStatus) -> String {
@@ -107,7 +106,20 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         .find(|(k, _)| k == "order_steals")
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
+    let comp = r.completeness();
+    let skipped: Vec<Value> = comp
+        .skipped
+        .iter()
+        .map(|k| {
+            let h = k.header.filter(|h| h.kind == memlens_format::ChunkKind::Events);
+            json!({"offset": k.offset, "bytes": k.bytes, "reason": k.reason,
+                "thread": h.map(|h| h.stream), "events": h.map(|h| h.counts.events)})
+        })
+        .collect();
     let v = json!({
+        "complete": comp.is_complete(),
+        "incomplete": comp.reasons(),
+        "skipped": skipped,
         "coverage": coverage,
         "trace": path.display().to_string(),
         "pid": h.pid,
@@ -207,6 +219,16 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
             t.offset, t.reason
         )?;
     }
+    for k in &comp.skipped {
+        let what = match k.header {
+            Some(h) if h.kind == memlens_format::ChunkKind::Events => {
+                format!("{} events of thread {}", h.counts.events, h.stream)
+            }
+            Some(_) => "metadata".to_string(),
+            None => format!("{} bytes", k.bytes),
+        };
+        writeln!(out, "SKIPPED     damaged chunk at byte {} ({what}): {}", k.offset, k.reason)?;
+    }
     for s in v["streams"].as_array().into_iter().flatten() {
         writeln!(
             out,
@@ -289,7 +311,6 @@ fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io
 /// `memlens report`.
 pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
     let r = open(path)?;
-    warn_truncated(&r);
     // --by variable makes its own pass; the counts would be thrown away
     let c = if matches!(by, By::Variable(_)) { Counts::default() } else { counts(&r)? };
     let names = Names::new(&r.meta().modules);
@@ -423,7 +444,6 @@ fn short_path(s: &str) -> String {
 /// `memlens dump`.
 pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -> Result<()> {
     let r = open(path)?;
-    warn_truncated(&r);
     let names = with_names.then(|| Names::new(&r.meta().modules));
     let mut attr = match &names {
         Some(n) => Some(crate::vars::attributor(&r, n)?),

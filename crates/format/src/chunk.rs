@@ -69,13 +69,14 @@ pub struct ChunkCounts {
 }
 
 impl ChunkCounts {
-    /// Adds another chunk's counts.
+    /// Adds another chunk's counts (saturating: damaged or crafted headers must
+    /// not overflow a sum).
     pub fn add(&mut self, o: &ChunkCounts) {
-        self.events += o.events;
-        self.loads += o.loads;
-        self.stores += o.stores;
-        self.allocs += o.allocs;
-        self.frees += o.frees;
+        self.events = self.events.saturating_add(o.events);
+        self.loads = self.loads.saturating_add(o.loads);
+        self.stores = self.stores.saturating_add(o.stores);
+        self.allocs = self.allocs.saturating_add(o.allocs);
+        self.frees = self.frees.saturating_add(o.frees);
     }
 }
 
@@ -542,10 +543,9 @@ impl PayloadBuf {
         self.raw.clear();
         match h.codec {
             Codec::None => {
-                if want > end {
-                    return Err(wrong);
-                }
-                self.raw.extend_from_slice(&self.payload[..want]);
+                // a payload shorter than its header says is damage, not a panic
+                let part = self.payload.get(..want).filter(|_| want <= end).ok_or(wrong)?;
+                self.raw.extend_from_slice(part);
             }
             Codec::Zstd => {
                 let bad = || Error::Corrupt { offset, what: "zstd payload does not decompress" };
@@ -557,10 +557,11 @@ impl PayloadBuf {
                     self.zstd = Some(zstd::bulk::Decompressor::new().map_err(|_| bad())?);
                 }
                 let z = self.zstd.as_mut().expect("set above");
+                let frame = self.payload.get(k..end).ok_or_else(bad)?;
                 self.raw.reserve(want);
                 self.raw.extend_from_slice(&self.payload[..k]);
                 let mut t = Tail { v: &mut self.raw, start: k };
-                let n = z.decompress_to_buffer(&self.payload[k..end], &mut t).map_err(|_| bad())?;
+                let n = z.decompress_to_buffer(frame, &mut t).map_err(|_| bad())?;
                 if k + n != want {
                     return Err(wrong);
                 }

@@ -40,7 +40,9 @@
 
 pub mod chunk;
 pub mod codec;
+pub mod complete;
 pub mod event;
+pub mod fuzz;
 pub mod meta;
 pub mod reader;
 pub mod types;
@@ -51,11 +53,12 @@ pub use chunk::{
     ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, FileHeader, PayloadBuf,
     CHUNK_HEADER_SIZE, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
 };
+pub use complete::Completeness;
 pub use event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 pub use meta::{EndStatus, MetaRecord};
 pub use reader::{
-    ChunkDecoder, ChunkIndex, StreamChunk, StreamEvents, StreamInfo, TraceMeta, TraceReader,
-    Truncation, BATCH,
+    ChunkDecoder, ChunkIndex, Skipped, StreamChunk, StreamEvents, StreamInfo, TraceMeta,
+    TraceReader, Truncation, BATCH,
 };
 pub use types::{Addr, Module, Pc, Segment, ThreadId};
 pub use writer::{count, EventBuffer, TraceWriter};

@@ -1,10 +1,11 @@
 //! Reading traces: a fast header scan, then per-stream event iteration.
 
 use crate::chunk::{
-    ChunkCounts, ChunkHeader, ChunkKind, FileHeader, PayloadBuf, CHUNK_HEADER_SIZE, FLAG_LAST,
-    HEADER_SIZE, META_STREAM,
+    ChunkCounts, ChunkHeader, ChunkKind, FileHeader, PayloadBuf, CHUNK_HEADER_SIZE, CHUNK_MAGIC,
+    FLAG_LAST, HEADER_SIZE, META_STREAM,
 };
 use crate::codec::Decoder;
+use crate::complete::Completeness;
 use crate::event::Event;
 use crate::meta::{EndStatus, MetaRecord};
 use crate::types::{Module, ThreadId};
@@ -29,6 +30,20 @@ pub struct Truncation {
     /// Offset of the first byte not used.
     pub offset: u64,
     /// What was found there.
+    pub reason: String,
+}
+
+/// A chunk the reader left out because it failed its checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Offset of the chunk (or of the damaged bytes).
+    pub offset: u64,
+    /// Bytes skipped.
+    pub bytes: u64,
+    /// The chunk's header when it passed its own checks (the payload did not):
+    /// stream and event counts of what was lost. `None` when the header was damaged.
+    pub header: Option<ChunkHeader>,
+    /// What failed.
     pub reason: String,
 }
 
@@ -78,6 +93,7 @@ pub struct TraceReader {
     chunks: Vec<ChunkIndex>,
     streams: Vec<StreamInfo>,
     truncation: Option<Truncation>,
+    skipped: Vec<Skipped>,
     meta: TraceMeta,
 }
 
@@ -101,11 +117,12 @@ impl TraceReader {
             chunks: Vec::new(),
             streams: Vec::new(),
             truncation: None,
+            skipped: Vec::new(),
             meta: TraceMeta::default(),
         };
         r.scan().map_err(|e| Error::Io(path.display().to_string(), e))?;
+        r.read_meta();
         r.build_streams();
-        r.read_meta()?;
         Ok(r)
     }
 
@@ -131,8 +148,26 @@ impl TraceReader {
             let h = match ChunkHeader::decode(&hb, off) {
                 Ok(h) => h,
                 Err(e) => {
-                    self.truncation = Some(Truncation { offset: off, reason: e.to_string() });
-                    break;
+                    let reason = short_reason(&e);
+                    // A damaged header hides its chunk's length: go on at the next
+                    // header that passes its checks, if any.
+                    match self.next_header(off + 1)? {
+                        Some(next) => {
+                            self.skipped.push(Skipped {
+                                offset: off,
+                                bytes: next - off,
+                                header: None,
+                                reason,
+                            });
+                            rd.seek(SeekFrom::Start(next))?;
+                            off = next;
+                            continue;
+                        }
+                        None => {
+                            self.truncation = Some(Truncation { offset: off, reason });
+                            break;
+                        }
+                    }
                 }
             };
             let end = off + CHUNK_HEADER_SIZE as u64 + u64::from(h.payload_len);
@@ -147,11 +182,47 @@ impl TraceReader {
                 });
                 break;
             }
-            self.chunks.push(ChunkIndex { offset: off, header: h });
-            rd.seek_relative(i64::from(h.payload_len))?;
+            // Checksum every payload now (no decompression): a damaged chunk is left
+            // out of its stream before any command reads it, `info --fast` included.
+            if payload_crc(&mut rd, h.payload_len)? == h.payload_crc {
+                self.chunks.push(ChunkIndex { offset: off, header: h });
+            } else {
+                self.skipped.push(Skipped {
+                    offset: off,
+                    bytes: end - off,
+                    header: Some(h),
+                    reason: "chunk payload checksum mismatch".into(),
+                });
+            }
             off = end;
         }
         Ok(())
+    }
+
+    /// The offset of the first chunk header at or after `from` that passes its
+    /// checks (magic, CRC, lengths).
+    fn next_header(&self, from: u64) -> std::io::Result<Option<u64>> {
+        const BLOCK: usize = 1 << 20;
+        let mut buf = vec![0u8; BLOCK + CHUNK_HEADER_SIZE];
+        let mut at = from;
+        while at + CHUNK_HEADER_SIZE as u64 <= self.len {
+            let n = read_full(&self.file, &mut buf, at)?;
+            if n < CHUNK_HEADER_SIZE {
+                break;
+            }
+            for i in 0..=n - CHUNK_HEADER_SIZE {
+                if buf[i..i + 4] == CHUNK_MAGIC {
+                    let hb: &[u8; CHUNK_HEADER_SIZE] =
+                        buf[i..i + CHUNK_HEADER_SIZE].try_into().expect("64 bytes");
+                    if ChunkHeader::decode(hb, at + i as u64).is_ok() {
+                        return Ok(Some(at + i as u64));
+                    }
+                }
+            }
+            // the next block starts where a header could still begin
+            at += (n - CHUNK_HEADER_SIZE + 1) as u64;
+        }
+        Ok(None)
     }
 
     fn build_streams(&mut self) {
@@ -183,12 +254,26 @@ impl TraceReader {
         self.streams = streams;
     }
 
-    fn read_meta(&mut self) -> Result<(), Error> {
+    /// Decodes the metadata chunks; one that does not decode is left out (and
+    /// reported) like a damaged event chunk.
+    fn read_meta(&mut self) {
         let mut meta = TraceMeta::default();
-        for c in self.chunks.iter().filter(|c| c.header.kind == ChunkKind::Meta) {
-            let raw = self.read_chunk(c)?;
-            let recs = MetaRecord::decode_all(&raw)
-                .ok_or(Error::Corrupt { offset: c.offset, what: "bad metadata record" })?;
+        let mut bad = Vec::new();
+        for (i, c) in self.chunks.iter().enumerate() {
+            if c.header.kind != ChunkKind::Meta {
+                continue;
+            }
+            let recs = self.read_chunk(c).and_then(|raw| {
+                MetaRecord::decode_all(&raw)
+                    .ok_or(Error::Corrupt { offset: c.offset, what: "bad metadata record" })
+            });
+            let recs = match recs {
+                Ok(r) => r,
+                Err(e) => {
+                    bad.push((i, short_reason(&e)));
+                    continue;
+                }
+            };
             for rec in recs {
                 match rec {
                     MetaRecord::Process { pid, exe, argv } => {
@@ -212,7 +297,12 @@ impl TraceReader {
         }
         meta.modules.sort_by_key(|m| m.id);
         self.meta = meta;
-        Ok(())
+        for (i, reason) in bad.into_iter().rev() {
+            let c = self.chunks.remove(i);
+            let bytes = CHUNK_HEADER_SIZE as u64 + u64::from(c.header.payload_len);
+            self.skipped.push(Skipped { offset: c.offset, bytes, header: Some(c.header), reason });
+        }
+        self.skipped.sort_by_key(|s| s.offset);
     }
 
     /// The file header.
@@ -233,6 +323,17 @@ impl TraceReader {
     /// Where and why reading stopped early, if it did.
     pub fn truncation(&self) -> Option<&Truncation> {
         self.truncation.as_ref()
+    }
+
+    /// Damaged chunks left out, in file order (their events are in no stream).
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+
+    /// Whether the trace holds every event the program produced, and if not why:
+    /// what every command reports (see [`Completeness`]).
+    pub fn completeness(&self) -> Completeness {
+        Completeness::of(self)
     }
 
     /// Decoded metadata.
@@ -346,6 +447,28 @@ impl TraceReader {
             pending: None,
         }
     }
+}
+
+/// What failed, without the offset (said next to it already).
+fn short_reason(e: &Error) -> String {
+    match e {
+        Error::Corrupt { what, .. } => what.to_string(),
+        e => e.to_string(),
+    }
+}
+
+/// CRC-32 of the next `len` bytes of `rd`, read in pieces (no payload-sized buffer).
+fn payload_crc(rd: &mut impl Read, len: u32) -> std::io::Result<u32> {
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = [0u8; 1 << 14];
+    let mut left = len as usize;
+    while left > 0 {
+        let n = left.min(buf.len());
+        rd.read_exact(&mut buf[..n])?;
+        h.update(&buf[..n]);
+        left -= n;
+    }
+    Ok(h.finalize())
 }
 
 fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {

@@ -6,6 +6,7 @@ mod util;
 mod analysis;
 mod annotate;
 mod calls;
+mod damaged;
 mod dbi;
 mod errors;
 mod export;
