@@ -223,3 +223,52 @@ impl Drop for Lock {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new().prefix(name).tempdir().unwrap()
+    }
+
+    #[test]
+    fn a_planted_link_is_replaced_not_followed() {
+        let d = scratch("files-link");
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let dest = d.path().join("out");
+        std::os::unix::fs::symlink(&victim, &dest).unwrap();
+        let mut o = Output::create(&dest).unwrap();
+        std::io::Write::write_all(o.file(), b"new").unwrap();
+        o.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "new");
+        assert!(!std::fs::symlink_metadata(&dest).unwrap().file_type().is_symlink());
+        // an output dropped before commit leaves nothing
+        drop(Output::create(&d.path().join("never")).unwrap());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_held_lock_refuses_a_second_taker_and_goes_away() {
+        let d = scratch("files-lock");
+        let dest = d.path().join("t.trace");
+        let lock = Lock::take(&dest).unwrap();
+        let err = Lock::take(&dest).err().unwrap().to_string();
+        assert!(err.contains("being written by another"), "{err}");
+        drop(lock);
+        assert!(!d.path().join("t.trace.lock").exists());
+        drop(Lock::take(&dest).unwrap());
+    }
+
+    #[test]
+    fn reads_are_capped() {
+        let d = scratch("files-cap");
+        let p = d.path().join("big");
+        std::fs::write(&p, vec![b'x'; 2048]).unwrap();
+        assert!(read_text(&p, "test file", 2048).is_ok());
+        let err = read_text(&p, "test file", 1024).err().unwrap().to_string();
+        assert!(err.contains("larger than 1 KiB"), "{err}");
+    }
+}
