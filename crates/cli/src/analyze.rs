@@ -71,13 +71,19 @@ pub fn parse_every(s: &str) -> Result<Every> {
         )
     };
     let num = |d: &str| d.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
-    let time = |secs: f64| Every::Time(std::time::Duration::from_secs_f64(secs));
+    // a snapshot period of up to a day (Duration panics on huge seconds)
+    let time = |secs: f64| {
+        if secs > 86_400.0 {
+            return Err(anyhow::anyhow!("--every {s}: the longest period is a day (1440m)"));
+        }
+        Ok(Every::Time(std::time::Duration::from_secs_f64(secs)))
+    };
     let e = if let Some(d) = s.strip_suffix("ms") {
-        time(num(d).ok_or_else(bad)? / 1000.0)
+        time(num(d).ok_or_else(bad)? / 1000.0)?
     } else if let Some(d) = s.strip_suffix('s') {
-        time(num(d).ok_or_else(bad)?)
+        time(num(d).ok_or_else(bad)?)?
     } else if let Some(d) = s.strip_suffix('m') {
-        time(num(d).ok_or_else(bad)? * 60.0)
+        time(num(d).ok_or_else(bad)? * 60.0)?
     } else {
         let (d, mul) = match s.as_bytes().last() {
             Some(b'k' | b'K') => (&s[..s.len() - 1], 1e3),

@@ -39,8 +39,16 @@ pub struct Output {
 }
 
 impl Output {
-    /// Creates the temporary file for `dest`.
+    /// Creates the temporary file for `dest`. A device or pipe (`-o /dev/stdout`) is
+    /// written directly: no file is overwritten there, and it cannot be replaced.
     pub fn create(dest: &Path) -> Result<Output> {
+        if is_special(dest) {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dest)
+                .with_context(|| format!("cannot write {}", dest.display()))?;
+            return Ok(Output { file: Some(file), tmp: PathBuf::new(), dest: dest.to_path_buf() });
+        }
         let (file, tmp) = create_exclusive(dest, "tmp")
             .with_context(|| format!("cannot create {}", dest.display()))?;
         Ok(Output { file: Some(file), tmp, dest: dest.to_path_buf() })
@@ -57,10 +65,11 @@ impl Output {
         self.file.take().expect("the file is taken once")
     }
 
-    /// Flushes and moves the file into place.
+    /// Moves the file into place.
     pub fn commit(mut self) -> Result<()> {
-        if let Some(f) = self.file.take() {
-            f.sync_data().ok();
+        drop(self.file.take());
+        if self.tmp.as_os_str().is_empty() {
+            return Ok(());
         }
         std::fs::rename(&self.tmp, &self.dest)
             .with_context(|| format!("cannot write {}", self.dest.display()))?;
@@ -121,12 +130,28 @@ fn random_suffix() -> String {
     b.iter().map(|x| ALPHA[*x as usize % ALPHA.len()] as char).collect()
 }
 
+/// Whether `dest` is (or links to) something other than a regular file or a
+/// directory: a device, a pipe or a socket.
+fn is_special(dest: &Path) -> bool {
+    std::fs::metadata(dest).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+/// Refuses a trace path that is not a regular file (or a link, or nothing): it is
+/// replaced, and `-o /dev/null` as root must not replace the device.
+fn refuse_special(dest: &Path) -> Result<()> {
+    if is_special(dest) || std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+        bail!("{} is not a regular file; choose another path with -o", dest.display());
+    }
+    Ok(())
+}
+
 /// Creates `dest` as a fresh file of ours: made under a random name with
 /// `O_EXCL|O_NOFOLLOW` and renamed over `dest` at once, so a planted file or link
 /// at `dest` is replaced, never written through, and the path is there to follow
 /// (`analyze --follow`) while the file is written.
 pub fn create_in_place(dest: &Path) -> Result<File> {
     let what = || format!("cannot write {}; choose another path with -o", dest.display());
+    refuse_special(dest)?;
     let (file, tmp) = create_exclusive(dest, "tmp").with_context(what)?;
     if let Err(e) = std::fs::rename(&tmp, dest) {
         let _ = std::fs::remove_file(&tmp);
@@ -146,6 +171,7 @@ pub struct Lock {
 impl Lock {
     /// Takes the lock of `dest`, or fails at once naming who holds it.
     pub fn take(dest: &Path) -> Result<Lock> {
+        refuse_special(dest)?;
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
         let mut name = dest.file_name().map(|n| n.to_owned()).unwrap_or_default();
@@ -195,5 +221,54 @@ impl Drop for Lock {
     fn drop(&mut self) {
         // removed while still locked, so no one locks a file about to vanish unseen
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new().prefix(name).tempdir().unwrap()
+    }
+
+    #[test]
+    fn a_planted_link_is_replaced_not_followed() {
+        let d = scratch("files-link");
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let dest = d.path().join("out");
+        std::os::unix::fs::symlink(&victim, &dest).unwrap();
+        let mut o = Output::create(&dest).unwrap();
+        std::io::Write::write_all(o.file(), b"new").unwrap();
+        o.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "new");
+        assert!(!std::fs::symlink_metadata(&dest).unwrap().file_type().is_symlink());
+        // an output dropped before commit leaves nothing
+        drop(Output::create(&d.path().join("never")).unwrap());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_held_lock_refuses_a_second_taker_and_goes_away() {
+        let d = scratch("files-lock");
+        let dest = d.path().join("t.trace");
+        let lock = Lock::take(&dest).unwrap();
+        let err = Lock::take(&dest).err().unwrap().to_string();
+        assert!(err.contains("being written by another"), "{err}");
+        drop(lock);
+        assert!(!d.path().join("t.trace.lock").exists());
+        drop(Lock::take(&dest).unwrap());
+    }
+
+    #[test]
+    fn reads_are_capped() {
+        let d = scratch("files-cap");
+        let p = d.path().join("big");
+        std::fs::write(&p, vec![b'x'; 2048]).unwrap();
+        assert!(read_text(&p, "test file", 2048).is_ok());
+        let err = read_text(&p, "test file", 1024).err().unwrap().to_string();
+        assert!(err.contains("larger than 1 KiB"), "{err}");
     }
 }

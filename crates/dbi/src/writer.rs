@@ -17,7 +17,6 @@ use memlens_format::{
     MetaRecord, Module, RmwOp, FLAG_LAST, META_STREAM, VERSION,
 };
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::mpsc::{channel, Sender};
@@ -267,7 +266,16 @@ pub fn start(
     argv: Vec<String>,
     filter: String,
 ) -> std::io::Result<()> {
-    let mut f = File::create(path)?;
+    // `memlens record` made the file fresh; never write through a link planted since
+    let mut f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)?
+    };
     let pid = std::process::id();
     let start_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -580,62 +580,9 @@ pub(crate) fn span_level(dur: u64) -> usize {
     k
 }
 
-/// Builds the index of `r` into `dir` (created; existing files are replaced).
-/// `progress(done, total)` gets event counts.
-pub fn build(
-    r: &TraceReader,
-    trace: &Path,
-    dir: &Path,
-    namer: &dyn Namer,
-    opts: BuildOptions,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Value, Error> {
-    // Built in a fresh directory of ours and moved into place: a link planted at
-    // `dir` or inside it is never written through.
-    if let Some(why) = crate::not_a_real_dir(dir) {
-        return Err(Error::Io(why));
-    }
-    let tmp = fresh_sibling_dir(dir)?;
-    let meta = match build_in(r, trace, &tmp, namer, opts, progress) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    // remove_dir_all removes links inside, never what they point to
-    let replaced = match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => std::fs::rename(&tmp, dir),
-    };
-    if let Err(e) = replaced {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(Error::Io(format!("cannot replace the index {}: {e}", dir.display())));
-    }
-    Ok(meta)
-}
-
-/// Creates `<dir>.tmp-XXXXXXXX` (random, created exclusively).
-fn fresh_sibling_dir(dir: &Path) -> Result<std::path::PathBuf, Error> {
-    let mut last = None;
-    for _ in 0..16 {
-        let mut b = [0u8; 4];
-        getrandom::fill(&mut b).map_err(|e| Error::Io(format!("no random numbers: {e}")))?;
-        let mut name = dir.as_os_str().to_owned();
-        name.push(format!(".tmp-{:08x}", u32::from_le_bytes(b)));
-        let p = std::path::PathBuf::from(name);
-        match std::fs::create_dir(&p) {
-            Ok(()) => return Ok(p),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => {
-                return Err(Error::Io(format!("cannot create {}: {e}", p.display())));
-            }
-        }
-    }
-    Err(Error::Io(format!("cannot create a directory next to {}: {last:?}", dir.display())))
-}
-
-fn build_in(
+/// Builds the index of `r` into the fresh directory `dir` ([`crate::build`] makes
+/// it and moves it into place). `progress(done, total)` gets event counts.
+pub(crate) fn build_in(
     r: &TraceReader,
     trace: &Path,
     dir: &Path,
@@ -964,7 +911,7 @@ pub(crate) mod tests {
         let dir = crate::index_dir(&path);
         let r = TraceReader::open(&path).unwrap();
         let opts = BuildOptions { max_age: 4, ..BuildOptions::default() };
-        let meta = build(&r, &path, &dir, &NoNames, opts, &mut |_, _| {}).unwrap();
+        let meta = crate::build(&r, &path, &dir, &NoNames, opts, &mut |_, _| {}).unwrap();
         assert_eq!(meta["ops"], 11);
         assert_eq!(meta["distinct_lines"], 10);
         assert_eq!(meta["max_rows"], 4);

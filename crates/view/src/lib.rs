@@ -24,10 +24,12 @@
 //! ```
 
 mod index;
+mod place;
 mod serve;
 mod store;
 
-pub use index::{annotation_path, build, BuildOptions};
+pub use index::{annotation_path, BuildOptions};
+pub use place::build;
 pub use serve::{serve, ServeOptions};
 pub use store::{Index, PcWindow, TileFields, WindowSums};
 

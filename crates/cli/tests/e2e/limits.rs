@@ -48,6 +48,11 @@ fn numeric_options_and_config_files_are_bounded() {
             .unwrap();
         one_line_error(&sim(&["--cache-config", cfg.to_str().unwrap()]), "1 to 1024 cores");
     }
+    // a snapshot period past what a Duration holds
+    one_line_error(
+        &run_memlens(&["analyze", "counts", "--follow", "--every", "18446744073709551615s", t]),
+        "longest period is a day",
+    );
     // the largest accepted values still run
     let ok = sim(&["--cores", "1024"]);
     assert!(ok.status.success(), "{}", stderr(&ok));

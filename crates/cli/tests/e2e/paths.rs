@@ -105,6 +105,16 @@ fn outputs_replace_planted_links_and_never_write_through_them() {
     let out = run_memlens(&["analyze", "cachesim", "--annotate", ann.to_str().unwrap(), t]);
     assert!(out.status.success(), "{}", stderr(&out));
     regular(&ann);
+    // a device is never replaced (as root a rename would succeed): refused for a
+    // trace, written directly by an export
+    let out = record(&exe, Path::new("/dev/null"), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not a regular file"), "{}", stderr(&out));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+    let out = run_memlens(&["export", "--format", "speedscope", "-o", "/dev/stdout", t]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("{\"$schema\""), "{}", stdout(&out));
     // nothing temporary is left next to the outputs
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
