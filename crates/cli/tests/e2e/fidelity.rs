@@ -142,9 +142,7 @@ fn check_against_dbi(what: &str, ours: &Lines, dbi: &Lines, skip: &[&str]) {
         }
         assert_eq!(*got, dbi[name], "{what}: line @{name} (bytes read, written) vs --dbi");
     }
-    let sum = |l: &Lines| {
-        FOLDED.iter().map(|n| l[*n]).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    };
+    let sum = |l: &Lines| FOLDED.iter().map(|n| l[*n]).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     assert_eq!(sum(ours), sum(dbi), "{what}: bitfield lines vs --dbi");
 }
 
