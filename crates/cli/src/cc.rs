@@ -31,15 +31,16 @@ fn on_path(name: &str) -> bool {
     crate::runtime::which(name).is_some()
 }
 
-/// The compiler to run: `MEMLENS_CC`/`MEMLENS_CXX`, else clang-22 when present,
-/// else gcc/g++.
-fn choose_compiler(lang: Lang) -> (String, Family) {
+/// The compiler to run: the one named by memlens's own name (`memlens-g++`), else
+/// `MEMLENS_CC`/`MEMLENS_CXX`, else clang-22 when present, else gcc/g++.
+fn choose_compiler(lang: Lang, named: Option<&str>) -> (String, Family) {
     let (var, clang, gcc) = match lang {
         Lang::C => ("MEMLENS_CC", "clang-22", "gcc"),
         Lang::Cxx => ("MEMLENS_CXX", "clang++-22", "g++"),
     };
-    let cc = match std::env::var(var) {
-        Ok(v) if !v.is_empty() => v,
+    let cc = match (named, std::env::var(var)) {
+        (Some(n), _) => n.to_string(),
+        (None, Ok(v)) if !v.is_empty() => v,
         _ if on_path(clang) => clang.to_string(),
         _ => gcc.to_string(),
     };
@@ -238,20 +239,62 @@ fn run(cmd: &mut Command) -> Result<i32> {
     Ok(st.code().unwrap_or(1))
 }
 
+/// memlens's own part of `memlens cc --help` (the compiler's help follows).
+pub const HELP: &str = "\
+memlens cc / memlens c++: compile and link C and C++ with every memory access recorded
+(drop-in for gcc/clang: any of their arguments; `memlens record -- ./prog` records it)
+
+Usage: memlens cc [COMPILER ARGS]    memlens c++ [COMPILER ARGS]
+
+As single commands for build systems (CC=... cmake/meson/configure), symlinks to memlens:
+  memlens-cc, memlens-c++          the compiler MEMLENS_CC / MEMLENS_CXX picks
+  memlens-gcc, memlens-g++, memlens-clang-22, memlens-clang++-22, memlens-<compiler>
+                                   always that compiler (CMake's cache keeps the choice)
+
+Environment:
+  MEMLENS_CC, MEMLENS_CXX  compiler (default clang-22 when installed, else gcc / g++)
+  MEMLENS_ALLOC_DEFS       DINAMITE-style alloc.in of custom allocators (when linking)
+  MEMLENS_QUIET=1          no notes on stderr
+
+Adds -fsanitize=thread (linked against memlens's runtime, not TSan's), -g, frame
+pointers and a 5-byte NOP pad at function entry; with clang-22 also memlens's pass
+plugin (docs/fidelity.md). -shared libraries leave the callbacks to the executable
+(-Wl,--no-undefined and -Wl,-z,defs are dropped for them); -static is not supported.
+
+";
+
 /// Runs the compiler; returns its exit code.
 pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
-    let (cc, fam) = choose_compiler(lang);
+    main_with(lang, None, args)
+}
+
+/// `memlens-<compiler> ARGS` (memlens installed under that name): `memlens cc` or
+/// `c++` with that compiler, whatever MEMLENS_CC says later, so a build system
+/// that caches the compiler's path caches the choice.
+pub fn main_named(compiler: &str, args: Vec<String>) -> Result<i32> {
+    let lang = if compiler.contains("++") { Lang::Cxx } else { Lang::C };
+    main_with(lang, Some(compiler), args)
+}
+
+fn main_with(lang: Lang, named: Option<&str>, args: Vec<String>) -> Result<i32> {
+    let (cc, fam) = choose_compiler(lang, named);
+    if args.iter().any(|a| a == "--help") {
+        print!("{HELP}The compiler's help ({cc} --help):\n\n");
+        use std::io::Write;
+        std::io::stdout().flush()?;
+    }
     if !on_path(&cc) && !Path::new(&cc).is_file() {
         bail!(
             "compiler `{cc}` not found; install it or set {} to another compiler",
             if lang == Lang::C { "MEMLENS_CC" } else { "MEMLENS_CXX" }
         );
     }
-    let rt = Runtime::locate()?;
-    let p = parse(&args);
     if args.iter().any(|a| a == "--version" || a == "-v" || a == "-dumpversion" || a == "--help") {
         return run(Command::new(&cc).args(&args));
     }
+    let rt = Runtime::locate()?;
+    let args = link_mode_checks(args)?;
+    let p = parse(&args);
     let plugin = match fam {
         Family::Clang if !p.sources.is_empty() => pass_plugin(&cc, &rt),
         _ => None,
@@ -342,6 +385,66 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     run(&mut cmd)
 }
 
+/// Link options memlens cannot honour: `-static` fails at once with what to do
+/// instead; `-shared` drops `--no-undefined` / `-z defs` (meson's default), since
+/// a memlens-built library leaves its callbacks for the executable's runtime.
+fn link_mode_checks(args: Vec<String>) -> Result<Vec<String>> {
+    let links = !args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only"));
+    if links && args.iter().any(|a| a == "-static" || a == "-static-pie") {
+        bail!("memlens cannot link static executables (-static): its runtime takes over malloc and the pthread calls through the dynamic linker; drop -static (-static-libgcc/-static-libstdc++ still work), or build without memlens and record the static binary with `memlens record --dbi`");
+    }
+    if !args.iter().any(|a| a == "-shared") {
+        return Ok(args);
+    }
+    let (kept, dropped) = drop_no_undefined(args);
+    if dropped {
+        note("dropped -Wl,--no-undefined / -Wl,-z,defs from this -shared link: a library built with memlens leaves its recording callbacks (__tsan_*) to the executable's runtime");
+    }
+    Ok(kept)
+}
+
+/// `args` without the linker options that forbid undefined symbols, and whether
+/// there were any.
+fn drop_no_undefined(args: Vec<String>) -> (Vec<String>, bool) {
+    let forbids = |o: &str| matches!(o, "--no-undefined" | "-no-undefined" | "-zdefs");
+    let mut out = Vec::new();
+    let mut dropped = false;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        let next = args.get(i + 1).map(String::as_str);
+        if a == "-Xlinker" && next.is_some_and(forbids) {
+            dropped = true;
+            i += 2;
+            continue;
+        }
+        if let Some(list) = a.strip_prefix("-Wl,") {
+            let opts: Vec<&str> = list.split(',').collect();
+            let mut keep = Vec::new();
+            let mut j = 0;
+            while j < opts.len() {
+                if forbids(opts[j]) || (opts[j] == "-z" && opts.get(j + 1) == Some(&"defs")) {
+                    dropped = true;
+                    j += if opts[j] == "-z" { 2 } else { 1 };
+                    continue;
+                }
+                keep.push(opts[j]);
+                j += 1;
+            }
+            if !keep.is_empty() {
+                out.push(format!("-Wl,{}", keep.join(",")));
+            }
+            i += 1;
+            continue;
+        }
+        out.push(a.clone());
+        i += 1;
+    }
+    (out, dropped)
+}
+
 fn strip_link_only(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -410,6 +513,26 @@ mod tests {
         assert!(p.compile_only);
         assert!(!p.has_g);
         assert!(parse(&["-g3".into()]).has_g);
+    }
+
+    #[test]
+    fn shared_links_drop_no_undefined() {
+        let a: Vec<String> = [
+            "-shared",
+            "-Wl,--no-undefined",
+            "-Wl,-O1,-z,defs,--as-needed",
+            "-Xlinker",
+            "-zdefs",
+            "x.o",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (kept, dropped) = drop_no_undefined(a);
+        assert!(dropped);
+        assert_eq!(kept, ["-shared", "-Wl,-O1,--as-needed", "x.o"].map(String::from).to_vec());
+        let (kept, dropped) = drop_no_undefined(vec!["-Wl,-z,now".into()]);
+        assert!(!dropped);
+        assert_eq!(kept, vec!["-Wl,-z,now".to_string()]);
     }
 
     #[test]

@@ -1,0 +1,286 @@
+//! Builds that just work: default cargo profiles, the user's rustc wrapper, other
+//! toolchains, workspaces, meson's and static links, compilers chosen by name, and
+//! the drivers' help.
+
+use crate::util::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A copy of `tests/programs/<name>` under `dir` with a Cargo.toml of only
+/// `[package]` and `[workspace]`: cargo's default profiles (release: no debug info,
+/// `strip = "debuginfo"`).
+fn default_cargo_project(dir: &Path, name: &str) -> PathBuf {
+    let proj = dir.join(name);
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    let src = programs().join(name);
+    let toml = std::fs::read_to_string(src.join("Cargo.toml")).unwrap();
+    let toml = toml.split("[profile").next().unwrap();
+    assert!(toml.contains("[workspace]"));
+    std::fs::write(proj.join("Cargo.toml"), toml).unwrap();
+    std::fs::copy(src.join("src/main.rs"), proj.join("src/main.rs")).unwrap();
+    proj
+}
+
+/// `memlens cargo ARGS` in `dir` with the environment of a user's shell (not the
+/// test harness's cargo variables).
+fn memlens_cargo(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    require_runtime();
+    let mut cmd = Command::new(memlens());
+    cmd.arg("cargo").args(args).current_dir(dir);
+    for v in
+        ["CARGO_TARGET_DIR", "RUSTFLAGS", "CARGO", "RUSTC", "RUSTUP_TOOLCHAIN", "RUSTC_WRAPPER"]
+    {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+fn release_exe(root: &Path, name: &str) -> PathBuf {
+    root.join(format!("target/memlens/x86_64-unknown-linux-gnu/release/{name}"))
+}
+
+#[test]
+fn cargo_release_with_default_profile_has_source_lines() {
+    let dir = scratch("cargo-default");
+    let proj = default_cargo_project(&dir, "rsprog");
+    let out = memlens_cargo(&proj, &["build", "--release", "--quiet"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trace = dir.join("t.trace");
+    let out = record(&release_exe(&proj, "rsprog"), &trace, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = report(&trace, "line");
+    let l = |m| line_of("rsprog/src/main.rs", m);
+    assert_eq!(at_line(&rows, "rsprog/src/main.rs", l("store"), "stores"), 1000, "{rows:#?}");
+    assert_eq!(at_line(&rows, "rsprog/src/main.rs", l("load"), "loads"), 1000);
+}
+
+#[test]
+fn cargo_runs_the_users_rustc_wrapper() {
+    let dir = scratch("cargo-wrapper");
+    let proj = default_cargo_project(&dir, "rsprog");
+    let log = dir.join("wrapper.log");
+    let wrapper = dir.join("mywrapper");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec \"$@\"\n", log.display()),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+    let out = memlens_cargo(
+        &proj,
+        &["build", "--release", "--quiet"],
+        &[("RUSTC_WRAPPER", wrapper.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    let compile = log.lines().find(|l| l.contains("--crate-name rsprog")).unwrap_or_else(|| {
+        panic!("the user's wrapper did not compile rsprog: {log}");
+    });
+    // The user's wrapper gets rustc with memlens's flags.
+    assert!(compile.contains("passes=function(tsan)"), "{compile}");
+    let trace = dir.join("t.trace");
+    let out = record(&release_exe(&proj, "rsprog"), &trace, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "s=999000 boxed=57 counter=4000\n");
+}
+
+#[test]
+fn cargo_says_at_once_when_the_project_uses_another_rustc() {
+    let dir = scratch("cargo-toolchain");
+    let proj = default_cargo_project(&dir, "rsprog");
+    let check = |out: &Output, what: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(err.starts_with("memlens: error: this project builds with rustc "), "{err}");
+        assert!(err.contains("RUSTUP_TOOLCHAIN="), "{err}");
+        assert!(!err.contains("E0514"), "{err}");
+        assert!(!proj.join("target").exists(), "{what}: built before checking");
+    };
+    // RUSTC pointing at another compiler.
+    let fake = dir.join("oldrustc");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'rustc 1.70.0 (90c541806 2023-05-31)'\necho 'release: 1.70.0'\n",
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    let out = memlens_cargo(&proj, &["build", "--release"], &[("RUSTC", fake.to_str().unwrap())]);
+    check(&out, "RUSTC");
+    assert!(stderr(&out).contains("builds with rustc 1.70.0 (90c541806 2023-05-31)"));
+    // A rust-toolchain.toml pinning another installed toolchain.
+    let nightly = Command::new("rustup").args(["run", "nightly", "rustc", "-V"]).output();
+    if !nightly.is_ok_and(|o| o.status.success()) {
+        eprintln!("note: no nightly toolchain installed; rust-toolchain.toml case skipped");
+        return;
+    }
+    std::fs::write(proj.join("rust-toolchain.toml"), "[toolchain]\nchannel = \"nightly\"\n")
+        .unwrap();
+    check(&memlens_cargo(&proj, &["build", "--release"], &[]), "rust-toolchain.toml");
+}
+
+#[test]
+fn cargo_in_a_workspace_member_builds_in_the_workspace_root() {
+    let dir = scratch("cargo-ws");
+    let ws = dir.join("ws");
+    let member = ws.join("app");
+    std::fs::create_dir_all(member.join("src")).unwrap();
+    std::fs::write(ws.join("Cargo.toml"), "[workspace]\nmembers = [\"app\"]\nresolver = \"2\"\n")
+        .unwrap();
+    std::fs::write(
+        member.join("Cargo.toml"),
+        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        member.join("src/main.rs"),
+        "fn main() { println!(\"{}\", vec![1, 2, 3].iter().sum::<i32>()); }\n",
+    )
+    .unwrap();
+    let out = memlens_cargo(&member, &["build", "--release", "--quiet"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(release_exe(&ws, "app").is_file(), "not in the workspace's target/memlens");
+    assert!(!member.join("target").exists(), "a second target tree in the member");
+    let canon = std::fs::canonicalize(&ws).unwrap();
+    assert!(
+        stderr(&out).contains(&format!("under {}/target/memlens/", canon.display())),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// meson links shared libraries with `-Wl,--no-undefined` by default; a library
+/// built with memlens leaves its callbacks to the executable, and still loads.
+#[test]
+fn shared_libraries_link_with_no_undefined() {
+    let dir = scratch("noundef");
+    let p = programs();
+    for cc in Cc::all() {
+        let sub = dir.join(format!("{cc:?}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let lib = sub.join("libtraced.so");
+        let (l, src) = (lib.to_str().unwrap(), p.join("libtraced.c"));
+        let s = src.to_str().unwrap();
+        memlens_cc(cc, false, &["-O2", "-shared", "-fPIC", "-Wl,--no-undefined", s, "-o", l]);
+        memlens_cc(cc, false, &["-O2", "-shared", "-fPIC", "-Wl,-O1,-z,defs", s, "-o", l]);
+        let exe = sub.join("tracelib");
+        let rpath = format!("-Wl,-rpath,{}", sub.display());
+        let main = p.join("tracelib.c");
+        let (m, e, d) = (main.to_str().unwrap(), exe.to_str().unwrap(), sub.to_str().unwrap());
+        memlens_cc(cc, false, &["-O2", m, "-L", d, "-ltraced", &rpath, "-o", e]);
+        let trace = sub.join("t.trace");
+        let out = record(&exe, &trace, &["5"]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "mix 555 sum 15\n", "{cc:?}");
+    }
+}
+
+#[test]
+fn static_links_fail_at_once_with_the_fix() {
+    let dir = scratch("static");
+    let exe = dir.join("counts");
+    let src = programs().join("counts.c");
+    let out = Command::new(memlens())
+        .args(["cc", "-O2", "-static"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_CC", "gcc")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("cannot link static executables") && err.contains("memlens record --dbi"));
+    assert!(!exe.exists());
+    // Compiling alone with -static in the flags (CFLAGS) is fine.
+    let obj = dir.join("counts.o");
+    memlens_cc(
+        Cc::Gcc,
+        false,
+        &["-c", "-static", src.to_str().unwrap(), "-o", obj.to_str().unwrap()],
+    );
+}
+
+/// `memlens-gcc` / `memlens-g++` (symlinks to memlens) always use that compiler: a
+/// build system caches the path, so the choice survives a later `make`.
+#[test]
+fn compiler_chosen_by_memlens_own_name() {
+    let dir = scratch("named-cc");
+    let producer = |obj: &Path| {
+        let out = Command::new("readelf").arg("--debug-dump=info").arg(obj).output().unwrap();
+        let text = stdout(&out);
+        let l = text.lines().find(|l| l.contains("DW_AT_producer")).unwrap_or("").to_string();
+        l
+    };
+    for (name, src) in [("memlens-gcc", "counts.c"), ("memlens-g++", "objects.cpp")] {
+        let link = dir.join(name);
+        std::os::unix::fs::symlink(memlens(), &link).unwrap();
+        let obj = dir.join(format!("{src}.o"));
+        let out = Command::new(&link)
+            .args(["-O1", "-c"])
+            .arg(programs().join(src))
+            .arg("-o")
+            .arg(&obj)
+            .env("MEMLENS_CC", "clang-22")
+            .env("MEMLENS_CXX", "clang++-22")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let prod = producer(&obj);
+        let want = if src.ends_with(".cpp") { "GNU C++" } else { "GNU C" };
+        assert!(prod.contains(want), "{name}: {prod}");
+    }
+    // Linked, the program records.
+    let exe = dir.join("counts");
+    let out = Command::new(dir.join("memlens-gcc"))
+        .arg(dir.join("counts.c.o"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(record(&exe, &dir.join("t.trace"), &[]).status.success());
+}
+
+#[test]
+fn drivers_show_memlens_options_before_the_tools_help() {
+    let out = Command::new(memlens()).args(["cc", "--help"]).env("MEMLENS_CC", "gcc").output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("memlens cc / memlens c++:"), "{text}");
+    let ours = text.find("MEMLENS_CXX").unwrap();
+    let theirs = text.find("Usage: gcc").expect("gcc's help follows");
+    assert!(ours < theirs);
+    assert!(text.contains("memlens-g++"), "{text}");
+    let out = Command::new(memlens()).args(["cargo", "build", "--help"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("memlens cargo:"), "{text}");
+    assert!(text.find("RUSTC_WRAPPER").unwrap() < text.find("Usage: cargo build").unwrap());
+    for (sub, needle) in
+        [("cc", "MEMLENS_CC"), ("cargo", "target/memlens"), ("record", "--trace-calls")]
+    {
+        let out = run_memlens(&["help", sub]);
+        assert!(out.status.success(), "help {sub}: {}", stderr(&out));
+        assert!(stdout(&out).contains(needle), "help {sub}: {}", stdout(&out));
+    }
+}
+
+#[test]
+fn usage_errors_keep_clap_suggestions_on_one_line() {
+    let check = |args: &[&str], needle: &str| {
+        let out = run_memlens(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("memlens: error:") && err.contains(needle), "{args:?}: {err}");
+    };
+    check(&["reprot", "x.trace"], "tip: some similar subcommands exist: 'export', 'report'");
+    check(
+        &["report", "--by", "nonsense", "x.trace"],
+        "possible values: line, function, variable, thread, alloc (see `memlens report --help`)",
+    );
+    check(&["analyze", "cachesimm", "x.trace"], "possible values: counts");
+}
