@@ -165,9 +165,10 @@ fn compile_flags(fam: Family, p: &Parsed, rt: &Runtime, plugin: Option<&Path>) -
     f
 }
 
-/// Link arguments: the runtime for executables. A shared library is left with
-/// its callbacks undefined; they resolve to the executable's runtime at load time,
-/// which is why the executable exports them (also for `dlopen`ed libraries).
+/// Link arguments: the runtime for executables. A shared library's callbacks
+/// resolve to the executable's runtime at load time (its own weak fallbacks from
+/// crate::stubs only without one), which is why the executable exports them (also
+/// for `dlopen`ed libraries).
 fn link_flags(rt: &Runtime, shared: bool) -> Vec<String> {
     if shared {
         return Vec::new();
@@ -177,6 +178,20 @@ fn link_flags(rt: &Runtime, shared: bool) -> Vec<String> {
     for pat in ["__tsan_*", "__sanitizer_cov_*", "__memlens_*", "memlens_*"] {
         f.push(format!("-Wl,--export-dynamic-symbol={pat}"));
     }
+    f
+}
+
+/// Link arguments that go before the user's: every entry point a library may call
+/// is taken from the runtime even when the executable's own code does not call it,
+/// and before any library (whose weak fallbacks from crate::stubs would otherwise
+/// define it and leave the library unrecorded).
+fn link_front(rt: &Runtime, shared: bool) -> Vec<String> {
+    if shared {
+        return Vec::new();
+    }
+    let mut f: Vec<String> =
+        crate::stubs::forced().iter().map(|n| format!("-Wl,--undefined={n}")).collect();
+    f.push(rt.staticlib.display().to_string());
     f
 }
 
@@ -258,8 +273,10 @@ Environment:
 
 Adds -fsanitize=thread (linked against memlens's runtime, not TSan's), -g, frame
 pointers and a 5-byte NOP pad at function entry; with clang-22 also memlens's pass
-plugin (docs/fidelity.md). -shared libraries leave the callbacks to the executable
-(-Wl,--no-undefined and -Wl,-z,defs are dropped for them); -static is not supported.
+plugin (docs/fidelity.md). A -shared library records through the executable's
+runtime, and carries weak no-op fallbacks so it also loads, unrecorded, in programs
+built without memlens (-Wl,--no-undefined / -Wl,-z,defs are dropped for it).
+-static is not supported (record static binaries with `memlens record --dbi`).
 
 ";
 
@@ -307,15 +324,24 @@ fn main_with(lang: Lang, named: Option<&str>, args: Vec<String>) -> Result<i32> 
         return run(Command::new(&cc).args(&cflags).args(&args));
     }
     let shared = args.iter().any(|a| a == "-shared");
-    let alloc = crate::allocdefs::link_wrappers(&cc)?;
+    let mut alloc = crate::allocdefs::link_wrappers(&cc)?;
+    let _fallbacks = match shared {
+        true => crate::stubs::for_shared_link(&cc, &args, &mut alloc.args)?,
+        false => None,
+    };
     if p.sources.is_empty() {
-        return run(Command::new(&cc).args(&args).args(&alloc.args).args(link_flags(&rt, shared)));
+        return run(Command::new(&cc)
+            .args(link_front(&rt, shared))
+            .args(&args)
+            .args(&alloc.args)
+            .args(link_flags(&rt, shared)));
     }
     if fam == Family::Clang {
         // clang can be told not to link its TSan runtime, so one command does.
         return run(Command::new(&cc)
             .args(&cflags)
             .arg("-fno-sanitize-link-runtime")
+            .args(link_front(&rt, shared))
             .args(&args)
             .args(&alloc.args)
             .args(link_flags(&rt, shared)));
@@ -381,7 +407,10 @@ fn main_with(lang: Lang, named: Option<&str>, args: Vec<String>) -> Result<i32> 
     if !p.has_g {
         cmd.arg("-g");
     }
-    cmd.args(&link_args).args(&alloc.args).args(link_flags(&rt, shared));
+    cmd.args(link_front(&rt, shared))
+        .args(&link_args)
+        .args(&alloc.args)
+        .args(link_flags(&rt, shared));
     run(&mut cmd)
 }
 

@@ -13,6 +13,7 @@ mod names;
 mod record;
 mod runtime;
 mod rust;
+mod stubs;
 mod vars;
 mod view;
 

@@ -348,3 +348,45 @@ fn libtool_wrapper_scripts_are_recorded() {
     assert_eq!(stdout(&out), "mix 555 sum 15\n");
     assert!(info(&trace)["events"].as_u64().unwrap() > 0);
 }
+
+/// A library built with `memlens cc -shared` loads in a program built without
+/// memlens (its weak fallbacks do the atomics and memset, record nothing), and is
+/// recorded in a program built with memlens (the executable's runtime wins).
+#[test]
+fn shared_libraries_load_without_memlens() {
+    let dir = scratch("fallbacks");
+    let p = programs();
+    let (lib_src, main_src) = (p.join("fallbacklib.c"), p.join("fallbackmain.c"));
+    for cc in Cc::all() {
+        let sub = dir.join(format!("{cc:?}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let lib = sub.join("libfallback.so");
+        let (l, s) = (lib.to_str().unwrap(), lib_src.to_str().unwrap());
+        memlens_cc(cc, false, &["-O2", "-shared", "-fPIC", s, "-o", l]);
+        let rpath = format!("-Wl,-rpath,{}", sub.display());
+        let (d, m) = (sub.to_str().unwrap(), main_src.to_str().unwrap());
+        let plain = sub.join("plain");
+        let out = Command::new("gcc")
+            .args(["-O2", m, "-L", d, "-lfallback", &rpath, "-o"])
+            .arg(&plain)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cc:?}: plain link: {}", stderr(&out));
+        let out = Command::new(&plain).output().unwrap();
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "84\n", "{cc:?}");
+        let exe = sub.join("inst");
+        memlens_cc(
+            cc,
+            false,
+            &["-O2", m, "-L", d, "-lfallback", &rpath, "-o", exe.to_str().unwrap()],
+        );
+        let trace = sub.join("t.trace");
+        let out = record(&exe, &trace, &[]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "84\n", "{cc:?}");
+        let rows = report(&trace, "line");
+        let line = line_of("fallbacklib.c", "rmw");
+        assert_eq!(at_line(&rows, "fallbacklib.c", line, "stores"), 10, "{cc:?}: {rows:#?}");
+    }
+}
