@@ -123,14 +123,60 @@ fn workspace_root(cargo: &str, args: &[String]) -> Option<std::path::PathBuf> {
     (out.status.success() && manifest.is_absolute()).then(|| manifest.parent().map(Into::into))?
 }
 
-/// The `RUSTC_WRAPPER` the user set (cargo would run it; memlens takes its place
-/// and runs it), unless it is memlens itself or empty (cargo's "none").
+/// The `RUSTC_WRAPPER` the user set, in the environment or in a cargo config's
+/// `build.rustc-wrapper` (cargo would run it; memlens takes its place and runs
+/// it), unless it is memlens itself or empty (cargo's "none").
 fn user_rustc_wrapper(exe: &std::path::Path) -> Option<String> {
     let w = ["RUSTC_WRAPPER", "CARGO_BUILD_RUSTC_WRAPPER"]
         .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|w| !w.is_empty()))?;
+        .find_map(|v| std::env::var(v).ok())
+        .or_else(config_rustc_wrapper)
+        .filter(|w| !w.is_empty())?;
     let same = std::fs::canonicalize(&w).ok() == std::fs::canonicalize(exe).ok();
     (!same).then_some(w)
+}
+
+/// `build.rustc-wrapper` from the cargo config files cargo reads (the nearest
+/// `.cargo/config.toml` from the current directory up, then `$CARGO_HOME`'s); a
+/// relative path is relative to the directory holding `.cargo/`.
+fn config_rustc_wrapper() -> Option<String> {
+    let cwd = std::env::current_dir().ok()?;
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")));
+    let dirs = cwd.ancestors().map(|d| d.join(".cargo")).chain(home);
+    for dir in dirs {
+        for name in ["config.toml", "config"] {
+            let Ok(text) = std::fs::read_to_string(dir.join(name)) else { continue };
+            let Some(w) = toml_build_rustc_wrapper(&text) else { continue };
+            if w.contains('/') && !w.starts_with('/') {
+                let base = dir.parent().unwrap_or(&dir);
+                return Some(base.join(w).display().to_string());
+            }
+            return Some(w);
+        }
+    }
+    None
+}
+
+/// `rustc-wrapper` under `[build]`, or `build.rustc-wrapper`, as a string (the
+/// forms cargo's docs show; memlens has no TOML parser).
+fn toml_build_rustc_wrapper(text: &str) -> Option<String> {
+    let mut table = String::new();
+    for line in text.lines().map(|l| l.trim()) {
+        if line.starts_with('[') {
+            table = line.trim_matches(['[', ']', ' ']).to_string();
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else { continue };
+        let key = key.trim().trim_matches('"');
+        let full = if table.is_empty() { key.to_string() } else { format!("{table}.{key}") };
+        if full == "build.rustc-wrapper" {
+            let v = value.split('#').next()?.trim().trim_matches(['"', '\'']);
+            return Some(v.to_string());
+        }
+    }
+    None
 }
 
 /// The `rustc -V` line of the compiler that built the runtime rlib (rustc writes it
@@ -276,4 +322,26 @@ fn without_strip(args: &[String]) -> Vec<String> {
         i += 1;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_build_rustc_wrapper_from_cargo_config() {
+        let t = "[net]\nretry = 2\n[build]\njobs = 4\nrustc-wrapper = \"sccache\" # cache\n";
+        assert_eq!(toml_build_rustc_wrapper(t).as_deref(), Some("sccache"));
+        let t = "build.rustc-wrapper = '/usr/bin/sccache'\n";
+        assert_eq!(toml_build_rustc_wrapper(t).as_deref(), Some("/usr/bin/sccache"));
+        assert_eq!(toml_build_rustc_wrapper("[target.x]\nrustc-wrapper = \"a\"\n"), None);
+    }
+
+    #[test]
+    fn strip_options_are_removed() {
+        let a: Vec<String> = ["-C", "strip=debuginfo", "-Cstrip=symbols", "-C", "opt-level=3"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(without_strip(&a), ["-C", "opt-level=3"].map(String::from).to_vec());
+    }
 }

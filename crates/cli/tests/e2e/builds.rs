@@ -54,34 +54,42 @@ fn cargo_release_with_default_profile_has_source_lines() {
     assert_eq!(at_line(&rows, "rsprog/src/main.rs", l("load"), "loads"), 1000);
 }
 
+/// A RUSTC_WRAPPER the user set, in the environment or in `.cargo/config.toml`
+/// (sccache), still runs: memlens runs it with rustc and memlens's flags.
 #[test]
 fn cargo_runs_the_users_rustc_wrapper() {
-    let dir = scratch("cargo-wrapper");
-    let proj = default_cargo_project(&dir, "rsprog");
-    let log = dir.join("wrapper.log");
-    let wrapper = dir.join("mywrapper");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec \"$@\"\n", log.display()),
-    )
-    .unwrap();
-    Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
-    let out = memlens_cargo(
-        &proj,
-        &["build", "--release", "--quiet"],
-        &[("RUSTC_WRAPPER", wrapper.to_str().unwrap())],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let log = std::fs::read_to_string(&log).unwrap_or_default();
-    let compile = log.lines().find(|l| l.contains("--crate-name rsprog")).unwrap_or_else(|| {
-        panic!("the user's wrapper did not compile rsprog: {log}");
-    });
-    // The user's wrapper gets rustc with memlens's flags.
-    assert!(compile.contains("passes=function(tsan)"), "{compile}");
-    let trace = dir.join("t.trace");
-    let out = record(&release_exe(&proj, "rsprog"), &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "s=999000 boxed=57 counter=4000\n");
+    for how in ["env", "config"] {
+        let dir = scratch("cargo-wrapper");
+        let proj = default_cargo_project(&dir, "rsprog");
+        let log = dir.join("wrapper.log");
+        let wrapper = dir.join("mywrapper");
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec \"$@\"\n", log.display()),
+        )
+        .unwrap();
+        Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+        let w = wrapper.to_str().unwrap();
+        let env: &[(&str, &str)] = if how == "env" { &[("RUSTC_WRAPPER", w)] } else { &[] };
+        if how == "config" {
+            std::fs::create_dir_all(proj.join(".cargo")).unwrap();
+            let cfg = format!("[build]\nrustc-wrapper = \"{w}\"\n");
+            std::fs::write(proj.join(".cargo/config.toml"), cfg).unwrap();
+        }
+        let out = memlens_cargo(&proj, &["build", "--release", "--quiet"], env);
+        assert!(out.status.success(), "{how}: {}", stderr(&out));
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let compile =
+            log.lines().find(|l| l.contains("--crate-name rsprog")).unwrap_or_else(|| {
+                panic!("{how}: the user's wrapper did not compile rsprog: {log}");
+            });
+        // The user's wrapper gets rustc with memlens's flags.
+        assert!(compile.contains("passes=function(tsan)"), "{how}: {compile}");
+        let trace = dir.join("t.trace");
+        let out = record(&release_exe(&proj, "rsprog"), &trace, &[]);
+        assert!(out.status.success(), "{how}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "s=999000 boxed=57 counter=4000\n");
+    }
 }
 
 #[test]
