@@ -398,3 +398,94 @@ fn shared_libraries_load_without_memlens() {
         assert_eq!(at_line(&rows, "fallbacklib.c", line, "stores"), 10, "{cc:?}: {rows:#?}");
     }
 }
+
+/// Whether a build tool is installed (required in CI).
+fn have(tool: &str) -> bool {
+    let ok = Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "{tool} is required in CI");
+        eprintln!("note: {tool} not installed; test skipped");
+    }
+    ok
+}
+
+/// meson with its defaults (`-Wl,--no-undefined`, `--as-needed`, `--start-group`)
+/// builds a shared library and a program with `CC=memlens-cc`, and it records.
+#[test]
+fn meson_builds_a_shared_library_and_a_program() {
+    if !have("meson") || !have("ninja") {
+        return;
+    }
+    require_runtime();
+    let dir = scratch("meson");
+    let cc = dir.join("memlens-cc");
+    std::os::unix::fs::symlink(memlens(), &cc).unwrap();
+    for f in ["libtraced.c", "tracelib.c"] {
+        std::fs::copy(programs().join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(
+        dir.join("meson.build"),
+        "project('mt', 'c')\nlib = shared_library('traced', 'libtraced.c')\n\
+         executable('tracelib', 'tracelib.c', link_with: lib)\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .current_dir(&dir)
+            .env("CC", &cc)
+            .env("MEMLENS_QUIET", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}{}", stdout(&out), stderr(&out));
+    };
+    run(&["meson", "setup", "build"]);
+    run(&["ninja", "-C", "build"]);
+    let trace = dir.join("t.trace");
+    let out = record(&dir.join("build/tracelib"), &trace, &["5"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "mix 555 sum 15\n");
+}
+
+/// CMake caches the compiler's path, not MEMLENS_CC: with `CC=memlens-gcc` a later
+/// `make` still compiles with gcc whatever MEMLENS_CC says then.
+#[test]
+fn cmake_keeps_the_compiler_memlens_is_named_after() {
+    if !have("cmake") {
+        return;
+    }
+    require_runtime();
+    let dir = scratch("cmake");
+    let cc = dir.join("memlens-gcc");
+    std::os::unix::fs::symlink(memlens(), &cc).unwrap();
+    std::fs::copy(programs().join("counts.c"), dir.join("counts.c")).unwrap();
+    std::fs::write(
+        dir.join("CMakeLists.txt"),
+        "cmake_minimum_required(VERSION 3.10)\nproject(cm C)\nadd_executable(counts counts.c)\n",
+    )
+    .unwrap();
+    let out = Command::new("cmake")
+        .args(["-S", ".", "-B", "build"])
+        .current_dir(&dir)
+        .env("CC", &cc)
+        .env("MEMLENS_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cmake: {}{}", stdout(&out), stderr(&out));
+    let out = Command::new("make")
+        .args(["-C", "build"])
+        .current_dir(&dir)
+        .env_remove("CC")
+        .env("MEMLENS_CC", "clang-22")
+        .env("MEMLENS_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "make: {}{}", stdout(&out), stderr(&out));
+    let obj = dir.join("build/CMakeFiles/counts.dir/counts.c.o");
+    let out = Command::new("readelf").arg("--debug-dump=info").arg(&obj).output().unwrap();
+    let text = stdout(&out);
+    let producer = text.lines().find(|l| l.contains("DW_AT_producer")).unwrap_or("");
+    assert!(producer.contains("GNU C"), "{producer}");
+    let out = record(&dir.join("build/counts"), &dir.join("t.trace"), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
