@@ -357,6 +357,18 @@ fn libtool_wrapper_scripts_are_recorded() {
     assert!(info(&trace)["events"].as_u64().unwrap() > 0);
 }
 
+/// The symbols `nm ARGS file` lists with type `kind`.
+fn defined(file: &Path, args: &[&str], kind: &str) -> Vec<String> {
+    let out = Command::new("nm").args(args).arg(file).output().unwrap();
+    stdout(&out)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == kind).then(|| f[2].to_string())
+        })
+        .collect()
+}
+
 /// A library built with `memlens cc -shared` loads in a program built without
 /// memlens (its weak fallbacks do the atomics and memset, record nothing), and is
 /// recorded in a program built with memlens (the executable's runtime wins).
@@ -365,12 +377,26 @@ fn shared_libraries_load_without_memlens() {
     let dir = scratch("fallbacks");
     let p = programs();
     let (lib_src, main_src) = (p.join("fallbacklib.c"), p.join("fallbackmain.c"));
+    let rt = memlens().parent().unwrap().join("libmemlens_rt.a");
+    let entry: Vec<String> = defined(&rt, &["-g", "--defined-only"], "T")
+        .into_iter()
+        .filter(|s| {
+            ["__tsan_", "__sanitizer_cov_", "__memlens_", "memlens_"]
+                .iter()
+                .any(|p| s.starts_with(p))
+        })
+        .collect();
+    assert!(entry.len() > 100, "{entry:?}");
     for cc in Cc::all() {
         let sub = dir.join(format!("{cc:?}"));
         std::fs::create_dir_all(&sub).unwrap();
         let lib = sub.join("libfallback.so");
         let (l, s) = (lib.to_str().unwrap(), lib_src.to_str().unwrap());
         memlens_cc(cc, false, &["-O2", "-shared", "-fPIC", s, "-o", l]);
+        // Every entry point of the runtime has its fallback in the library.
+        let weak = defined(&lib, &["-D"], "W");
+        let missing: Vec<_> = entry.iter().filter(|e| !weak.contains(*e)).collect();
+        assert!(missing.is_empty(), "{cc:?}: no fallback for {missing:?}");
         let rpath = format!("-Wl,-rpath,{}", sub.display());
         let (d, m) = (sub.to_str().unwrap(), main_src.to_str().unwrap());
         let plain = sub.join("plain");
