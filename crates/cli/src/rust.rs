@@ -65,7 +65,9 @@ pub fn cargo(args: Vec<String>) -> Result<i32> {
     let cargo_prog = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(&cargo_prog);
     cmd.args(&args);
-    let builds = args.first().is_some_and(|a| {
+    // rustup's `cargo +TOOLCHAIN ...` picks the toolchain for this build.
+    let toolchain = args.first().filter(|a| a.starts_with('+')).cloned();
+    let builds = args.get(usize::from(toolchain.is_some())).is_some_and(|a| {
         matches!(
             a.as_str(),
             "build" | "b" | "run" | "r" | "test" | "t" | "bench" | "rustc" | "install"
@@ -73,7 +75,7 @@ pub fn cargo(args: Vec<String>) -> Result<i32> {
     });
     let mut out_dir = std::path::PathBuf::from("target/memlens");
     if builds {
-        check_toolchain(&rlib)?;
+        check_toolchain(&rlib, toolchain.as_deref())?;
         if !args.iter().any(|a| a == "--target" || a.starts_with("--target=")) {
             cmd.args(["--target", TARGET]);
         }
@@ -191,9 +193,9 @@ fn rlib_rustc(rlib: &std::path::Path) -> Option<String> {
 /// Fails before the build when the project's rustc (its rust-toolchain file,
 /// RUSTUP_TOOLCHAIN or RUSTC) is not the one the runtime was built with: rustc
 /// would only say E0514 at the first link, after building every dependency.
-fn check_toolchain(rlib: &std::path::Path) -> Result<()> {
+fn check_toolchain(rlib: &std::path::Path, toolchain: Option<&str>) -> Result<()> {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let Ok(out) = Command::new(&rustc).arg("-vV").output() else { return Ok(()) };
+    let Ok(out) = Command::new(&rustc).args(toolchain).arg("-vV").output() else { return Ok(()) };
     let text = String::from_utf8_lossy(&out.stdout);
     let Some(project) = text.lines().next().filter(|l| l.starts_with("rustc ")) else {
         return Ok(());
@@ -202,7 +204,7 @@ fn check_toolchain(rlib: &std::path::Path) -> Result<()> {
     if project.trim() != built {
         let release = |v: &str| v.split_whitespace().nth(1).unwrap_or("").to_string();
         bail!(
-            "this project builds with {} (its rust-toolchain file, RUSTUP_TOOLCHAIN or RUSTC), but memlens's Rust runtime {} was built with {built}; build the project with that toolchain (`RUSTUP_TOOLCHAIN={} memlens cargo ...`) or rebuild memlens with the project's toolchain (`cargo +TOOLCHAIN build --release --workspace` in the memlens source)",
+            "this project builds with {} (its rust-toolchain file, `+TOOLCHAIN`, RUSTUP_TOOLCHAIN or RUSTC), but memlens's Rust runtime {} was built with {built}; build the project with that toolchain (`RUSTUP_TOOLCHAIN={} memlens cargo ...`) or rebuild memlens with the project's toolchain (`cargo +TOOLCHAIN build --release --workspace` in the memlens source)",
             project.trim(),
             rlib.display(),
             release(&built)

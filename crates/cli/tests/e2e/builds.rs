@@ -122,6 +122,7 @@ fn cargo_says_at_once_when_the_project_uses_another_rustc() {
         eprintln!("note: no nightly toolchain installed; rust-toolchain.toml case skipped");
         return;
     }
+    check(&memlens_cargo(&proj, &["+nightly", "build", "--release"], &[]), "+nightly");
     std::fs::write(proj.join("rust-toolchain.toml"), "[toolchain]\nchannel = \"nightly\"\n")
         .unwrap();
     check(&memlens_cargo(&proj, &["build", "--release"], &[]), "rust-toolchain.toml");
