@@ -39,8 +39,8 @@ memlens cargo: build a Rust project with every memory access recorded
 Usage: memlens cargo build|run|test|bench|rustc|install [CARGO ARGS]
 
 Builds for --target x86_64-unknown-linux-gnu into <workspace root>/target/memlens (apart
-from your normal builds) with memlens as RUSTC_WRAPPER; a RUSTC_WRAPPER you set (sccache)
-still runs, after memlens. Debug info and symbols are kept whatever the profile says
+from your normal builds) with memlens as RUSTC_WRAPPER; a RUSTC_WRAPPER you set (sccache;
+environment or build.rustc-wrapper) still runs, after memlens. Debug info and symbols are kept whatever the profile says
 (`strip` is overridden), so reports have source lines. The project must build with the
 rustc memlens was built with: a rust-toolchain file pinning another one is reported
 before the build starts.
