@@ -199,7 +199,7 @@ fn link_front(rt: &Runtime, shared: bool) -> Vec<String> {
 const GCC_BLIND: &str = "with gcc, loads and stores of local variables whose address never escapes are not recorded (gcc's TSan pass has no switch for them); clang-22 records them (MEMLENS_CC=clang-22, see docs/fidelity.md)";
 
 /// One line on stderr; `MEMLENS_QUIET=1` silences it (build logs of big projects).
-fn note(text: &str) {
+pub(crate) fn note(text: &str) {
     if std::env::var_os("MEMLENS_QUIET").is_none_or(|v| v != "1") {
         eprintln!("memlens: note: {text}");
     }

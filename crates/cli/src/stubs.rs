@@ -183,14 +183,15 @@ fn source() -> String {
 
 /// For a `-shared` link: compiles the fallbacks with `cc` and appends the object to
 /// `link_args`; the returned directory holds it until the link is done. Not with
-/// `-Bsymbolic*`, which would bind the library's calls to its own fallbacks and
-/// leave it unrecorded everywhere.
+/// `-Bsymbolic*` or a version script (`local: *;` hides them), which would bind the
+/// library's calls to its own fallbacks and leave it unrecorded everywhere.
 pub fn for_shared_link(
     cc: &str,
     args: &[String],
     link_args: &mut Vec<String>,
 ) -> Result<Option<crate::cc::TempDir>> {
-    if args.iter().any(|a| a.contains("-Bsymbolic")) {
+    if args.iter().any(|a| a.contains("-Bsymbolic") || a.contains("version-script")) {
+        crate::cc::note("this -shared link binds symbols locally (-Bsymbolic or a version script), so the library gets no fallbacks for memlens's entry points: it loads only in programs built with memlens");
         return Ok(None);
     }
     let dir = crate::cc::TempDir::new()?;

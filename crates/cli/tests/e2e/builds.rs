@@ -423,6 +423,26 @@ fn shared_libraries_load_without_memlens() {
         let rows = report(&trace, "line");
         let line = line_of("fallbacklib.c", "rmw");
         assert_eq!(at_line(&rows, "fallbacklib.c", line, "stores"), 10, "{cc:?}: {rows:#?}");
+        // A version script hiding all but the API would hide the fallbacks too and
+        // bind the library to them: it gets none, and is recorded.
+        let vs = sub.join("v");
+        std::fs::create_dir_all(&vs).unwrap();
+        std::fs::write(vs.join("v.map"), "V1 { global: bump; local: *; };\n").unwrap();
+        let lib = vs.join("libfallback.so");
+        let script = format!("-Wl,--version-script={}", vs.join("v.map").display());
+        memlens_cc(
+            cc,
+            false,
+            &["-O2", "-shared", "-fPIC", &script, s, "-o", lib.to_str().unwrap()],
+        );
+        let rpath = format!("-Wl,-rpath,{}", vs.display());
+        let exe = vs.join("inst");
+        let (d, e) = (vs.to_str().unwrap(), exe.to_str().unwrap());
+        memlens_cc(cc, false, &["-O2", m, "-L", d, "-lfallback", &rpath, "-o", e]);
+        let out = record(&exe, &trace, &[]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let rows = report(&trace, "line");
+        assert_eq!(at_line(&rows, "fallbacklib.c", line, "stores"), 10, "{cc:?}: version script");
     }
 }
 
