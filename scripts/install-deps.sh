@@ -12,6 +12,11 @@ command -v llvm-nm-22 >/dev/null || pkgs+=(llvm-22)
 [ -f /usr/lib/llvm-22/include/llvm/Plugins/PassPlugin.h ] || pkgs+=(llvm-22-dev)
 command -v valgrind >/dev/null || pkgs+=(valgrind)
 command -v qemu-x86_64 >/dev/null || pkgs+=(qemu-user)
+# Build systems the e2e tests drive (crates/cli/tests/e2e/builds.rs).
+command -v libtool >/dev/null || pkgs+=(libtool libtool-bin)
+command -v cmake >/dev/null || pkgs+=(cmake)
+command -v meson >/dev/null || pkgs+=(meson)
+command -v ninja >/dev/null || pkgs+=(ninja-build)
 if [ ${#pkgs[@]} -eq 0 ]; then
   exit 0
 fi

@@ -31,15 +31,16 @@ fn on_path(name: &str) -> bool {
     crate::runtime::which(name).is_some()
 }
 
-/// The compiler to run: `MEMLENS_CC`/`MEMLENS_CXX`, else clang-22 when present,
-/// else gcc/g++.
-fn choose_compiler(lang: Lang) -> (String, Family) {
+/// The compiler to run: the one named by memlens's own name (`memlens-g++`), else
+/// `MEMLENS_CC`/`MEMLENS_CXX`, else clang-22 when present, else gcc/g++.
+fn choose_compiler(lang: Lang, named: Option<&str>) -> (String, Family) {
     let (var, clang, gcc) = match lang {
         Lang::C => ("MEMLENS_CC", "clang-22", "gcc"),
         Lang::Cxx => ("MEMLENS_CXX", "clang++-22", "g++"),
     };
-    let cc = match std::env::var(var) {
-        Ok(v) if !v.is_empty() => v,
+    let cc = match (named, std::env::var(var)) {
+        (Some(n), _) => n.to_string(),
+        (None, Ok(v)) if !v.is_empty() => v,
         _ if on_path(clang) => clang.to_string(),
         _ => gcc.to_string(),
     };
@@ -172,9 +173,10 @@ fn compile_flags(fam: Family, p: &Parsed, rt: &Runtime, plugin: Option<&Path>) -
     f
 }
 
-/// Link arguments: the runtime for executables. A shared library is left with
-/// its callbacks undefined; they resolve to the executable's runtime at load time,
-/// which is why the executable exports them (also for `dlopen`ed libraries).
+/// Link arguments: the runtime for executables. A shared library's callbacks
+/// resolve to the executable's runtime at load time (its own weak fallbacks from
+/// crate::stubs only without one), which is why the executable exports them (also
+/// for `dlopen`ed libraries).
 fn link_flags(rt: &Runtime, shared: bool) -> Vec<String> {
     if shared {
         return Vec::new();
@@ -187,11 +189,25 @@ fn link_flags(rt: &Runtime, shared: bool) -> Vec<String> {
     f
 }
 
+/// Link arguments that go before the user's: every entry point a library may call
+/// is taken from the runtime even when the executable's own code does not call it,
+/// and before any library (whose weak fallbacks from crate::stubs would otherwise
+/// define it and leave the library unrecorded).
+fn link_front(rt: &Runtime, shared: bool) -> Vec<String> {
+    if shared {
+        return Vec::new();
+    }
+    let mut f: Vec<String> =
+        crate::stubs::forced().iter().map(|n| format!("-Wl,--undefined={n}")).collect();
+    f.push(rt.staticlib.display().to_string());
+    f
+}
+
 /// What gcc's TSan pass cannot be told to record (docs/fidelity.md).
 const GCC_BLIND: &str = "with gcc, loads and stores of local variables whose address never escapes are not recorded (gcc's TSan pass has no switch for them); clang-22 records them (MEMLENS_CC=clang-22, see docs/fidelity.md)";
 
 /// One line on stderr; `MEMLENS_QUIET=1` silences it (build logs of big projects).
-fn note(text: &str) {
+pub(crate) fn note(text: &str) {
     if std::env::var_os("MEMLENS_QUIET").is_none_or(|v| v != "1") {
         eprintln!("memlens: note: {text}");
     }
@@ -246,20 +262,64 @@ fn run(cmd: &mut Command) -> Result<i32> {
     Ok(st.code().unwrap_or(1))
 }
 
+/// memlens's own part of `memlens cc --help` (the compiler's help follows).
+pub const HELP: &str = "\
+memlens cc / memlens c++: compile and link C and C++ with every memory access recorded
+(drop-in for gcc/clang: any of their arguments; `memlens record -- ./prog` records it)
+
+Usage: memlens cc [COMPILER ARGS]    memlens c++ [COMPILER ARGS]
+
+As single commands for build systems (CC=... cmake/meson/configure), symlinks to memlens:
+  memlens-cc, memlens-c++          the compiler MEMLENS_CC / MEMLENS_CXX picks
+  memlens-gcc, memlens-g++, memlens-clang-22, memlens-clang++-22, memlens-<compiler>
+                                   always that compiler (CMake's cache keeps the choice)
+
+Environment:
+  MEMLENS_CC, MEMLENS_CXX  compiler (default clang-22 when installed, else gcc / g++)
+  MEMLENS_ALLOC_DEFS       DINAMITE-style alloc.in of custom allocators (when linking)
+  MEMLENS_QUIET=1          no notes on stderr
+
+Adds -fsanitize=thread (linked against memlens's runtime, not TSan's), -g, frame
+pointers and a 5-byte NOP pad at function entry; with clang-22 also memlens's pass
+plugin (docs/fidelity.md). A -shared library records through the executable's
+runtime, and carries weak no-op fallbacks so it also loads, unrecorded, in programs
+built without memlens (-Wl,--no-undefined / -Wl,-z,defs are dropped for it).
+-static is not supported (record static binaries with `memlens record --dbi`).
+
+";
+
 /// Runs the compiler; returns its exit code.
 pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
-    let (cc, fam) = choose_compiler(lang);
+    main_with(lang, None, args)
+}
+
+/// `memlens-<compiler> ARGS` (memlens installed under that name): `memlens cc` or
+/// `c++` with that compiler, whatever MEMLENS_CC says later, so a build system
+/// that caches the compiler's path caches the choice.
+pub fn main_named(compiler: &str, args: Vec<String>) -> Result<i32> {
+    let lang = if compiler.contains("++") { Lang::Cxx } else { Lang::C };
+    main_with(lang, Some(compiler), args)
+}
+
+fn main_with(lang: Lang, named: Option<&str>, args: Vec<String>) -> Result<i32> {
+    let (cc, fam) = choose_compiler(lang, named);
+    if args.iter().any(|a| a == "--help") {
+        print!("{HELP}The compiler's help ({cc} --help):\n\n");
+        use std::io::Write;
+        std::io::stdout().flush()?;
+    }
     if !on_path(&cc) && !Path::new(&cc).is_file() {
         bail!(
             "compiler `{cc}` not found; install it or set {} to another compiler",
             if lang == Lang::C { "MEMLENS_CC" } else { "MEMLENS_CXX" }
         );
     }
-    let rt = Runtime::locate()?;
-    let p = parse(&args);
     if args.iter().any(|a| a == "--version" || a == "-v" || a == "-dumpversion" || a == "--help") {
         return run(Command::new(&cc).args(&args));
     }
+    let rt = Runtime::locate()?;
+    let args = link_mode_checks(args)?;
+    let p = parse(&args);
     let plugin = match fam {
         Family::Clang if !p.sources.is_empty() => pass_plugin(&cc, &rt),
         _ => None,
@@ -272,9 +332,14 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
         return run(Command::new(&cc).args(&cflags).args(&args));
     }
     let shared = args.iter().any(|a| a == "-shared");
-    let alloc = crate::allocdefs::link_wrappers(&cc)?;
+    let mut alloc = crate::allocdefs::link_wrappers(&cc)?;
+    let _fallbacks = match shared {
+        true => crate::stubs::for_shared_link(&cc, &args, &mut alloc.args)?,
+        false => None,
+    };
     if p.sources.is_empty() {
         return run(Command::new(&cc)
+            .args(link_front(&rt, shared))
             .args(&args)
             .args(reset_lang(&p))
             .args(&alloc.args)
@@ -285,6 +350,7 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
         return run(Command::new(&cc)
             .args(&cflags)
             .arg("-fno-sanitize-link-runtime")
+            .args(link_front(&rt, shared))
             .args(&args)
             .args(reset_lang(&p))
             .args(&alloc.args)
@@ -351,7 +417,10 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     if !p.has_g {
         cmd.arg("-g");
     }
-    cmd.args(&link_args).args(&alloc.args).args(link_flags(&rt, shared));
+    cmd.args(link_front(&rt, shared))
+        .args(&link_args)
+        .args(&alloc.args)
+        .args(link_flags(&rt, shared));
     run(&mut cmd)
 }
 
@@ -363,6 +432,66 @@ fn reset_lang(p: &Parsed) -> &'static [&'static str] {
     } else {
         &[]
     }
+}
+
+/// Link options memlens cannot honour: `-static` fails at once with what to do
+/// instead; `-shared` drops `--no-undefined` / `-z defs` (meson's default), since
+/// a memlens-built library leaves its callbacks for the executable's runtime.
+fn link_mode_checks(args: Vec<String>) -> Result<Vec<String>> {
+    let links = !args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only"));
+    if links && args.iter().any(|a| a == "-static" || a == "-static-pie") {
+        bail!("memlens cannot link static executables (-static): its runtime takes over malloc and the pthread calls through the dynamic linker; drop -static (-static-libgcc/-static-libstdc++ still work), or build without memlens and record the static binary with `memlens record --dbi`");
+    }
+    if !args.iter().any(|a| a == "-shared") {
+        return Ok(args);
+    }
+    let (kept, dropped) = drop_no_undefined(args);
+    if dropped {
+        note("dropped -Wl,--no-undefined / -Wl,-z,defs from this -shared link: a library built with memlens leaves its recording callbacks (__tsan_*) to the executable's runtime");
+    }
+    Ok(kept)
+}
+
+/// `args` without the linker options that forbid undefined symbols, and whether
+/// there were any.
+fn drop_no_undefined(args: Vec<String>) -> (Vec<String>, bool) {
+    let forbids = |o: &str| matches!(o, "--no-undefined" | "-no-undefined" | "-zdefs");
+    let mut out = Vec::new();
+    let mut dropped = false;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        let next = args.get(i + 1).map(String::as_str);
+        if a == "-Xlinker" && next.is_some_and(forbids) {
+            dropped = true;
+            i += 2;
+            continue;
+        }
+        if let Some(list) = a.strip_prefix("-Wl,") {
+            let opts: Vec<&str> = list.split(',').collect();
+            let mut keep = Vec::new();
+            let mut j = 0;
+            while j < opts.len() {
+                if forbids(opts[j]) || (opts[j] == "-z" && opts.get(j + 1) == Some(&"defs")) {
+                    dropped = true;
+                    j += if opts[j] == "-z" { 2 } else { 1 };
+                    continue;
+                }
+                keep.push(opts[j]);
+                j += 1;
+            }
+            if !keep.is_empty() {
+                out.push(format!("-Wl,{}", keep.join(",")));
+            }
+            i += 1;
+            continue;
+        }
+        out.push(a.clone());
+        i += 1;
+    }
+    (out, dropped)
 }
 
 fn strip_link_only(args: &[String]) -> Vec<String> {
@@ -440,6 +569,26 @@ mod tests {
         let p = parse(&a);
         assert_eq!(p.sources, vec![2, 3, 8]);
         assert!(p.has_x);
+    }
+
+    #[test]
+    fn shared_links_drop_no_undefined() {
+        let a: Vec<String> = [
+            "-shared",
+            "-Wl,--no-undefined",
+            "-Wl,-O1,-z,defs,--as-needed",
+            "-Xlinker",
+            "-zdefs",
+            "x.o",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (kept, dropped) = drop_no_undefined(a);
+        assert!(dropped);
+        assert_eq!(kept, ["-shared", "-Wl,-O1,--as-needed", "x.o"].map(String::from).to_vec());
+        let (kept, dropped) = drop_no_undefined(vec!["-Wl,-z,now".into()]);
+        assert!(!dropped);
+        assert_eq!(kept, vec!["-Wl,-z,now".to_string()]);
     }
 
     #[test]

@@ -14,18 +14,19 @@ mod names;
 mod record;
 mod runtime;
 mod rust;
+mod stubs;
 mod vars;
 mod view;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Shows how a program really uses memory: records every load, store, allocation
 /// and function call of a program built with memlens, names each access, and
 /// analyses the trace.
 #[derive(Parser)]
-#[command(name = "memlens", version, about, long_about = None, disable_help_subcommand = true)]
+#[command(name = "memlens", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -342,6 +343,31 @@ fn error_text(e: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
+/// clap's error as one line, like every other memlens error: the message, then
+/// clap's "did you mean" tip and the possible values, then where help is.
+fn one_line_usage_error(text: &str, argv: &[String]) -> String {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let mut out =
+        lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    for l in lines {
+        if l.starts_with("tip:") || l.starts_with("[possible values") {
+            out.push_str("; ");
+            out.push_str(l.trim_start_matches('[').trim_end_matches(']'));
+        }
+    }
+    let sub = argv.get(1).filter(|s| Cli::command().find_subcommand(s.as_str()).is_some());
+    match sub {
+        Some(s) => out.push_str(&format!(" (see `memlens {s} --help`)")),
+        None => out.push_str(" (see `memlens --help`)"),
+    }
+    out
+}
+
+/// cargo's copy of the binary under `deps/` is `memlens-<16 hex digits>`.
+fn is_cargo_hash(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn real_main() -> Result<i32> {
     // Compiler drivers take the compiler's arguments verbatim, `--help` included.
     let argv: Vec<String> = std::env::args().collect();
@@ -356,7 +382,31 @@ fn real_main() -> Result<i32> {
         Some("memlens-c++") | Some("memlens-cxx") => {
             return cc::main(cc::Lang::Cxx, argv[1..].to_vec())
         }
+        // `memlens-g++`, `memlens-clang-22`: that compiler, so CMake's cache (which
+        // keeps the compiler's path, not MEMLENS_CXX) keeps the choice too.
+        Some(name)
+            if name.starts_with("memlens-")
+                && name.len() > "memlens-".len()
+                && !is_cargo_hash(&name["memlens-".len()..]) =>
+        {
+            return cc::main_named(&name["memlens-".len()..], argv[1..].to_vec())
+        }
         _ => {}
+    }
+    // `memlens help cc|c++|cargo`: memlens's own options for the drivers (clap
+    // only knows them as argument lists).
+    if argv.get(1).is_some_and(|a| a == "help") {
+        match argv.get(2).map(String::as_str) {
+            Some("cc") | Some("c++") | Some("cxx") => {
+                print!("{}", cc::HELP);
+                return Ok(0);
+            }
+            Some("cargo") => {
+                print!("{}", rust::HELP);
+                return Ok(0);
+            }
+            _ => {}
+        }
     }
     match argv.get(1).map(String::as_str) {
         Some("cc") => return cc::main(cc::Lang::C, argv[2..].to_vec()),
@@ -371,11 +421,7 @@ fn real_main() -> Result<i32> {
             return Ok(0);
         }
         Err(e) => {
-            // One line, like every other memlens error.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.trim_start_matches("error: ");
-            eprintln!("memlens: error: {first} (see `memlens --help`)");
+            eprintln!("memlens: error: {}", one_line_usage_error(&e.to_string(), &argv));
             return Ok(2);
         }
     };

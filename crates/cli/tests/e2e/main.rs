@@ -5,6 +5,7 @@ mod util;
 
 mod analysis;
 mod annotate;
+mod builds;
 mod calls;
 mod damaged;
 mod dbi;

@@ -1,0 +1,18 @@
+/* A shared library built with `memlens cc -shared`, loaded by a program built
+ * without memlens (its weak fallbacks run: atomics and memset still work) and by
+ * one built with memlens (recorded): builds.rs `shared_libraries_load_without_memlens`. */
+#include <stdatomic.h>
+#include <string.h>
+
+static _Atomic long counter;
+
+long bump(int n) {
+    char buf[64];
+    long s = 0;
+    for (int i = 0; i < n; i++)
+        atomic_fetch_add(&counter, 2); // @rmw
+    memset(buf, 1, sizeof buf);
+    for (int i = 0; i < 64; i++)
+        s += ((volatile char *)buf)[i];
+    return atomic_load(&counter) + s;
+}
