@@ -14,8 +14,8 @@
 
 /* noipa: gcc must neither inline nor drop the calls. */
 __attribute__((noipa)) long work(long x) {
-    long y = x * x; /* probe-line */
-    return y + 1;
+    long y = x * x; // @probe-line
+    return y + 1; // @probe-ret
 }
 
 __attribute__((noipa)) long rec(int d) {

@@ -11,6 +11,7 @@ mod errors;
 mod export;
 mod fidelity;
 mod live;
+mod live_probes;
 mod names;
 mod order;
 mod parallel_read;
