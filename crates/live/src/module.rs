@@ -68,8 +68,8 @@ pub trait Probe: Send {
 /// The built-in modules, in the order `memlens probe modules` lists them.
 pub fn builtin_modules() -> Vec<Box<dyn ProbeModule>> {
     vec![
-        Box::new(crate::count::CountModule::default()),
-        Box::new(crate::timer::TimerModule::default()),
+        Box::new(crate::count::CountModule),
+        Box::new(crate::timer::TimerModule),
         Box::new(crate::perfmod::PerfModule::default()),
     ]
 }
