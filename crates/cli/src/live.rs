@@ -120,7 +120,7 @@ pub fn live(a: LiveArgs) -> Result<i32> {
                 "memlens: live: attached to PID {pid}, control socket {}; Ctrl-C removes the probes",
                 c.socket().display()
             );
-            Ok(c.run()?)
+            finish(c.run()?, a.json_stream.is_none())
         }
         (None, false) => {
             let path = memlens_live::find_program(&a.cmd[0])?;
@@ -142,7 +142,7 @@ pub fn live(a: LiveArgs) -> Result<i32> {
                         c.socket().display()
                     );
                     held.release();
-                    Ok(c.run()?)
+                    finish(c.run()?, a.json_stream.is_none())
                 }
                 Err(e) => {
                     // The program never ran: it is still held before exec.
@@ -152,6 +152,23 @@ pub fn live(a: LiveArgs) -> Result<i32> {
             }
         }
     }
+}
+
+/// Without a JSON stream, the final values go to stderr as a table (like bpftrace's
+/// maps at exit); the target's stdout stays its own.
+fn finish((code, last): (i32, Value), summary: bool) -> Result<i32> {
+    if summary {
+        for r in last.as_array().into_iter().flatten() {
+            eprintln!(
+                "memlens: live: {} {} ({}): {}",
+                r["id"].as_u64().unwrap_or(0),
+                r["spec"].as_str().unwrap_or(""),
+                r["location"].as_str().unwrap_or(""),
+                values_text(r)
+            );
+        }
+    }
+    Ok(code)
 }
 
 fn values_text(row: &Value) -> String {

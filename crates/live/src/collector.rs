@@ -46,6 +46,8 @@ pub struct Collector {
     path: PathBuf,
     started: Instant,
     opts: Options,
+    /// Probes being removed: closing their kernel events takes a grace period each.
+    closing: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Collector {
@@ -61,6 +63,7 @@ impl Collector {
             path,
             started: Instant::now(),
             opts,
+            closing: Vec::new(),
         })
     }
 
@@ -80,12 +83,23 @@ impl Collector {
         Ok(id)
     }
 
-    /// Removes probe `id`.
+    /// Removes probe `id`. It leaves the list at once; its kernel events close in the
+    /// background (the kernel serialises them, ~tens of ms each), so `rm` answers fast.
     pub fn remove(&mut self, id: u32) -> Result<()> {
-        self.probes
-            .remove(&id)
-            .map(drop)
-            .ok_or_else(|| Error::Spec(format!("no probe with id {id} (see `memlens probe list`)")))
+        let e = self.probes.remove(&id).ok_or_else(|| {
+            Error::Spec(format!("no probe with id {id} (see `memlens probe list`)"))
+        })?;
+        self.closing.push(std::thread::spawn(move || drop(e)));
+        Ok(())
+    }
+
+    /// Closes every probe and waits until the kernel removed them all.
+    fn remove_all(&mut self) {
+        let all = std::mem::take(&mut self.probes);
+        crate::perf::close_in_parallel(all.into_values().collect());
+        for h in self.closing.drain(..) {
+            let _ = h.join();
+        }
     }
 
     /// Every probe: id, spec, module, location and its values.
@@ -178,8 +192,9 @@ impl Collector {
     }
 
     /// Runs until the target exits (final snapshot; returns its exit status when we
-    /// launched it, else 0) or SIGINT/SIGTERM (removes the probes, returns 0).
-    pub fn run(mut self) -> Result<i32> {
+    /// launched it, else 0) or SIGINT/SIGTERM (removes the probes, returns 0). Also
+    /// returns the probes' final values.
+    pub fn run(mut self) -> Result<(i32, Value)> {
         // SAFETY: the handler only stores to an atomic.
         unsafe {
             libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -189,9 +204,11 @@ impl Collector {
         loop {
             if STOP.load(Ordering::SeqCst) {
                 self.emit(Some(json!({"reason": "interrupted"})));
-                self.probes.clear();
-                return Ok(0);
+                let last = self.list();
+                self.remove_all();
+                return Ok((0, last));
             }
+            self.closing.retain(|h| !h.is_finished());
             self.poll();
             if let State::Exited(code) = self.target.state() {
                 let mut extra = json!({"reason": "target exited"});
@@ -199,8 +216,9 @@ impl Collector {
                     extra["exit_code"] = c.into();
                 }
                 self.emit(Some(extra));
-                self.probes.clear();
-                return Ok(code.unwrap_or(0));
+                let last = self.list();
+                self.remove_all();
+                return Ok((code.unwrap_or(0), last));
             }
             while let Ok((s, _)) = self.listener.accept() {
                 self.serve(s);

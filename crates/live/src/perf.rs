@@ -286,13 +286,18 @@ pub fn hardware_pmu() -> Result<(), String> {
 /// period (tens of ms on a busy machine); closed from parallel threads the waits
 /// overlap, so removing a probe with many events stays fast.
 pub(crate) fn close_all(fds: Vec<OwnedFd>) {
-    if fds.len() <= 1 {
+    close_in_parallel(fds);
+}
+
+/// Drops `items` from up to 64 threads at once.
+pub(crate) fn close_in_parallel<T: Send>(items: Vec<T>) {
+    if items.len() <= 1 {
         return;
     }
-    let per = fds.len().div_ceil(64);
-    let mut it = fds.into_iter();
+    let per = items.len().div_ceil(64);
+    let mut it = items.into_iter();
     std::thread::scope(|s| loop {
-        let chunk: Vec<OwnedFd> = it.by_ref().take(per).collect();
+        let chunk: Vec<T> = it.by_ref().take(per).collect();
         if chunk.is_empty() {
             break;
         }

@@ -359,6 +359,18 @@ fn launch_counts_from_the_first_call_and_ends_with_a_final_snapshot() {
     assert_eq!(probes[1]["count"], 5);
     // The socket is gone with the collector.
     assert!(std::fs::read_dir(dir.join("memlens")).unwrap().next().is_none());
+    // Without a stream the final values go to stderr; the program's stdout is its own.
+    let o = Command::new(memlens())
+        .args(["live", "--probe", "count:/^work$/", "--"])
+        .arg(&exe)
+        .args(["--once", "7"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1);
+    assert!(stderr(&o).contains("memlens: live: 1 count:/^work$/ (work @ 0x"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("): count=7"), "{}", stderr(&o));
 }
 
 #[test]
