@@ -9,6 +9,7 @@ mod files;
 mod filter;
 mod follow;
 mod inspect;
+mod live;
 mod merge;
 mod names;
 mod record;
@@ -108,6 +109,11 @@ enum Cmd {
         /// The trace.
         trace: PathBuf,
     },
+    /// Live probes on a running process (--pid PID) or a launched one (-- PROG):
+    /// the collector `memlens probe` talks to
+    Live(live::LiveArgs),
+    /// Add, remove and list live probes: `memlens probe [--pid PID] add SPEC|rm ID|list|modules`
+    Probe(live::ProbeArgs),
     /// Show a trace in the browser: memory map, flame chart, source, tables
     View {
         /// Port on 127.0.0.1 (default: a free one).
@@ -542,6 +548,8 @@ fn real_main() -> Result<i32> {
             }
             inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names).map(|_| 0)
         }
+        Cmd::Live(a) => live::live(a),
+        Cmd::Probe(a) => live::probe(a),
         Cmd::View { port, open, reindex, no_serve, trace } => {
             view::run(view::ViewOpts { trace, port, open, reindex, no_serve })
         }

@@ -427,6 +427,52 @@ impl ModuleSymbols {
         Ok(merge_ranges(out))
     }
 
+    /// Runtime addresses where execution enters source line `line` of the files matching
+    /// `pattern` (see [`path_glob_match`]), for live probes: the first address of each
+    /// run of instructions the line table gives to that line. Of several rows at one
+    /// address (location views: gcc puts `is_stmt` rows of several lines there), the
+    /// last one owns the instruction. Sorted, deduplicated; empty without DWARF.
+    pub fn line_addresses(&self, pattern: &str, line: u64) -> Result<Vec<Pc>, Error> {
+        let Some(units) = self.units()? else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (uid, unit) in units.units.iter().enumerate() {
+            let Some(program) = unit.line_program.clone() else { continue };
+            let mut matches: HashMap<u64, bool> = HashMap::new();
+            let mut rows = program.rows();
+            // The row owning the current address, and the (file matches, line) owning
+            // the previous one.
+            let mut pending: Option<(u64, bool, u64)> = None;
+            let mut prev: Option<(bool, u64)> = None;
+            while let Some((header, row)) = rows
+                .next_row()
+                .map_err(|source| Error::Dwarf { path: self.dwarf_path.clone(), source })?
+            {
+                if let Some((addr, m, l)) = pending {
+                    if row.address() != addr || row.end_sequence() {
+                        if m && l == line && prev != Some((true, line)) {
+                            out.push(Pc(addr + self.module.bias));
+                        }
+                        prev = Some((m, l));
+                    }
+                }
+                if row.end_sequence() {
+                    pending = None;
+                    prev = None;
+                    continue;
+                }
+                let m = *matches.entry(row.file_index()).or_insert_with(|| {
+                    row.file(header)
+                        .and_then(|f| units.file_path(uid, header, f))
+                        .is_some_and(|p: String| path_glob_match(pattern, &p))
+                });
+                pending = Some((row.address(), m, row.line().map_or(0, |l| l.get())));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
     /// Every source file the DWARF line tables name, as [`Self::frames`] spells it
     /// (sorted, deduplicated). Empty without DWARF. The viewer serves only these.
     pub fn source_files(&self) -> Result<Vec<String>, Error> {

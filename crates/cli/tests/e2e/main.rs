@@ -14,6 +14,7 @@ mod export;
 mod fidelity;
 mod limits;
 mod live;
+mod live_probes;
 mod names;
 mod order;
 mod parallel_read;

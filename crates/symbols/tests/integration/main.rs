@@ -3,6 +3,7 @@
 
 mod c;
 mod cpp;
+mod lines;
 mod rust;
 mod selftest;
 mod util;

@@ -1,0 +1,37 @@
+//! Live probes on a running process, with nothing injected into it: uprobes and
+//! uretprobes created through `perf_event_open` (the kernel's `uprobe` PMU), placed
+//! through the binary's DWARF (crates/symbols), and grouped software/hardware
+//! counters.
+//!
+//! - [`ProbeModule`] is the extension point: a module answers a query (name,
+//!   description, requirements), checks them in `init`, names its actions and data
+//!   columns, and creates [`Probe`]s that aggregate their own values. Built in:
+//!   `count`, `timer` and `perf` ([`builtin_modules`]).
+//! - [`Target`] is the process (attached by PID, or launched and held before its first
+//!   instruction with [`launch_held`]); [`Binary`] resolves locations.
+//! - [`Collector`] holds the probes of one target, answers the control socket
+//!   ([`sock`]: mode 0600 in a 0700 directory, peer uid checked) and writes JSON
+//!   snapshots; [`client`] is the CLI's side.
+
+#![deny(missing_docs)]
+
+pub mod client;
+mod collector;
+mod count;
+mod error;
+mod locate;
+mod module;
+mod perf;
+mod perfmod;
+mod regex;
+mod sampler;
+pub mod sock;
+mod target;
+mod timer;
+
+pub use collector::{Collector, Options};
+pub use error::{Error, Result};
+pub use locate::{Binary, Point};
+pub use module::{builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule};
+pub use perf::{hardware_pmu, privilege, uprobe_type};
+pub use target::{find_program, launch_held, Held, State, Target};

@@ -1,0 +1,174 @@
+//! Probe locations: a function name, `FILE:LINE`, `0xADDR` or `/REGEX/`, resolved
+//! through the binary's DWARF (crates/symbols) to ELF virtual addresses and then,
+//! through the program headers, to the file offsets uprobes take.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use memlens_symbols::{path_glob_match, DebugSearch, ModuleSymbols, Pc};
+use object::{Object as _, ObjectSegment as _};
+
+use crate::regex::Regex;
+use crate::{Error, Result};
+
+/// One instruction to probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Point {
+    /// ELF virtual address.
+    pub vaddr: u64,
+    /// Offset of the instruction in the file (what the uprobe PMU takes).
+    pub offset: u64,
+    /// What the user named: a function or `file:line`.
+    pub label: String,
+}
+
+/// The target's executable with its symbols.
+pub struct Binary {
+    path: PathBuf,
+    cpath: CString,
+    symbols: ModuleSymbols,
+    /// Executable PT_LOAD segments: (vaddr, file size, file offset).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl Binary {
+    /// Reads `path`; refuses a binary without DWARF (stripped), since locations are
+    /// resolved from it.
+    pub fn open(path: &Path) -> Result<Binary> {
+        let data = std::fs::read(path)
+            .map_err(|e| Error::Target(format!("cannot read {}: {e}", path.display())))?;
+        let obj = object::File::parse(&data[..]).map_err(|e| {
+            Error::Target(format!("{} is not an ELF executable: {e}", path.display()))
+        })?;
+        let mut segments = Vec::new();
+        for s in obj.segments() {
+            let (off, size) = s.file_range();
+            if let object::SegmentFlags::Elf { p_flags } = s.flags() {
+                if p_flags & object::elf::PF_X == 0 {
+                    continue;
+                }
+            }
+            segments.push((s.address(), size, off));
+        }
+        let module = memlens_symbols::module_from_file(path, 0)
+            .map_err(|e| Error::Target(format!("cannot read {}: {e}", path.display())))?;
+        let symbols = ModuleSymbols::load(&module, &DebugSearch::default()).map_err(|e| {
+            Error::Target(format!("cannot read symbols of {}: {e}", path.display()))
+        })?;
+        if !symbols.has_dwarf() {
+            return Err(Error::Location(format!(
+                "{} has no debug information (stripped?): rebuild it with -g or install its debug file",
+                path.display()
+            )));
+        }
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::Target(format!("{}: a path with a NUL byte", path.display())))?;
+        Ok(Binary { path: path.to_owned(), cpath, symbols, segments })
+    }
+
+    /// The executable's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn cpath(&self) -> &CString {
+        &self.cpath
+    }
+
+    fn offset_of(&self, vaddr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(a, size, _)| vaddr >= a && vaddr - a < size)
+            .map(|&(a, _, off)| off + (vaddr - a))
+    }
+
+    fn point(&self, vaddr: u64, label: String) -> Result<Point> {
+        let offset = self.offset_of(vaddr).ok_or_else(|| {
+            Error::Location(format!(
+                "{label}: address {vaddr:#x} is not in an executable segment of {}",
+                self.path.display()
+            ))
+        })?;
+        Ok(Point { vaddr, offset, label })
+    }
+
+    /// Resolves one location. A function gives its entry (DW_AT_low_pc, the symbol's
+    /// address), `FILE:LINE` the addresses where execution enters the line, `0xADDR`
+    /// that address, `/REGEX/` the entry of every matching function.
+    pub fn resolve(&self, loc: &str) -> Result<Vec<Point>> {
+        if loc.is_empty() {
+            return Err(Error::Spec(
+                "a probe needs a location: a function, FILE:LINE, 0xADDR or /REGEX/".into(),
+            ));
+        }
+        if loc.len() >= 2 && loc.starts_with('/') && loc.ends_with('/') {
+            let re = Regex::new(&loc[1..loc.len() - 1])
+                .map_err(|e| Error::Spec(format!("{loc}: bad regular expression: {e}")))?;
+            let mut out: Vec<Point> = Vec::new();
+            for f in self.symbols.functions() {
+                if f.size > 0 && re.is_match(&f.name) && !out.iter().any(|p| p.vaddr == f.start.0) {
+                    out.push(self.point(f.start.0, f.name.to_string())?);
+                }
+            }
+            if out.is_empty() {
+                return Err(Error::Location(format!(
+                    "{loc}: no function of {} matches",
+                    self.path.display()
+                )));
+            }
+            return Ok(out);
+        }
+        if let Some(hex) = loc.strip_prefix("0x") {
+            let a = u64::from_str_radix(hex, 16)
+                .map_err(|_| Error::Spec(format!("{loc}: not a hexadecimal address")))?;
+            let label = match self.symbols.function_symbol(Pc(a + 1)) {
+                Some(f) => format!("{}+{:#x}", f.name, a - f.start.0),
+                None => loc.to_owned(),
+            };
+            return Ok(vec![self.point(a, label)?]);
+        }
+        if let Some((file, line)) = loc.rsplit_once(':') {
+            if let Ok(line) = line.parse::<u64>() {
+                return self.resolve_line(file, line);
+            }
+        }
+        let mut out: Vec<Point> = Vec::new();
+        for f in self.symbols.functions() {
+            if (&*f.name == loc || &*f.raw_name == loc) && !out.iter().any(|p| p.vaddr == f.start.0)
+            {
+                out.push(self.point(f.start.0, f.name.to_string())?);
+            }
+        }
+        if out.is_empty() {
+            return Err(Error::Location(format!(
+                "{loc}: no function of that name in {} (see `nm`; /REGEX/ matches several)",
+                self.path.display()
+            )));
+        }
+        Ok(out)
+    }
+
+    fn resolve_line(&self, file: &str, line: u64) -> Result<Vec<Point>> {
+        let err = |e: memlens_symbols::Error| Error::Location(format!("{file}:{line}: {e}"));
+        let addrs = self.symbols.line_addresses(file, line).map_err(err)?;
+        if addrs.is_empty() {
+            let known = self.symbols.source_files().map_err(err)?;
+            if !known.iter().any(|p| path_glob_match(file, p)) {
+                return Err(Error::Location(format!(
+                    "{file}:{line}: no source file {file} in the debug information of {}",
+                    self.path.display()
+                )));
+            }
+            return Err(Error::Location(format!(
+                "{file}:{line}: no code at this line (a comment, a declaration or optimised away): pick a line with a statement"
+            )));
+        }
+        let label = format!("{file}:{line}");
+        addrs.into_iter().map(|a| self.point(a.0, label.clone())).collect()
+    }
+
+    /// The function containing `vaddr`, for display.
+    pub fn function_at(&self, vaddr: u64) -> Option<String> {
+        self.symbols.function_symbol(Pc(vaddr + 1)).map(|f| f.name.to_string())
+    }
+}

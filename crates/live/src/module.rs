@@ -1,0 +1,168 @@
+//! The probe-module extension point. A module answers a query (name, description,
+//! requirements), checks its requirements in `init` (the collector excludes a module
+//! whose `init` fails, with the reason), names the actions it offers and the data
+//! columns it produces, and creates probes; each probe aggregates its own values.
+
+use serde_json::{Map, Value};
+
+use crate::target::Target;
+use crate::Result;
+
+/// What a module says about itself.
+#[derive(Clone, Debug)]
+pub struct ModuleInfo {
+    /// The name used in SPECs (`count` in `count:work`).
+    pub name: &'static str,
+    /// One line.
+    pub description: &'static str,
+    /// What it needs, in words ("root or CAP_PERFMON", "hardware PMU").
+    pub requirements: Vec<&'static str>,
+}
+
+/// Something a user can do with a module at a location ("count executions here").
+#[derive(Clone, Debug)]
+pub struct Action {
+    /// Machine name.
+    pub name: &'static str,
+    /// What a menu shows.
+    pub label: &'static str,
+    /// The SPEC it produces, with `{loc}` for the location.
+    pub spec: &'static str,
+}
+
+/// One value a module's probes report.
+#[derive(Clone, Debug)]
+pub struct Column {
+    /// Key in the probe's values.
+    pub name: &'static str,
+    /// Unit (`calls`, `ns`, ...).
+    pub unit: &'static str,
+}
+
+/// A probe module.
+pub trait ProbeModule: Send {
+    /// Name, description and requirements.
+    fn query(&self) -> ModuleInfo;
+    /// Checks the requirements on this machine; `Err` says why the module is unusable.
+    fn init(&mut self) -> std::result::Result<(), String>;
+    /// The actions offered.
+    fn actions(&self) -> Vec<Action>;
+    /// The data columns its probes produce.
+    fn columns(&self) -> Vec<Column>;
+    /// Resolves `args` (the SPEC after `MODULE:`) against the target's binary and
+    /// inserts the probe. Nothing touches the target until everything resolved.
+    fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>>;
+}
+
+/// An inserted probe. Dropping it removes it from the target (its descriptors close
+/// and the kernel restores the original instructions).
+pub trait Probe: Send {
+    /// Where it is, resolved (`work @ 0x1139`).
+    fn location(&self) -> String;
+    /// Takes pending kernel data (ring buffers) into the aggregate.
+    fn poll(&mut self) {}
+    /// The thread-summed values, keyed by column name.
+    fn values(&self) -> Map<String, Value>;
+}
+
+/// The built-in modules, in the order `memlens probe modules` lists them.
+pub fn builtin_modules() -> Vec<Box<dyn ProbeModule>> {
+    vec![
+        Box::new(crate::count::CountModule),
+        Box::new(crate::timer::TimerModule),
+        Box::new(crate::perfmod::PerfModule::default()),
+    ]
+}
+
+/// The modules a collector loaded, each usable or excluded with a reason.
+pub struct Modules {
+    list: Vec<(Box<dyn ProbeModule>, std::result::Result<(), String>)>,
+}
+
+impl Modules {
+    /// Loads and initialises `modules`.
+    pub fn init(modules: Vec<Box<dyn ProbeModule>>) -> Modules {
+        let list = modules
+            .into_iter()
+            .map(|mut m| {
+                let r = m.init();
+                (m, r)
+            })
+            .collect();
+        Modules { list }
+    }
+
+    /// The module named `name`, if it is usable.
+    pub fn get(&self, name: &str) -> Result<&dyn ProbeModule> {
+        match self.list.iter().find(|(m, _)| m.query().name == name) {
+            Some((m, Ok(()))) => Ok(m.as_ref()),
+            Some((_, Err(why))) => {
+                Err(crate::Error::Unavailable(format!("module {name} is unavailable: {why}")))
+            }
+            None => {
+                let names: Vec<&str> = self.list.iter().map(|(m, _)| m.query().name).collect();
+                Err(crate::Error::Spec(format!(
+                    "unknown probe module `{name}` (modules: {})",
+                    names.join(", ")
+                )))
+            }
+        }
+    }
+
+    /// Every module as JSON: name, description, requirements, actions, columns,
+    /// available and (when not) why.
+    pub fn describe(&self) -> Value {
+        let rows: Vec<Value> = self
+            .list
+            .iter()
+            .map(|(m, r)| {
+                let q = m.query();
+                let mut o = Map::new();
+                o.insert("name".into(), q.name.into());
+                o.insert("description".into(), q.description.into());
+                o.insert("requirements".into(), q.requirements.into());
+                o.insert(
+                    "actions".into(),
+                    m.actions()
+                        .iter()
+                        .map(|a| serde_json::json!({"name": a.name, "label": a.label, "spec": a.spec}))
+                        .collect(),
+                );
+                o.insert(
+                    "columns".into(),
+                    m.columns()
+                        .iter()
+                        .map(|c| serde_json::json!({"name": c.name, "unit": c.unit}))
+                        .collect(),
+                );
+                o.insert("available".into(), r.is_ok().into());
+                if let Err(why) = r {
+                    o.insert("reason".into(), why.clone().into());
+                }
+                Value::Object(o)
+            })
+            .collect();
+        Value::Array(rows)
+    }
+
+    /// Whether any module is usable; `Err` joins the reasons.
+    pub fn any_available(&self) -> std::result::Result<(), String> {
+        if self.list.iter().any(|(_, r)| r.is_ok()) {
+            return Ok(());
+        }
+        Err(self
+            .list
+            .iter()
+            .filter_map(|(m, r)| r.as_ref().err().map(|e| format!("{}: {e}", m.query().name)))
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+}
+
+/// The requirement check shared by the uprobe modules.
+pub(crate) fn uprobe_requirements() -> std::result::Result<(), String> {
+    crate::perf::uprobe_type().map_err(|e| {
+        format!("the kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type: {e})")
+    })?;
+    crate::perf::privilege()
+}

@@ -1,0 +1,185 @@
+//! `perf`: perf_event counters read at a function's entry and return (or a start and
+//! a stop line), per thread: the uprobes lead a counter group and every hit samples
+//! the whole group (PERF_SAMPLE_READ), so each call gets the counters' difference.
+//! Software counters work everywhere; hardware counters need a hardware PMU and are
+//! refused with the reason on machines without one.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::locate::Point;
+use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::perf::{TYPE_HARDWARE, TYPE_SOFTWARE};
+use crate::sampler::Sampler;
+use crate::target::Target;
+use crate::{Error, Result};
+
+/// (name, type, config) of every counter the module knows.
+const COUNTERS: &[(&str, u32, u64)] = &[
+    ("task-clock", TYPE_SOFTWARE, 1),
+    ("page-faults", TYPE_SOFTWARE, 2),
+    ("context-switches", TYPE_SOFTWARE, 3),
+    ("cpu-migrations", TYPE_SOFTWARE, 4),
+    ("cycles", TYPE_HARDWARE, 0),
+    ("instructions", TYPE_HARDWARE, 1),
+    ("cache-misses", TYPE_HARDWARE, 3),
+];
+
+const DEFAULT: &str = "task-clock,page-faults";
+
+/// The `perf` module.
+#[derive(Default)]
+pub struct PerfModule {
+    /// Why hardware counters are unavailable, when they are.
+    no_pmu: Option<String>,
+}
+
+fn counter(name: &str) -> Result<(u32, u64)> {
+    COUNTERS.iter().find(|c| c.0 == name).map(|c| (c.1, c.2)).ok_or_else(|| {
+        let names: Vec<&str> = COUNTERS.iter().map(|c| c.0).collect();
+        Error::Spec(format!("unknown counter `{name}` (counters: {})", names.join(", ")))
+    })
+}
+
+/// Splits `LOCATION[:COUNTERS]`: the last `:` part is the counter list unless it is a
+/// line number.
+fn split_args(args: &str) -> (&str, &str) {
+    match args.rsplit_once(':') {
+        Some((loc, tail))
+            if !tail.is_empty()
+                && tail.parse::<u64>().is_err()
+                && !(loc.starts_with('/') && !loc.ends_with('/') && loc.len() > 1) =>
+        {
+            (loc, tail)
+        }
+        _ => (args, DEFAULT),
+    }
+}
+
+impl ProbeModule for PerfModule {
+    fn query(&self) -> ModuleInfo {
+        ModuleInfo {
+            name: "perf",
+            description: "perf counters (task-clock, page-faults, ...; cycles, instructions, cache-misses with a PMU) per call, per thread",
+            requirements: vec!["root or CAP_PERFMON", "uprobe PMU", "hardware PMU for hardware counters"],
+        }
+    }
+
+    fn init(&mut self) -> std::result::Result<(), String> {
+        crate::module::uprobe_requirements()?;
+        self.no_pmu = crate::perf::hardware_pmu().err();
+        Ok(())
+    }
+
+    fn actions(&self) -> Vec<Action> {
+        vec![Action {
+            name: "perf-function",
+            label: "read counters at entry and return",
+            spec: "perf:{loc}:task-clock,page-faults",
+        }]
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        let mut v = vec![Column { name: "count", unit: "calls" }];
+        v.extend(COUNTERS.iter().map(|c| Column {
+            name: c.0,
+            unit: if c.0 == "task-clock" { "ns" } else { "events" },
+        }));
+        v
+    }
+
+    fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>> {
+        let (loc, list) = split_args(args);
+        let mut counters = Vec::new();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let (ty, config) = counter(name)?;
+            if ty == TYPE_HARDWARE {
+                if let Some(why) = &self.no_pmu {
+                    return Err(Error::Unavailable(format!(
+                        "counter {name} is unavailable: {why}"
+                    )));
+                }
+            }
+            counters.push((ty, config, COUNTERS.iter().find(|c| c.0 == name).map_or("", |c| c.0)));
+        }
+        let pts = crate::timer::start_stop(target, loc)?;
+        let stop: Vec<bool> = pts.iter().map(|p| p.2).collect();
+        let points: Vec<(Point, bool)> = pts.iter().map(|(p, r, _)| (p.clone(), *r)).collect();
+        let starts: Vec<Point> = pts.iter().filter(|p| !p.2).map(|p| p.0.clone()).collect();
+        let sampler = Sampler::open(target, &points, &counters)?;
+        Ok(Box::new(PerfProbe {
+            location: crate::count::describe(target, &starts),
+            names: counters.iter().map(|c| c.2.to_owned()).collect(),
+            npoints: points.len(),
+            sampler,
+            stop,
+            stacks: HashMap::new(),
+            calls: 0,
+            sums: vec![0; counters.len()],
+            unmatched: 0,
+        }))
+    }
+}
+
+struct PerfProbe {
+    location: String,
+    names: Vec<String>,
+    npoints: usize,
+    sampler: Sampler,
+    stop: Vec<bool>,
+    /// Per thread, the counter values at each open entry.
+    stacks: HashMap<u32, Vec<Vec<u64>>>,
+    calls: u64,
+    sums: Vec<u64>,
+    unmatched: u64,
+}
+
+impl Probe for PerfProbe {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn poll(&mut self) {
+        for (i, s) in self.sampler.drain() {
+            let vals: Vec<u64> = s.values.iter().skip(self.npoints).copied().collect();
+            let stack = self.stacks.entry(s.tid).or_default();
+            if !self.stop[i] {
+                stack.push(vals);
+            } else if let Some(v0) = stack.pop() {
+                self.calls += 1;
+                for (k, sum) in self.sums.iter_mut().enumerate() {
+                    let (a, b) =
+                        (v0.get(k).copied().unwrap_or(0), vals.get(k).copied().unwrap_or(0));
+                    *sum += b.saturating_sub(a);
+                }
+            } else {
+                self.unmatched += 1;
+            }
+        }
+    }
+
+    fn values(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("count".into(), self.calls.into());
+        for (n, v) in self.names.iter().zip(&self.sums) {
+            m.insert(n.clone(), (*v).into());
+        }
+        m.insert("unmatched".into(), self.unmatched.into());
+        m.insert("lost".into(), self.sampler.lost.into());
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_args;
+
+    #[test]
+    fn counters_follow_the_last_colon_unless_it_is_a_line() {
+        assert_eq!(split_args("work:task-clock,page-faults"), ("work", "task-clock,page-faults"));
+        assert_eq!(split_args("work"), ("work", super::DEFAULT));
+        assert_eq!(split_args("p.c:40..p.c:47"), ("p.c:40..p.c:47", super::DEFAULT));
+        assert_eq!(split_args("p.c:40..p.c:47:task-clock"), ("p.c:40..p.c:47", "task-clock"));
+    }
+}

@@ -1,0 +1,167 @@
+//! `timer`: time between a function's entry and its return, or between a start and a
+//! stop point (`FILE:L1..FILE:L2`). Each thread has a stack of open timers, so nested
+//! and recursive calls pair correctly; count, sum, min, max and a log2 histogram.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::locate::Point;
+use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::sampler::Sampler;
+use crate::target::Target;
+use crate::{Error, Result};
+
+/// The `timer` module.
+#[derive(Default)]
+pub struct TimerModule;
+
+/// A location pair: (start points, stop points as (point, return probe)).
+pub(crate) fn start_stop(target: &Target, args: &str) -> Result<Vec<(Point, bool, bool)>> {
+    let b = target.binary();
+    if let Some((a, z)) = args.split_once("..").filter(|_| !args.starts_with('/')) {
+        let mut v: Vec<(Point, bool, bool)> =
+            b.resolve(a)?.into_iter().map(|p| (p, false, false)).collect();
+        v.extend(b.resolve(z)?.into_iter().map(|p| (p, false, true)));
+        return Ok(v);
+    }
+    if args.rsplit_once(':').is_some_and(|(_, l)| l.parse::<u64>().is_ok()) {
+        return Err(Error::Spec(format!(
+            "{args}: a timer at a line needs a stop line too: FILE:L1..FILE:L2"
+        )));
+    }
+    let entries = b.resolve(args)?;
+    let mut v: Vec<(Point, bool, bool)> =
+        entries.iter().map(|p| (p.clone(), false, false)).collect();
+    v.extend(entries.into_iter().map(|p| (p, true, true)));
+    Ok(v)
+}
+
+impl ProbeModule for TimerModule {
+    fn query(&self) -> ModuleInfo {
+        ModuleInfo {
+            name: "timer",
+            description:
+                "time of a function's calls (entry to return) or between two lines, per thread",
+            requirements: vec!["root or CAP_PERFMON", "uprobe PMU"],
+        }
+    }
+
+    fn init(&mut self) -> std::result::Result<(), String> {
+        crate::module::uprobe_requirements()
+    }
+
+    fn actions(&self) -> Vec<Action> {
+        vec![
+            Action { name: "time-function", label: "time this function", spec: "timer:{loc}" },
+            Action {
+                name: "time-range",
+                label: "start timer here, stop at another line",
+                spec: "timer:{start}..{stop}",
+            },
+        ]
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column { name: "count", unit: "calls" },
+            Column { name: "sum_ns", unit: "ns" },
+            Column { name: "min_ns", unit: "ns" },
+            Column { name: "max_ns", unit: "ns" },
+        ]
+    }
+
+    fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>> {
+        let pts = start_stop(target, args)?;
+        let stop: Vec<bool> = pts.iter().map(|p| p.2).collect();
+        let points: Vec<(Point, bool)> = pts.iter().map(|(p, r, _)| (p.clone(), *r)).collect();
+        let starts: Vec<Point> = pts.iter().filter(|p| !p.2).map(|p| p.0.clone()).collect();
+        let sampler = Sampler::open(target, &points, &[])?;
+        Ok(Box::new(TimerProbe {
+            location: crate::count::describe(target, &starts),
+            sampler,
+            stop,
+            stacks: HashMap::new(),
+            agg: Agg::default(),
+        }))
+    }
+}
+
+/// count/sum/min/max and a log2 histogram of durations.
+#[derive(Clone, Debug)]
+pub(crate) struct Agg {
+    pub count: u64,
+    pub sum: u64,
+    pub min: u64,
+    pub max: u64,
+    pub hist: [u64; 65],
+    /// Stops with no open start on their thread (a probe inserted mid-call).
+    pub unmatched: u64,
+}
+
+impl Default for Agg {
+    fn default() -> Agg {
+        Agg { count: 0, sum: 0, min: u64::MAX, max: 0, hist: [0; 65], unmatched: 0 }
+    }
+}
+
+impl Agg {
+    pub(crate) fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.sum += ns;
+        self.min = self.min.min(ns);
+        self.max = self.max.max(ns);
+        self.hist[(64 - ns.leading_zeros()) as usize] += 1;
+    }
+
+    pub(crate) fn to_json(&self, m: &mut Map<String, Value>) {
+        m.insert("count".into(), self.count.into());
+        m.insert("sum_ns".into(), self.sum.into());
+        m.insert("min_ns".into(), if self.count == 0 { 0 } else { self.min }.into());
+        m.insert("max_ns".into(), self.max.into());
+        // [lower bound in ns, calls] for each non-empty power-of-two bucket.
+        let hist: Vec<Value> = self
+            .hist
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(b, &n)| serde_json::json!([if b == 0 { 0 } else { 1u64 << (b - 1) }, n]))
+            .collect();
+        m.insert("hist".into(), hist.into());
+        m.insert("unmatched".into(), self.unmatched.into());
+    }
+}
+
+struct TimerProbe {
+    location: String,
+    sampler: Sampler,
+    stop: Vec<bool>,
+    stacks: HashMap<u32, Vec<u64>>,
+    agg: Agg,
+}
+
+impl Probe for TimerProbe {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn poll(&mut self) {
+        for (i, s) in self.sampler.drain() {
+            let stack = self.stacks.entry(s.tid).or_default();
+            if !self.stop[i] {
+                stack.push(s.time);
+            } else if let Some(t0) = stack.pop() {
+                self.agg.add(s.time.saturating_sub(t0));
+            } else {
+                self.agg.unmatched += 1;
+            }
+        }
+    }
+
+    fn values(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        self.agg.to_json(&mut m);
+        m.insert("lost".into(), self.sampler.lost.into());
+        m
+    }
+}
