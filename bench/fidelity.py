@@ -156,12 +156,12 @@ def main():
         mo, do = tot["memlens"][1], tot["dbi"][1]
         ms, ds = tot["memlens"][0], tot["dbi"][0]
         lb = libc[0] + libc[1]
-        rows.append(f"| {name} | {mo:,} | {do:,} + {lb:,} | "
-                    f"{100.0 * (mo - do - lb) / max(do + lb, 1):+.2f} % | {ms:,} | {ds:,} |")
+        rows.append(f"| {name} | {mo:,} | {do:,} | {100.0 * (mo - do) / max(do, 1):+.2f} % "
+                    f"| {lb:,} | {ms:,} | {ds:,} |")
         for f in fn[:3]:
             rows.append(f"| &nbsp; {f['function']} | {f['memlens_other']:,} | {f['dbi_other']:,} "
                         f"| {100.0 * (f['memlens_other'] - f['dbi_other']) / max(f['dbi_other'], 1):+.2f} % "
-                        f"| {f['memlens_stack']:,} | {f['dbi_stack']:,} |")
+                        f"| | {f['memlens_stack']:,} | {f['dbi_stack']:,} |")
     (BENCH / "out" / "fidelity.json").write_text(json.dumps(result, indent=1))
     print(f"compiler: {a.cc}; bytes read + written by the program's own functions\n")
     print("| program / top functions | memlens cc, non-stack B | --dbi, non-stack B | gap "
