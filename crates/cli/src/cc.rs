@@ -87,6 +87,22 @@ const WITH_VALUE: &[&str] = &[
 const SOURCE_EXT: &[&str] =
     &["c", "cc", "cpp", "cxx", "c++", "C", "cp", "CPP", "i", "ii", "m", "mm"];
 
+/// Assembler inputs: assembled as they are, nothing to instrument.
+const ASM_EXT: &[&str] = &["s", "S", "sx"];
+
+fn is_asm(a: &str) -> bool {
+    !a.starts_with('-')
+        && Path::new(a).extension().is_some_and(|e| ASM_EXT.contains(&e.to_string_lossy().as_ref()))
+}
+
+/// An assembler invocation: assembler inputs (or `-x assembler*`) and no C or C++
+/// source. CMake runs one for each `.S` file with the C compiler's path but without
+/// its first argument, so `CC="memlens cc"` arrives as `memlens -D... -c x.S`.
+pub fn is_assembler_call(args: &[String]) -> bool {
+    let p = parse(args);
+    p.asm && p.sources.is_empty()
+}
+
 fn is_source(a: &str) -> bool {
     !a.starts_with('-')
         && Path::new(a)
@@ -102,6 +118,8 @@ struct Parsed {
     compile_only: bool,
     has_g: bool,
     has_x: bool,
+    /// Assembler inputs or `-x assembler*`.
+    asm: bool,
 }
 
 fn parse(args: &[String]) -> Parsed {
@@ -112,6 +130,7 @@ fn parse(args: &[String]) -> Parsed {
         compile_only: false,
         has_g: false,
         has_x: false,
+        asm: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -122,6 +141,7 @@ fn parse(args: &[String]) -> Parsed {
             }
             if a == "-x" {
                 p.has_x = true;
+                p.asm |= args.get(i + 1).is_some_and(|l| l.starts_with("assembler"));
             }
             i += 2;
             continue;
@@ -130,7 +150,9 @@ fn parse(args: &[String]) -> Parsed {
             "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only" => p.compile_only = true,
             _ if a.starts_with("-g") && a != "-g0" => p.has_g = true,
             _ if a.starts_with("-o") && a.len() > 2 => p.output = Some(a[2..].to_string()),
+            _ if a.starts_with("-xassembler") => p.asm = true,
             _ if is_source(a) => p.sources.push(i),
+            _ if is_asm(a) => p.asm = true,
             _ => {}
         }
         i += 1;
@@ -191,6 +213,9 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
     if args.iter().any(|a| a == "--version" || a == "-v" || a == "-dumpversion" || a == "--help") {
         return run(Command::new(&cc).args(&args));
     }
+    if p.compile_only && p.asm && p.sources.is_empty() {
+        return run(Command::new(&cc).args(&args));
+    }
     let cflags = compile_flags(fam, &p, &rt);
     if p.compile_only {
         return run(Command::new(&cc).args(&cflags).args(&args));
@@ -223,7 +248,9 @@ pub fn main(lang: Lang, args: Vec<String>) -> Result<i32> {
             i += 2;
             continue;
         }
+        // Assembler files go to the link step, which assembles them.
         if !p.sources.contains(&i)
+            && !is_asm(a)
             && !a.ends_with(".o")
             && !a.ends_with(".a")
             && !a.ends_with(".so")

@@ -57,3 +57,51 @@ fn realloc_counts_as_memcheck_counts_it() {
     record_ok(&exe, &trace, &[], &[]);
     check_reallocs(&trace, "--dbi");
 }
+
+const ASM_MAIN: &str = "#include <stdio.h>\nlong add3(long, long, long);\n\
+int main(void) { printf(\"%ld\\n\", add3(1, 2, 3)); return 0; }\n";
+const ASM_ADD: &str = "#if FOO\n  .text\n  .globl add3\nadd3:\n  lea (%rdi,%rsi), %rax\n\
+  add %rdx, %rax\n  ret\n#endif\n  .section .note.GNU-stack,\"\",@progbits\n";
+
+/// `memlens` with the compiler chosen by `cc`, in `dir`.
+fn memlens_in(cc: Cc, dir: &Path, args: &[&str]) -> std::process::Output {
+    let (var, compiler) = match cc {
+        Cc::Gcc => ("MEMLENS_CC", "gcc"),
+        Cc::Clang => ("MEMLENS_CC", "clang-22"),
+    };
+    Command::new(memlens()).args(args).current_dir(dir).env(var, compiler).output().unwrap()
+}
+
+/// Assembler files pass straight through: as CMake compiles them with
+/// `CC="memlens cc"` (`memlens -D... -c x.S`, its ASM language drops the `cc`), with
+/// `-x assembler-with-cpp`, and mixed with C sources in one command.
+#[test]
+fn assembler_invocations_pass_through() {
+    require_runtime();
+    for cc in Cc::all() {
+        let dir = scratch("asm");
+        std::fs::write(dir.join("main.c"), ASM_MAIN).unwrap();
+        std::fs::write(dir.join("add.S"), ASM_ADD).unwrap();
+        std::fs::write(dir.join("add.asm"), ASM_ADD).unwrap();
+        let ok = |args: &[&str]| {
+            let out = memlens_in(cc, &dir, args);
+            assert!(out.status.success(), "{cc:?} memlens {args:?}: {}", stderr(&out));
+        };
+        ok(&["-DFOO=1", "-o", "add.o", "-c", "add.S"]);
+        ok(&["cc", "-x", "assembler-with-cpp", "-DFOO=1", "-c", "add.asm", "-o", "add2.o"]);
+        ok(&["cc", "-O2", "main.c", "add.o", "-o", "p1"]);
+        ok(&["cc", "-O2", "main.c", "add2.o", "-o", "p2"]);
+        ok(&["cc", "-O2", "-DFOO=1", "main.c", "add.S", "-o", "p3"]);
+        for p in ["p1", "p2", "p3"] {
+            let trace = dir.join(format!("{p}.trace"));
+            let out = record(&dir.join(p), &trace, &[]);
+            assert!(out.status.success(), "{cc:?} {p}: {}", stderr(&out));
+            assert_eq!(stdout(&out), "6\n", "{cc:?} {p}");
+            // main.c is instrumented: its call of printf is recorded.
+            assert!(info(&trace)["events"].as_u64().unwrap() > 0);
+        }
+    }
+    // Anything else still goes to the command line parser.
+    let out = run_memlens(&["-DFOO=1", "-c", "main.c"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
