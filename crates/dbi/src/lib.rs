@@ -10,7 +10,9 @@
 //!   from one SSE/VEX instruction are merged back. An atomic read-modify-write
 //!   arrives once, flagged read+write, and becomes an RMW event whose operation is
 //!   decoded from the instruction bytes.
-//! - Function entry = the first instruction of a function symbol, exit = a `ret`.
+//! - Function entry = the first instruction of a function symbol, exit = the `ret`
+//!   that loads the return address of an entered frame (or one above it: a tail
+//!   call returns through the frame it replaced), seen by its memory callback.
 //! - Allocations and the shared-library map come from the guest preload library
 //!   (`memlens-dbi-preload`) through a magic system call seen by the syscall callback.
 //!
@@ -203,11 +205,12 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         if !view.traced(pc) {
             // Keeps the shadow call stack right across untraced returns, and tells
             // function entries from untraced callers.
+            let rpc = (pc + 1) as *mut c_void;
             if d.ret {
-                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_R, null);
+                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_RW, rpc);
             } else if d.flags & decode::CALL != 0 {
                 let cb = thread::untraced_call_cb;
-                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_W, null);
+                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_W, rpc);
             } else if d.helper {
                 // QEMU 7.2 does not disarm an instruction's memory callbacks when
                 // its block is left (a `jmp` through the PLT, say): a helper doing
@@ -222,9 +225,6 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         let rpc = pc + 1;
         if view.is_func_start(pc) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::enter_cb, CB_NO_REGS, rpc as _);
-        }
-        if d.ret {
-            qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::exit_cb, CB_NO_REGS, rpc as _);
         }
         // No memory callback where there can be no access: it costs a call per
         // execution.

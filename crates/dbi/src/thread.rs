@@ -108,6 +108,14 @@ pub struct Ts {
     /// function entry with nothing recorded in between was entered by that call.
     call_ret: u64,
     call_at: *mut u64,
+    /// The stack slots of the live calls, traced or not, innermost last: a function
+    /// entry belongs to the innermost (entered by that call, or jumped to: a tail
+    /// call, or lazy binding's resolver, returns through that frame).
+    frames: Vec<u64>,
+    /// The slots of the frames whose entry was recorded, innermost last: a return
+    /// that loads from a slot at or above one records their exits, so entries and
+    /// exits balance however much of the code has no symbols.
+    entered: Vec<u64>,
     /// Lamport clock of the last stamp.
     lclock: u64,
     /// Holds the order lock.
@@ -199,6 +207,8 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
         shadow: Vec::new(),
         call_ret: 0,
         call_at: std::ptr::null_mut(),
+        frames: Vec::new(),
+        entered: Vec::new(),
         lclock: birth.clock,
         held: false,
         pending: None,
@@ -354,6 +364,31 @@ impl Ts {
         }
     }
 
+    /// A return loaded from `slot` (or a call stored there, so the frames at or
+    /// below it were left by longjmp or an exception): the calls at or below it are
+    /// gone, and the exits of the entered frames among them are recorded.
+    #[inline(always)]
+    fn leave(&mut self, slot: u64, rpc: u64) {
+        while self.frames.last().is_some_and(|&s| s <= slot) {
+            self.frames.pop();
+        }
+        while self.entered.last().is_some_and(|&s| s <= slot) {
+            self.entered.pop();
+            self.put(0, rpc | MARK | (M_EXIT << 48));
+            self.room();
+        }
+    }
+
+    /// A call stored its return address at `slot`.
+    #[inline(always)]
+    fn note_call(&mut self, slot: u64, rpc: u64) {
+        self.leave(slot, rpc);
+        if self.frames.len() >= MAX_SHADOW {
+            self.frames.drain(..MAX_SHADOW / 2);
+        }
+        self.frames.push(slot);
+    }
+
     /// Callers of the function that called an allocator at `pc` with the stack
     /// pointer `sp` (pointing at the return address `pc`), innermost first.
     fn callers(&self, pc: u64, sp: u64) -> Vec<Pc> {
@@ -417,8 +452,10 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
         let ret = (u & PC_MASK) - 1 + ((u >> 48) & 0xff);
         t.push_call(ret, vaddr);
         t.call_ret = ret;
+        t.note_call(vaddr, u & PC_MASK);
     } else if flags & RET != 0 && rw == 1 {
         t.pop_to(vaddr);
+        t.leave(vaddr, u & PC_MASK);
     }
     if !RECORDING.load(Relaxed) {
         t.unhold();
@@ -445,18 +482,25 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
     t.room();
 }
 
-/// Memory callback of a `ret` in untraced code: only keeps the shadow stack right.
-pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, _udata: *mut c_void) {
-    ts(vcpu).pop_to(vaddr);
+/// Memory callback of a `ret` in untraced code: keeps the shadow stack right, and
+/// records the exits of entered frames it leaves. `udata` = its address + 1.
+/// Armed for loads and stores (QEMU 7.2 never calls a loads-only callback).
+pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, udata: *mut c_void) {
+    let t = ts(vcpu);
+    t.pop_to(vaddr);
+    t.leave(vaddr, udata as u64);
 }
 
 /// Memory callback of a helper-using instruction of untraced code: nothing to record.
 pub unsafe extern "C" fn sink_cb(_vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_void) {}
 
 /// Memory callback of a `call` in untraced code: the next function entry was not
-/// entered by the last traced call.
-pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_void) {
-    ts(vcpu).call_at = std::ptr::null_mut();
+/// entered by the last traced call, but its frame is at the slot stored to.
+/// `udata` = its address + 1.
+pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, vaddr: u64, udata: *mut c_void) {
+    let t = ts(vcpu);
+    t.call_at = std::ptr::null_mut();
+    t.note_call(vaddr, udata as u64);
 }
 
 /// Before an instruction that is stamped (`--order atomic`: any memory access; by
@@ -597,17 +641,10 @@ pub unsafe extern "C" fn enter_cb(vcpu: c_uint, udata: *mut c_void) {
     let t = ts(vcpu);
     // Entered by the last traced call only if nothing was recorded since.
     let call_site = if t.call_at == t.cur { t.call_ret } else { 0 };
+    // Its frame is the innermost live call's (none known: it never returns).
+    let slot = t.frames.last().copied().unwrap_or(u64::MAX);
+    t.entered.push(slot);
     t.put(call_site, udata as u64 | MARK | (M_ENTER << 48));
-    t.room();
-}
-
-/// A `ret` of traced code: `udata` = its address + 1.
-pub unsafe extern "C" fn exit_cb(vcpu: c_uint, udata: *mut c_void) {
-    if TRACE_OFF.load(Relaxed) {
-        return;
-    }
-    let t = ts(vcpu);
-    t.put(0, udata as u64 | MARK | (M_EXIT << 48));
     t.room();
 }
 
@@ -723,6 +760,9 @@ pub fn reset_after_fork(vcpu: c_uint) {
     let t = ts(vcpu);
     t.held = false;
     t.events.clear();
+    // The parent's trace holds their entries.
+    t.entered.clear();
+    t.frames.clear();
     t.reset_ptrs();
     t.done = false;
     t.first = true;

@@ -105,3 +105,74 @@ fn assembler_invocations_pass_through() {
     let out = run_memlens(&["-DFOO=1", "-c", "main.c"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+const STRIP_LIB: &str = "\
+static __attribute__((noinline)) int helper(const int *a, int i) { return a[i] * 3 + 1; }
+int lib_leaf(const int *a, int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) s += helper(a, i);
+    return s;
+}
+int lib_tail(const int *a, int n) { return lib_leaf(a, n - 1); }
+";
+const STRIP_MAIN: &str = "\
+#include <stdio.h>
+int lib_leaf(const int *a, int n);
+int lib_tail(const int *a, int n);
+int a[64];
+int main(void) {
+    long s = 0;
+    for (int i = 0; i < 64; i++) a[i] = i;
+    for (int i = 0; i < 50; i++) s += lib_leaf(a, 64);
+    for (int i = 0; i < 50; i++) s += lib_tail(a, 64);
+    printf(\"%ld\\n\", s);
+    return 0;
+}
+";
+
+/// Function entries and exits per name in a dump.
+fn calls_by_name(trace: &Path) -> std::collections::BTreeMap<(String, String), u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for e in dump(trace) {
+        let ev = e["event"].as_str().unwrap_or("");
+        if ev == "enter" || ev == "exit" {
+            let f = e["function"].as_str().unwrap_or("?").to_string();
+            *m.entry((ev.to_string(), f)).or_default() += 1;
+        }
+    }
+    m
+}
+
+/// A stripped library (exported functions only have symbols; its static helper and
+/// the exported function reached by a tail call through the PLT do not return on
+/// their own): one exit per recorded entry, none for functions without a symbol.
+#[test]
+fn dbi_stripped_library_calls_balance() {
+    if !have("qemu-x86_64") {
+        return;
+    }
+    let dir = scratch("dbi-strip");
+    std::fs::write(dir.join("lib.c"), STRIP_LIB).unwrap();
+    std::fs::write(dir.join("main.c"), STRIP_MAIN).unwrap();
+    let d = dir.display().to_string();
+    let gcc = |args: &[&str]| {
+        let out = Command::new("gcc").args(args).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "gcc {args:?}: {}", stderr(&out));
+    };
+    gcc(&["-O2", "-fPIC", "-shared", "-s", "lib.c", "-o", "libstrip.so"]);
+    let rpath = format!("-Wl,-rpath,{d}");
+    gcc(&["-O2", "-g", "main.c", "-o", "main", "-L.", "-lstrip", &rpath]);
+    let exe = dir.join("main");
+    let trace = dir.join("t.trace");
+    let out = record_ok(&exe, &trace, &[], &["--dbi-filter", "lib:libstrip"]);
+    assert_eq!(stdout(&out), "601700\n");
+    let m = calls_by_name(&trace);
+    let n = |ev: &str, f: &str| m.get(&(ev.to_string(), f.to_string())).copied().unwrap_or(0);
+    // 50 direct calls of lib_leaf, 50 of lib_tail, each tail-calling lib_leaf
+    assert_eq!((n("enter", "lib_leaf"), n("enter", "lib_tail")), (100, 50), "{m:?}");
+    let enters: u64 = m.iter().filter(|(k, _)| k.0 == "enter").map(|(_, v)| v).sum();
+    let exits: u64 = m.iter().filter(|(k, _)| k.0 == "exit").map(|(_, v)| v).sum();
+    assert_eq!((enters, exits), (150, 150), "{m:?}");
+    let threads = report(&trace, "thread");
+    assert_eq!(threads[0]["calls"], 150);
+}
