@@ -12,7 +12,8 @@
 //!   decoded from the instruction bytes.
 //! - Function entry = the first instruction of a function symbol, exit = the `ret`
 //!   that loads the return address of an entered frame (or one above it: a tail
-//!   call returns through the frame it replaced), seen by its memory callback.
+//!   call returns through the frame it replaced), seen by its memory callback; the
+//!   exit's pc is the left function's first instruction + 1.
 //! - Allocations and the shared-library map come from the guest preload library
 //!   (`memlens-dbi-preload`) through a magic system call seen by the syscall callback.
 //!
@@ -205,12 +206,11 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         if !view.traced(pc) {
             // Keeps the shadow call stack right across untraced returns, and tells
             // function entries from untraced callers.
-            let rpc = (pc + 1) as *mut c_void;
             if d.ret {
-                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_RW, rpc);
+                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_RW, null);
             } else if d.flags & decode::CALL != 0 {
                 let cb = thread::untraced_call_cb;
-                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_W, rpc);
+                qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_W, null);
             } else if d.helper {
                 // QEMU 7.2 does not disarm an instruction's memory callbacks when
                 // its block is left (a `jmp` through the PLT, say): a helper doing

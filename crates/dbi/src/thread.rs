@@ -31,7 +31,7 @@ pub const MARK: u64 = 1 << 55;
 pub const M_EVENT: u64 = 1;
 /// Function entry: first word = call site, pc = the function's first instruction + 1.
 pub const M_ENTER: u64 = 2;
-/// Function exit: pc = the `ret` + 1.
+/// Function exit: pc = the first instruction + 1 of the function left.
 pub const M_EXIT: u64 = 3;
 /// A clock: first word = the stamp.
 pub const M_CLOCK: u64 = 4;
@@ -112,10 +112,12 @@ pub struct Ts {
     /// entry belongs to the innermost (entered by that call, or jumped to: a tail
     /// call, or lazy binding's resolver, returns through that frame).
     frames: Vec<u64>,
-    /// The slots of the frames whose entry was recorded, innermost last: a return
-    /// that loads from a slot at or above one records their exits, so entries and
-    /// exits balance however much of the code has no symbols.
-    entered: Vec<u64>,
+    /// The frames whose entry was recorded, innermost last: (slot, the function's
+    /// first instruction + 1). A return that loads from a slot at or above one
+    /// records their exits, so entries and exits balance however much of the code
+    /// has no symbols; an exit names the function it leaves (a tail-called one
+    /// returns through its caller's `ret`).
+    entered: Vec<(u64, u64)>,
     /// Lamport clock of the last stamp.
     lclock: u64,
     /// Holds the order lock.
@@ -368,21 +370,24 @@ impl Ts {
     /// below it were left by longjmp or an exception): the calls at or below it are
     /// gone, and the exits of the entered frames among them are recorded.
     #[inline(always)]
-    fn leave(&mut self, slot: u64, rpc: u64) {
+    fn leave(&mut self, slot: u64) {
         while self.frames.last().is_some_and(|&s| s <= slot) {
             self.frames.pop();
         }
-        while self.entered.last().is_some_and(|&s| s <= slot) {
+        while let Some(&(s, func)) = self.entered.last() {
+            if s > slot {
+                break;
+            }
             self.entered.pop();
-            self.put(0, rpc | MARK | (M_EXIT << 48));
+            self.put(0, func | MARK | (M_EXIT << 48));
             self.room();
         }
     }
 
     /// A call stored its return address at `slot`.
     #[inline(always)]
-    fn note_call(&mut self, slot: u64, rpc: u64) {
-        self.leave(slot, rpc);
+    fn note_call(&mut self, slot: u64) {
+        self.leave(slot);
         if self.frames.len() >= MAX_SHADOW {
             self.frames.drain(..MAX_SHADOW / 2);
         }
@@ -452,10 +457,10 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
         let ret = (u & PC_MASK) - 1 + ((u >> 48) & 0xff);
         t.push_call(ret, vaddr);
         t.call_ret = ret;
-        t.note_call(vaddr, u & PC_MASK);
+        t.note_call(vaddr);
     } else if flags & RET != 0 && rw == 1 {
         t.pop_to(vaddr);
-        t.leave(vaddr, u & PC_MASK);
+        t.leave(vaddr);
     }
     if !RECORDING.load(Relaxed) {
         t.unhold();
@@ -483,12 +488,12 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
 }
 
 /// Memory callback of a `ret` in untraced code: keeps the shadow stack right, and
-/// records the exits of entered frames it leaves. `udata` = its address + 1.
-/// Armed for loads and stores (QEMU 7.2 never calls a loads-only callback).
-pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, udata: *mut c_void) {
+/// records the exits of entered frames it leaves. Armed for loads and stores
+/// (QEMU 7.2 never calls a loads-only callback).
+pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, _udata: *mut c_void) {
     let t = ts(vcpu);
     t.pop_to(vaddr);
-    t.leave(vaddr, udata as u64);
+    t.leave(vaddr);
 }
 
 /// Memory callback of a helper-using instruction of untraced code: nothing to record.
@@ -496,11 +501,10 @@ pub unsafe extern "C" fn sink_cb(_vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_voi
 
 /// Memory callback of a `call` in untraced code: the next function entry was not
 /// entered by the last traced call, but its frame is at the slot stored to.
-/// `udata` = its address + 1.
-pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, vaddr: u64, udata: *mut c_void) {
+pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, vaddr: u64, _u: *mut c_void) {
     let t = ts(vcpu);
     t.call_at = std::ptr::null_mut();
-    t.note_call(vaddr, udata as u64);
+    t.note_call(vaddr);
 }
 
 /// Before an instruction that is stamped (`--order atomic`: any memory access; by
@@ -643,7 +647,7 @@ pub unsafe extern "C" fn enter_cb(vcpu: c_uint, udata: *mut c_void) {
     let call_site = if t.call_at == t.cur { t.call_ret } else { 0 };
     // Its frame is the innermost live call's (none known: it never returns).
     let slot = t.frames.last().copied().unwrap_or(u64::MAX);
-    t.entered.push(slot);
+    t.entered.push((slot, udata as u64));
     t.put(call_site, udata as u64 | MARK | (M_ENTER << 48));
     t.room();
 }

@@ -265,3 +265,55 @@ fn dbi_access_widths_match_lackey() {
         }
     }
 }
+
+/// Entries, exits and the deepest call stack of thread 0 as the namer rebuilds it
+/// (an exit closes the innermost open frame of its function; unmatched: ignored).
+fn call_depth(trace: &Path) -> (u64, u64, usize) {
+    let (mut enters, mut exits, mut max) = (0, 0, 0);
+    let mut open: Vec<String> = Vec::new();
+    for e in dump(trace) {
+        if e["thread"] != 0 {
+            continue;
+        }
+        let f = e["function"].as_str().unwrap_or("?").to_string();
+        match e["event"].as_str() {
+            Some("enter") => {
+                enters += 1;
+                open.push(f);
+                max = max.max(open.len());
+            }
+            Some("exit") => {
+                exits += 1;
+                if let Some(i) = open.iter().rposition(|o| *o == f) {
+                    open.truncate(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    (enters, exits, max)
+}
+
+/// A program whose functions tail-call each other (`jmp`): under `--dbi` the call
+/// stack stays as deep as the program's (_start, main, step, hop, step, leaf) as the
+/// input doubles, and entries and exits balance, each exit naming the function it
+/// leaves (the tail-called ones return through leaf's `ret`). (Exits of every `ret` made it grow by
+/// two frames per call, and `info` / `report --by variable` quadratic.)
+#[test]
+fn dbi_tail_calls_keep_the_stack_bounded() {
+    let Some((dir, exe)) = setup("dbi-tail", Src::Program("tailcalls.c"), &[]) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for n in [500u64, 1000, 2000] {
+        let trace = dir.join(format!("t{n}.trace"));
+        let out = record_ok(&exe, &trace, &[&n.to_string()], &[]);
+        assert_eq!(stdout(&out), format!("{}\n", n * (n + 1) / 2 + n / 2));
+        let (enters, exits, depth) = call_depth(&trace);
+        // _start, main, then per i: step, leaf (even i) or step, hop, step, leaf (odd i)
+        assert_eq!(enters, 2 + n / 2 * 2 + n / 2 * 4, "n={n}");
+        assert_eq!(exits, enters, "n={n}");
+        seen.push(depth);
+    }
+    assert_eq!(seen, vec![6, 6, 6]);
+}
