@@ -154,6 +154,8 @@ unsafe fn start() {
     } else {
         std::ffi::CStr::from_ptr(exe_ptr).to_string_lossy().into_owned()
     };
+    // the name the program was run by, as the kernel's `comm`
+    thread::set_guest_comm(&exe);
     let exe = std::fs::canonicalize(&exe).map(|p| p.to_string_lossy().into_owned()).unwrap_or(exe);
     match modules::init_exe(&exe, qemu_plugin_start_code(), c.filter) {
         Ok(is_static) => thread::STATIC.store(is_static, Relaxed),
@@ -316,6 +318,11 @@ unsafe extern "C" fn syscall_cb(
             }
         } else if num == SYS_CLONE3 {
             CLONE_FLAGS.with(|f| f.set(0));
+        } else if num == SYS_PRCTL && op == PR_SET_NAME && a != 0 {
+            // the kernel takes at most 15 bytes and a NUL
+            let b = guest_bytes(a, 16);
+            let end = b.iter().position(|&c| c == 0).unwrap_or(15).min(15);
+            thread::renamed(vcpu, String::from_utf8_lossy(&b[..end]).into_owned());
         } else if num == SYS_EXIT_GROUP {
             EXIT_CODE.store(op as u8 as i64, Relaxed);
         }
@@ -342,6 +349,8 @@ const SYS_FORK: i64 = 57;
 const SYS_VFORK: i64 = 58;
 const SYS_CLONE3: i64 = 435;
 const SYS_EXIT_GROUP: i64 = 231;
+const SYS_PRCTL: i64 = 157;
+const PR_SET_NAME: u64 = 15;
 
 /// The status the guest passed to `exit_group` (-1: none yet).
 static EXIT_CODE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);

@@ -122,6 +122,8 @@ pub struct Ts {
     lclock: u64,
     /// Holds the order lock.
     held: bool,
+    /// The thread's name (`comm`): the program's, or what `prctl(PR_SET_NAME)` set.
+    name: String,
     /// Static executables: an allocator entered and not yet returned:
     /// (hook kind, first argument, second argument, return address, stack pointer).
     pending: Option<(u8, u64, u64, u64, u64)>,
@@ -134,11 +136,13 @@ unsafe impl Send for Ptr {}
 
 /// What the creating thread knows about a new thread: parent stream, clock, and
 /// (from `clone3`) stack low, stack high, thread pointer.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Birth {
     parent: Option<u32>,
     clock: u64,
     stack: (u64, u64, u64),
+    /// The creator's name, which a new thread inherits (as `comm` does).
+    name: Option<String>,
 }
 
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
@@ -163,10 +167,22 @@ impl Drop for Dtor {
     }
 }
 
-fn comm() -> String {
-    std::fs::read_to_string("/proc/thread-self/comm")
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
+/// The guest program's name as the kernel would give it (`comm`: the executable's
+/// file name, 15 bytes at most): QEMU's own threads are all `qemu-x86_64`.
+static GUEST_COMM: Mutex<String> = Mutex::new(String::new());
+
+/// Sets the name threads start with, from the executable's path.
+pub fn set_guest_comm(exe: &str) {
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    *GUEST_COMM.lock().unwrap_or_else(|e| e.into_inner()) = name[..end].to_string();
+}
+
+fn guest_comm() -> String {
+    GUEST_COMM.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 #[inline(always)]
@@ -194,6 +210,7 @@ static SLOTS: [std::sync::atomic::AtomicPtr<Ts>; 1024] =
 fn init(vcpu: c_uint) -> &'static mut Ts {
     let stream = NEXT_STREAM.fetch_add(1, Relaxed);
     let birth = BIRTHS.lock().unwrap().as_mut().and_then(|m| m.remove(&vcpu)).unwrap_or_default();
+    let name = birth.name.clone().unwrap_or_else(guest_comm);
     let mut words = writer::fresh_words();
     words.reserve(RAW_WORDS);
     let t = Box::leak(Box::new(Ts {
@@ -213,6 +230,7 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
         entered: Vec::new(),
         lclock: birth.clock,
         held: false,
+        name: name.clone(),
         pending: None,
     }));
     t.reset_ptrs();
@@ -228,7 +246,7 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
     t.event(Event::ThreadStart {
         os_tid: tid,
         parent: birth.parent.map(ThreadId),
-        name: comm(),
+        name,
         stack_lo: Addr(lo),
         stack_hi: Addr(hi),
         tls: Addr(tls),
@@ -452,13 +470,15 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
     let u = udata as u64;
     let flags = (u >> 56) as u8;
     let rw = (info >> 16) & 3;
-    let call = flags & CALL != 0 && rw == 2;
+    // the 8-byte store of the return address (not a helper's stray access)
+    let slot_access = (info_bits(info) >> 48) & 7 == 3;
+    let call = flags & CALL != 0 && rw == 2 && slot_access;
     if call {
         let ret = (u & PC_MASK) - 1 + ((u >> 48) & 0xff);
         t.push_call(ret, vaddr);
         t.call_ret = ret;
         t.note_call(vaddr);
-    } else if flags & RET != 0 && rw == 1 {
+    } else if flags & RET != 0 && rw == 1 && slot_access {
         t.pop_to(vaddr);
         t.leave(vaddr);
     }
@@ -490,7 +510,10 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
 /// Memory callback of a `ret` in untraced code: keeps the shadow stack right, and
 /// records the exits of entered frames it leaves. Armed for loads and stores
 /// (QEMU 7.2 never calls a loads-only callback).
-pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, _udata: *mut c_void) {
+pub unsafe extern "C" fn ret_cb(vcpu: c_uint, info: u32, vaddr: u64, _udata: *mut c_void) {
+    if info_bits(info) >> 48 != 3 | (1 << 3) {
+        return; // not the 8-byte load of the return address: a helper's stray access
+    }
     let t = ts(vcpu);
     t.pop_to(vaddr);
     t.leave(vaddr);
@@ -501,7 +524,12 @@ pub unsafe extern "C" fn sink_cb(_vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_voi
 
 /// Memory callback of a `call` in untraced code: the next function entry was not
 /// entered by the last traced call, but its frame is at the slot stored to.
-pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, vaddr: u64, _u: *mut c_void) {
+pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, info: u32, vaddr: u64, _u: *mut c_void) {
+    // QEMU 7.2 reports a later helper's accesses to the callbacks armed last, and
+    // filters neither loads nor stores: only the 8-byte store of the return address.
+    if info_bits(info) >> 48 != 3 | (2 << 3) {
+        return;
+    }
     let t = ts(vcpu);
     t.call_at = std::ptr::null_mut();
     t.note_call(vaddr);
@@ -672,6 +700,7 @@ pub unsafe extern "C" fn vcpu_init(_id: u64, vcpu: c_uint) {
             parent: Some((*p).stream),
             clock: (*p).lclock,
             stack: CLONE_STACK.with(|c| c.replace((0, 0, 0))),
+            name: Some((*p).name.clone()),
         };
         BIRTHS.lock().unwrap().get_or_insert_with(HashMap::new).insert(vcpu, birth);
     }
@@ -748,9 +777,26 @@ pub fn preload_event(vcpu: c_uint, op: u64, a: u64, b: u64, pc: u64, c: u64, sp:
     t.event(ev);
 }
 
-/// A thread name from the preload library.
+/// A thread name from the preload library (`memlens_thread_name`).
 pub fn thread_name(vcpu: c_uint, name: String) {
     ts(vcpu).event(Event::ThreadName(name));
+}
+
+/// The guest renamed the calling thread (`prctl(PR_SET_NAME)`, which
+/// `pthread_setname_np` uses for the calling thread).
+pub fn renamed(vcpu: c_uint, name: String) {
+    let t = ts(vcpu);
+    if t.name != name {
+        t.name.clone_from(&name);
+        // Reports name a thread by its start: the usual rename, at the start of
+        // the thread's work, goes there while that is still here.
+        if t.first {
+            if let Some(Event::ThreadStart { name: n, .. }) = t.events.first_mut() {
+                n.clone_from(&name);
+            }
+        }
+        t.event(Event::ThreadName(name));
+    }
 }
 
 /// The parent of a `fork`: record it.
@@ -784,7 +830,7 @@ pub fn reset_after_fork(vcpu: c_uint) {
     t.event(Event::ThreadStart {
         os_tid: tid,
         parent: None,
-        name: comm(),
+        name: t.name.clone(),
         stack_lo: Addr(0),
         stack_hi: Addr(0),
         tls: Addr(0),

@@ -312,8 +312,51 @@ fn dbi_tail_calls_keep_the_stack_bounded() {
         let (enters, exits, depth) = call_depth(&trace);
         // _start, main, then per i: step, leaf (even i) or step, hop, step, leaf (odd i)
         assert_eq!(enters, 2 + n / 2 * 2 + n / 2 * 4, "n={n}");
-        assert_eq!(exits, enters, "n={n}");
+        assert_eq!(exits, enters - 1, "n={n}: all but _start's, which never returns");
         seen.push(depth);
     }
     assert_eq!(seen, vec![6, 6, 6]);
+}
+
+const THREAD_NAMES: &str = r#"#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+static char names[3][32];
+static void comm(char *out) {
+    FILE *f = fopen("/proc/thread-self/comm", "r");
+    if (!f || !fgets(out, 32, f)) strcpy(out, "?");
+    if (f) fclose(f);
+    out[strcspn(out, "\n")] = 0;
+}
+static void *named(void *a) { pthread_setname_np(pthread_self(), "worker-1"); comm(names[1]); return a; }
+static void *plain(void *a) { comm(names[2]); return a; }
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, named, 0);
+    pthread_join(t, 0);
+    pthread_create(&t, 0, plain, 0);
+    pthread_join(t, 0);
+    comm(names[0]);
+    printf("%s %s %s\n", names[0], names[1], names[2]);
+    return 0;
+}
+"#;
+
+/// Threads are named as the kernel names them natively (`comm`): the program's file
+/// name, inherited by new threads, and what `pthread_setname_np` sets; not QEMU's.
+#[test]
+fn dbi_threads_are_named_after_the_guest() {
+    let Some((dir, exe)) = setup("dbi-names", Src::Inline("threadnames.c", THREAD_NAMES), &[])
+    else {
+        return;
+    };
+    let native = stdout(&Command::new(&exe).output().unwrap());
+    assert_eq!(native, "threadnames worker-1 threadnames\n");
+    let trace = dir.join("t.trace");
+    record_ok(&exe, &trace, &[], &[]);
+    let mut rows = report(&trace, "thread");
+    rows.sort_by_key(|r| r["thread"].as_u64());
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap_or("")).collect();
+    assert_eq!(names.join(" ") + "\n", native, "{rows:?}");
 }
