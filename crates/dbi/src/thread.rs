@@ -39,6 +39,9 @@ pub const M_CLOCK: u64 = 4;
 pub const M_VALUE: u64 = 5;
 /// Shadow call stack entries kept per thread (the oldest half goes when full).
 const MAX_SHADOW: usize = 4096;
+/// Full buffers a thread keeps back until the preload library reports its stack
+/// (16 MiB): with `--dbi-filter all` the loader fills several before it runs.
+const MAX_WAITING: usize = 256;
 
 /// `--values`: record the value of each load and store.
 pub static VALUES: AtomicBool = AtomicBool::new(false);
@@ -124,6 +127,11 @@ pub struct Ts {
     held: bool,
     /// The thread's name (`comm`): the program's, or what `prctl(PR_SET_NAME)` set.
     name: String,
+    /// Stack bounds and thread pointer as reported (the `ThreadStart` ones).
+    stack: (u64, u64, u64),
+    /// Full buffers kept back while the stack is unknown, so that it can still
+    /// be patched into the `ThreadStart` at their head.
+    waiting: Vec<Raw>,
     /// Static executables: an allocator entered and not yet returned:
     /// (hook kind, first argument, second argument, return address, stack pointer).
     pending: Option<(u8, u64, u64, u64, u64)>,
@@ -231,6 +239,8 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
         lclock: birth.clock,
         held: false,
         name: name.clone(),
+        stack: birth.stack,
+        waiting: Vec::new(),
         pending: None,
     }));
     t.reset_ptrs();
@@ -295,18 +305,46 @@ impl Ts {
         let events = std::mem::take(&mut self.events);
         self.words.reserve(RAW_WORDS);
         self.reset_ptrs();
+        let raw = Raw { stream: self.stream, words, events, last, clock0: self.clock0 };
+        // No stack bounds yet, and the preload library will report them.
+        let unknown = self.stack.1 == 0 && !STATIC.load(Relaxed);
+        if self.first && unknown && !last && self.waiting.len() < MAX_WAITING {
+            self.waiting.push(raw);
+            return;
+        }
+        self.send_waiting();
         if crate::PID.load(Relaxed) == std::process::id() as u64 {
             // Waiting for the worker with the order lock held would stall everyone.
             self.unhold();
-            writer::hand_over(Raw {
-                stream: self.stream,
-                words,
-                events,
-                last,
-                clock0: self.clock0,
-            });
+            writer::hand_over(raw);
         }
         self.first = false;
+    }
+
+    /// Hands the buffers kept back to the worker.
+    fn send_waiting(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        if crate::PID.load(Relaxed) == std::process::id() as u64 {
+            self.unhold();
+            for r in waiting {
+                writer::hand_over(r);
+            }
+        }
+        self.first = false;
+    }
+
+    /// The `ThreadStart` at the head of the stream, while it is not handed over.
+    fn start_event(&mut self) -> Option<&mut Event> {
+        if !self.first {
+            return None;
+        }
+        match self.waiting.first_mut() {
+            Some(r) => r.events.first_mut(),
+            None => self.events.first_mut(),
+        }
     }
 
     fn event(&mut self, ev: Event) {
@@ -437,16 +475,14 @@ impl Ts {
     /// Stack bounds and thread pointer reported after the thread started: patched
     /// into its `ThreadStart` while that is still here.
     fn set_stack(&mut self, lo: u64, hi: u64, tls: u64) {
-        if !self.first {
-            return;
-        }
-        if let Some(Event::ThreadStart { stack_lo, stack_hi, tls: t, .. }) = self.events.first_mut()
-        {
+        self.stack = (lo, hi, tls);
+        if let Some(Event::ThreadStart { stack_lo, stack_hi, tls: t, .. }) = self.start_event() {
             // pthread_getattr_np's bounds, as the compiled path records them.
             *stack_lo = Addr(lo);
             *stack_hi = Addr(hi);
             *t = Addr(tls);
         }
+        self.send_waiting();
     }
 }
 
@@ -790,10 +826,8 @@ pub fn renamed(vcpu: c_uint, name: String) {
         t.name.clone_from(&name);
         // Reports name a thread by its start: the usual rename, at the start of
         // the thread's work, goes there while that is still here.
-        if t.first {
-            if let Some(Event::ThreadStart { name: n, .. }) = t.events.first_mut() {
-                n.clone_from(&name);
-            }
+        if let Some(Event::ThreadStart { name: n, .. }) = t.start_event() {
+            n.clone_from(&name);
         }
         t.event(Event::ThreadName(name));
     }
@@ -810,6 +844,7 @@ pub fn reset_after_fork(vcpu: c_uint) {
     let t = ts(vcpu);
     t.held = false;
     t.events.clear();
+    t.waiting.clear();
     // The parent's trace holds their entries.
     t.entered.clear();
     t.frames.clear();
@@ -831,9 +866,9 @@ pub fn reset_after_fork(vcpu: c_uint) {
         os_tid: tid,
         parent: None,
         name: t.name.clone(),
-        stack_lo: Addr(0),
-        stack_hi: Addr(0),
-        tls: Addr(0),
+        stack_lo: Addr(t.stack.0),
+        stack_hi: Addr(t.stack.1),
+        tls: Addr(t.stack.2),
     });
 }
 

@@ -360,3 +360,40 @@ fn dbi_threads_are_named_after_the_guest() {
     let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap_or("")).collect();
     assert_eq!(names.join(" ") + "\n", native, "{rows:?}");
 }
+
+const LOCALS: &str = "#include <stdio.h>
+__attribute__((noinline)) int fill(int n) {
+    volatile int loc[64];
+    for (int i = 0; i < 64; i++) loc[i] = i * n;
+    int s = 0;
+    for (int i = 0; i < 64; i++) s += loc[i];
+    return s;
+}
+int main(void) {
+    int s = 0;
+    for (int k = 0; k < 10; k++) s += fill(k);
+    printf(\"%d\\n\", s);
+    return 0;
+}
+";
+
+/// With `--dbi-filter all` the loader runs traced before the preload library reports
+/// the main thread's stack: the stream's start waits for it, so stack accesses are
+/// named after the stack.
+#[test]
+fn dbi_filter_all_knows_the_main_stack() {
+    let Some((dir, exe)) = setup("dbi-all", Src::Inline("locals.c", LOCALS), &[]) else {
+        return;
+    };
+    let trace = dir.join("t.trace");
+    let out = record_ok(&exe, &trace, &[], &["--dbi-filter", "all"]);
+    assert_eq!(stdout(&out), "90720\n");
+    let ev = dump(&trace);
+    let start = ev.iter().find(|e| e["event"] == "thread_start").unwrap();
+    assert_ne!(start["stack_hi"], "0x0", "{start}");
+    let mut names = std::collections::BTreeMap::new();
+    for e in ev.iter().filter(|e| e["function"] == "fill" && e["event"] == "write") {
+        *names.entry(e["variable"].as_str().unwrap_or("").to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(names.get("[stack of T0]"), Some(&640), "{names:?}");
+}
