@@ -189,6 +189,14 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
     let atomic = order::on();
     let values = thread::VALUES.load(Relaxed);
     let n = qemu_plugin_tb_n_insns(tb);
+    if n > 0 {
+        let insn = qemu_plugin_tb_get_insn(tb, 0);
+        let pc = qemu_plugin_insn_vaddr(insn);
+        if modules::unknown(pc) {
+            let h = qemu_plugin_insn_haddr(insn) as u64;
+            modules::discover(pc, h.wrapping_sub(pc));
+        }
+    }
     let view = modules::view();
     let is_static = thread::STATIC.load(Relaxed);
     let mut first_pc = None;

@@ -397,3 +397,44 @@ fn dbi_filter_all_knows_the_main_stack() {
     }
     assert_eq!(names.get("[stack of T0]"), Some(&640), "{names:?}");
 }
+
+/// The loader and the preload library run before the preload library reports the
+/// modules: they are found in QEMU's `/proc/self/maps` when their code is first
+/// translated, so `lib:ld-linux` traces the loader's start-up (relocation, symbol
+/// lookup), and `all` never traces memlens's own preload library.
+#[test]
+fn dbi_loader_traced_and_preload_not() {
+    let Some((dir, exe)) = setup("dbi-ld", Src::Inline("locals.c", LOCALS), &[]) else {
+        return;
+    };
+    let funcs = |filter: &str| {
+        let trace = dir.join(format!("{}.trace", filter.replace(':', "_")));
+        record_ok(&exe, &trace, &[], &["--dbi-filter", filter]);
+        report(&trace, "function")
+    };
+    let ld = funcs("lib:ld-linux");
+    let loads = |rows: &[serde_json::Value], f: &str| {
+        rows.iter()
+            .filter(|r| r["function"] == f)
+            .map(|r| r["loads"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert!(loads(&ld, "_dl_relocate_object") > 100, "{:?}", &ld[..ld.len().min(10)]);
+    assert!(loads(&ld, "_dl_lookup_symbol_x") > 100, "{:?}", &ld[..ld.len().min(10)]);
+    let all = funcs("all");
+    assert!(loads(&all, "_dl_relocate_object") > 100);
+    // the preload library's code (its malloc, its stack report) is not traced: no
+    // pc between its load address and the next module's
+    let trace = dir.join("all.trace");
+    let hex = |v: &serde_json::Value| u64::from_str_radix(&v.as_str().unwrap()[2..], 16).unwrap();
+    let mods = info(&trace)["modules"].as_array().unwrap().clone();
+    let pre = mods.iter().find(|m| m["path"].as_str().unwrap().ends_with("preload.so")).unwrap();
+    let lo = hex(&pre["base"]);
+    let hi = mods.iter().map(|m| hex(&m["base"])).filter(|&b| b > lo).min().unwrap();
+    let theirs = dump(&trace)
+        .into_iter()
+        .filter(|e| e["event"] == "read" || e["event"] == "write")
+        .filter(|e| (lo..hi).contains(&hex(&e["pc"])))
+        .count();
+    assert_eq!(theirs, 0);
+}
