@@ -438,3 +438,27 @@ fn dbi_loader_traced_and_preload_not() {
         .count();
     assert_eq!(theirs, 0);
 }
+
+/// PLT stubs are named `name@plt` as objdump names them (`.plt`, `.plt.got`), not
+/// after the symbol before them (`_init`).
+#[test]
+fn dbi_plt_stubs_are_named() {
+    let Some((dir, exe)) = setup("dbi-plt", Src::Inline("locals.c", LOCALS), &[]) else {
+        return;
+    };
+    let trace = dir.join("t.trace");
+    record_ok(&exe, &trace, &[], &[]);
+    let funcs = report(&trace, "function");
+    let loads = |f: &str| {
+        funcs
+            .iter()
+            .filter(|r| r["function"] == f)
+            .map(|r| r["loads"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    // each stub loads its GOT slot once: one call of printf, one of __cxa_finalize
+    assert_eq!(loads("printf@plt"), 1, "{funcs:?}");
+    assert_eq!(loads("__cxa_finalize@plt"), 1, "{funcs:?}");
+    // _init's own: the __gmon_start__ slot and its return address
+    assert_eq!(loads("_init"), 2, "{funcs:?}");
+}
