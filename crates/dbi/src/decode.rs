@@ -222,13 +222,7 @@ fn map1_width(op: u8, pp: u8, l: bool) -> u8 {
         0x60..=0x6d | 0x6f | 0x70..=0x76 | 0x7c | 0x7d | 0x7f if pp == 1 => full,
         0x6f | 0x7f | 0x70 if pp == 2 => full, // movdqu, pshufhw
         0x70 | 0x7c | 0x7d | 0xd0 if pp == 3 => full, // pshuflw, haddps, hsubps, addsubps
-        0xe6 if pp == 2 => {
-            if l {
-                16
-            } else {
-                0
-            }
-        } // cvtdq2pd
+        0xe6 if pp == 2 && l => 16,            // vcvtdq2pd ymm, m128 (xmm: m64)
         0xe6 if pp == 3 => full,               // cvtpd2dq
         0xf0 if pp == 3 => full,               // lddqu
         0xd0..=0xff if pp == 1 && !matches!(op, 0xd6 | 0xf7) => full,
