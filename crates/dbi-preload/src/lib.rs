@@ -56,6 +56,9 @@ pub const OP_TRACE_OFF: u64 = 69;
 pub const OP_SYNC: u64 = 70;
 /// `op` 71: this thread's stack `[a, b)` and thread pointer `c`.
 pub const OP_STACK: u64 = 71;
+/// `op` 72: this library's own work begins (`a` = 1) or ends (`a` = 0) in this
+/// thread: the plugin records none of its accesses.
+pub const OP_OWN: u64 = 72;
 
 const MALLOC: u64 = 0;
 const CALLOC: u64 = 1;
@@ -72,10 +75,17 @@ std::thread_local! {
     static OWN: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
-/// Runs `f` as this library's own work: no allocation or free is reported.
+/// Runs `f` as this library's own work: no allocation, free or access of it (in
+/// libc, under `--dbi-filter all`) is recorded.
 fn own<R>(f: impl FnOnce() -> R) -> R {
     let was = OWN.with(|o| o.replace(true));
+    if !was {
+        tell(OP_OWN, 1, 0, 0, 0, 0);
+    }
     let r = f();
+    if !was {
+        tell(OP_OWN, 0, 0, 0, 0, 0);
+    }
     OWN.with(|o| o.set(was));
     r
 }

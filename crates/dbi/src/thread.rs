@@ -132,6 +132,9 @@ pub struct Ts {
     /// Full buffers kept back while the stack is unknown, so that it can still
     /// be patched into the `ThreadStart` at their head.
     waiting: Vec<Raw>,
+    /// The preload library is doing its own work in this thread: nothing of it
+    /// is recorded (the stacks are still kept).
+    own: bool,
     /// Static executables: an allocator entered and not yet returned:
     /// (hook kind, first argument, second argument, return address, stack pointer).
     pending: Option<(u8, u64, u64, u64, u64)>,
@@ -241,6 +244,7 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
         name: name.clone(),
         stack: birth.stack,
         waiting: Vec::new(),
+        own: false,
         pending: None,
     }));
     t.reset_ptrs();
@@ -493,6 +497,9 @@ pub unsafe extern "C" fn mem_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut
         return;
     }
     let t = ts(vcpu);
+    if t.own {
+        return;
+    }
     t.put(vaddr, udata as u64 | info_bits(info));
     t.room();
 }
@@ -518,7 +525,7 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
         t.pop_to(vaddr);
         t.leave(vaddr);
     }
-    if !RECORDING.load(Relaxed) {
+    if !RECORDING.load(Relaxed) || t.own {
         t.unhold();
         if call {
             t.call_at = t.cur;
@@ -707,6 +714,9 @@ pub unsafe extern "C" fn enter_cb(vcpu: c_uint, udata: *mut c_void) {
         return;
     }
     let t = ts(vcpu);
+    if t.own {
+        return;
+    }
     // Entered by the last traced call only if nothing was recorded since.
     let call_site = if t.call_at == t.cur { t.call_ret } else { 0 };
     // Its frame is the innermost live call's (none known: it never returns).
@@ -806,6 +816,11 @@ pub fn preload_event(vcpu: c_uint, op: u64, a: u64, b: u64, pc: u64, c: u64, sp:
         // The thread's stack and thread pointer (the preload library at start-up).
         71 => {
             t.set_stack(a, b, c);
+            return;
+        }
+        // The preload library's own work begins or ends.
+        72 => {
+            t.own = a != 0;
             return;
         }
         _ => return,

@@ -401,7 +401,8 @@ fn dbi_filter_all_knows_the_main_stack() {
 /// The loader and the preload library run before the preload library reports the
 /// modules: they are found in QEMU's `/proc/self/maps` when their code is first
 /// translated, so `lib:ld-linux` traces the loader's start-up (relocation, symbol
-/// lookup), and `all` never traces memlens's own preload library.
+/// lookup), and `all` never traces memlens's own preload library, nor the libc code
+/// it calls for itself.
 #[test]
 fn dbi_loader_traced_and_preload_not() {
     let Some((dir, exe)) = setup("dbi-ld", Src::Inline("locals.c", LOCALS), &[]) else {
@@ -423,6 +424,9 @@ fn dbi_loader_traced_and_preload_not() {
     assert!(loads(&ld, "_dl_lookup_symbol_x") > 100, "{:?}", &ld[..ld.len().min(10)]);
     let all = funcs("all");
     assert!(loads(&all, "_dl_relocate_object") > 100);
+    // nor libc working for it: pthread_getattr_np parses /proc/self/maps with sscanf
+    // (the program itself never scans)
+    assert_eq!(loads(&all, "__vfscanf_internal"), 0);
     // the preload library's code (its malloc, its stack report) is not traced: no
     // pc between its load address and the next module's
     let trace = dir.join("all.trace");
