@@ -207,13 +207,15 @@ impl Counts {
                 let w = n * u64::from(stores);
                 (pc, n, w, n * size, w * size)
             }
-            Counted::Alloc { pc, size, realloc } => {
-                let a = self.allocs.entry(pc).or_default();
-                a.count += n;
-                a.bytes += n * size;
+            Counted::Alloc { pc, size, allocates, frees } => {
+                if allocates {
+                    let a = self.allocs.entry(pc).or_default();
+                    a.count += n;
+                    a.bytes += n * size;
+                }
                 let tc = self.thread_counts(thread);
-                tc.allocs += n;
-                tc.frees += n * u64::from(realloc);
+                tc.allocs += n * u64::from(allocates);
+                tc.frees += n * u64::from(frees);
                 return;
             }
             Counted::Free => {
@@ -248,14 +250,18 @@ impl Counts {
     fn other(&mut self, thread: ThreadId, ev: &Event) {
         match ev {
             Event::Alloc { pc, size, .. } | Event::Realloc { pc, size, .. } => {
-                let a = self.allocs.entry(*pc).or_default();
-                a.count += 1;
-                a.bytes += size;
-                let tc = self.thread_counts(thread);
-                tc.allocs += 1;
-                if matches!(ev, Event::Realloc { .. }) {
-                    tc.frees += 1;
+                let (allocates, frees) = match ev {
+                    Event::Realloc { old, new, .. } => memlens_format::realloc_counts(old.0, new.0),
+                    _ => (true, false),
+                };
+                if allocates {
+                    let a = self.allocs.entry(*pc).or_default();
+                    a.count += 1;
+                    a.bytes += size;
                 }
+                let tc = self.thread_counts(thread);
+                tc.allocs += u64::from(allocates);
+                tc.frees += u64::from(frees);
             }
             Event::Free { .. } => self.thread_counts(thread).frees += 1,
             Event::FuncEnter { .. } => self.thread_counts(thread).calls += 1,

@@ -254,7 +254,10 @@ impl Kernel for Heap {
                 if old.0 != 0 {
                     self.free(old.0);
                 }
-                self.alloc(*pc, stack, new.0, *size);
+                // realloc(p, 0) only frees
+                if new.0 != 0 {
+                    self.alloc(*pc, stack, new.0, *size);
+                }
             }
             Event::Free { addr, .. } => self.free(addr.0),
             _ => for_each_touch(ev, |t| self.access(t.addr, t.len, t.write)),

@@ -88,6 +88,22 @@ const WITH_VALUE: &[&str] = &[
 const SOURCE_EXT: &[&str] =
     &["c", "cc", "cpp", "cxx", "c++", "C", "cp", "CPP", "i", "ii", "m", "mm"];
 
+/// Assembler inputs: assembled as they are, nothing to instrument.
+const ASM_EXT: &[&str] = &["s", "S", "sx"];
+
+fn is_asm(a: &str) -> bool {
+    !a.starts_with('-')
+        && Path::new(a).extension().is_some_and(|e| ASM_EXT.contains(&e.to_string_lossy().as_ref()))
+}
+
+/// An assembler invocation: assembler inputs (or `-x assembler*`) and no C or C++
+/// source. CMake runs one for each `.S` file with the C compiler's path but without
+/// its first argument, so `CC="memlens cc"` arrives as `memlens -D... -c x.S`.
+pub fn is_assembler_call(args: &[String]) -> bool {
+    let p = parse(args);
+    p.asm && p.sources.is_empty()
+}
+
 fn is_source(a: &str) -> bool {
     !a.starts_with('-')
         && Path::new(a)
@@ -103,6 +119,8 @@ struct Parsed {
     compile_only: bool,
     has_g: bool,
     has_x: bool,
+    /// Assembler inputs or `-x assembler*`.
+    asm: bool,
 }
 
 fn parse(args: &[String]) -> Parsed {
@@ -113,6 +131,7 @@ fn parse(args: &[String]) -> Parsed {
         compile_only: false,
         has_g: false,
         has_x: false,
+        asm: false,
     };
     let mut lang: Option<String> = None;
     let mut i = 0;
@@ -124,7 +143,9 @@ fn parse(args: &[String]) -> Parsed {
             }
             if a == "-x" {
                 p.has_x = true;
-                lang = args.get(i + 1).filter(|l| *l != "none").cloned();
+                let l = args.get(i + 1);
+                p.asm |= l.is_some_and(|l| l.starts_with("assembler"));
+                lang = l.filter(|l| *l != "none" && !l.starts_with("assembler")).cloned();
             }
             i += 2;
             continue;
@@ -133,6 +154,7 @@ fn parse(args: &[String]) -> Parsed {
             "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only" => p.compile_only = true,
             _ if a.starts_with("-g") && a != "-g0" => p.has_g = true,
             _ if a.starts_with("-o") && a.len() > 2 => p.output = Some(a[2..].to_string()),
+            _ if a.starts_with("-xassembler") => p.asm = true,
             _ if a.starts_with("-x") && a.len() > 2 => {
                 p.has_x = true;
                 lang = Some(a[2..].to_string()).filter(|l| l != "none");
@@ -140,6 +162,7 @@ fn parse(args: &[String]) -> Parsed {
             // after `-x LANG` every input is a source of LANG, stdin (`-`) included
             _ if lang.is_some() && (a == "-" || !a.starts_with('-')) => p.sources.push(i),
             _ if is_source(a) => p.sources.push(i),
+            _ if is_asm(a) => p.asm = true,
             _ => {}
         }
         i += 1;
@@ -320,6 +343,9 @@ fn main_with(lang: Lang, named: Option<&str>, args: Vec<String>) -> Result<i32> 
     let rt = Runtime::locate()?;
     let args = link_mode_checks(args)?;
     let p = parse(&args);
+    if p.compile_only && p.asm && p.sources.is_empty() {
+        return run(Command::new(&cc).args(&args));
+    }
     let plugin = match fam {
         Family::Clang if !p.sources.is_empty() => pass_plugin(&cc, &rt),
         _ => None,
@@ -370,7 +396,9 @@ fn main_with(lang: Lang, named: Option<&str>, args: Vec<String>) -> Result<i32> 
             i += 2;
             continue;
         }
+        // Assembler files go to the link step, which assembles them.
         if !p.sources.contains(&i)
+            && !is_asm(a)
             && !a.ends_with(".o")
             && !a.ends_with(".a")
             && !a.ends_with(".so")

@@ -418,6 +418,10 @@ fn real_main() -> Result<i32> {
         Some("cc") => return cc::main(cc::Lang::C, argv[2..].to_vec()),
         Some("c++") | Some("cxx") => return cc::main(cc::Lang::Cxx, argv[2..].to_vec()),
         Some("cargo") => return rust::cargo(argv[2..].to_vec()),
+        // CMake's ASM language drops the `cc` of `CC="memlens cc"`.
+        Some(a) if a.starts_with('-') && cc::is_assembler_call(&argv[1..]) => {
+            return cc::main(cc::Lang::C, argv[1..].to_vec())
+        }
         _ => {}
     }
     let cli = match Cli::try_parse() {

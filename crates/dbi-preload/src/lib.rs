@@ -56,6 +56,9 @@ pub const OP_TRACE_OFF: u64 = 69;
 pub const OP_SYNC: u64 = 70;
 /// `op` 71: this thread's stack `[a, b)` and thread pointer `c`.
 pub const OP_STACK: u64 = 71;
+/// `op` 72: this library's own work begins (`a` = 1) or ends (`a` = 0) in this
+/// thread: the plugin records none of its accesses.
+pub const OP_OWN: u64 = 72;
 
 const MALLOC: u64 = 0;
 const CALLOC: u64 = 1;
@@ -66,8 +69,32 @@ const FREE: u64 = 0;
 const DELETE: u64 = 1;
 const DELETE_ARRAY: u64 = 2;
 
+std::thread_local! {
+    /// This library is doing its own work (`pthread_getattr_np`, `dlsym`): the
+    /// allocations libc makes for it are not the program's.
+    static OWN: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Runs `f` as this library's own work: no allocation, free or access of it (in
+/// libc, under `--dbi-filter all`) is recorded.
+fn own<R>(f: impl FnOnce() -> R) -> R {
+    let was = OWN.with(|o| o.replace(true));
+    if !was {
+        tell(OP_OWN, 1, 0, 0, 0, 0);
+    }
+    let r = f();
+    if !was {
+        tell(OP_OWN, 0, 0, 0, 0, 0);
+    }
+    OWN.with(|o| o.set(was));
+    r
+}
+
 #[inline(always)]
 fn tell(op: u64, a: u64, b: u64, pc: u64, c: u64, sp: u64) {
+    if op < OP_MODULE && OWN.with(|o| o.get()) {
+        return;
+    }
     // SAFETY: an unknown system call only returns -ENOSYS; rcx and r11 are clobbered.
     unsafe {
         core::arch::asm!("syscall",
@@ -148,7 +175,8 @@ unsafe extern "C" fn calloc_imp(n: usize, size: usize, pc: u64, sp: u64) -> *mut
 
 unsafe extern "C" fn realloc_imp(old: *mut c_void, size: usize, pc: u64, sp: u64) -> *mut c_void {
     let p = __libc_realloc(old, size);
-    if !p.is_null() || size == 0 {
+    // A failed realloc leaves the old block alone; realloc(p, 0) frees it.
+    if !p.is_null() || (!old.is_null() && size == 0) {
         tell(OP_REALLOC, p as u64, size as u64, pc, old as u64, sp);
     }
     p
@@ -258,8 +286,10 @@ fn report_stack() {
 }
 
 extern "C" fn init() {
-    report_modules();
-    report_stack();
+    own(|| {
+        report_modules();
+        report_stack();
+    });
 }
 
 // pthread synchronisation: the plugin stamps a clock before each release and after
@@ -283,7 +313,9 @@ macro_rules! real {
             core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
         let mut p = P.load(core::sync::atomic::Ordering::Relaxed);
         if p.is_null() {
-            p = libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr() as *const c_char);
+            p = own(|| {
+                libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr() as *const c_char)
+            });
             P.store(p, core::sync::atomic::Ordering::Relaxed);
         }
         core::mem::transmute::<*mut c_void, $ty>(p)
@@ -330,7 +362,7 @@ sync_fn!(join = "pthread_join"; (t: libc::pthread_t, r: *mut P) -> c_int; acquir
 unsafe extern "C" fn thread_start(arg: P) -> P {
     let (f, a) = *(arg as *mut (extern "C" fn(P) -> P, P));
     __libc_free(arg);
-    report_stack();
+    own(report_stack);
     f(a)
 }
 
@@ -382,14 +414,14 @@ type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
 /// The same contract as `dlopen(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
-    let real = libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr());
+    let real = own(|| libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr()));
     if real.is_null() {
         return core::ptr::null_mut();
     }
     let real: DlopenFn = core::mem::transmute(real);
     let h = real(file, mode);
     if !h.is_null() {
-        report_modules();
+        own(report_modules);
     }
     h
 }

@@ -3,8 +3,11 @@
 
 use memlens_format::RmwOp;
 
-/// Flag: two adjacent 8-byte accesses of this instruction are one 16-byte access.
+/// Flag: adjacent 8-byte accesses of this instruction are one access of 16 bytes
+/// (32 when the operation bits are [`WIDE32`]): QEMU 7.2 splits vector accesses.
 pub const MERGE: u8 = 0x80;
+/// With [`MERGE`], in the operation bits: the access is 32 bytes (a VEX.256 operand).
+pub const WIDE32: u8 = 0x0f;
 /// Flag: a near call (its store is the pushed return address).
 pub const CALL: u8 = 0x40;
 /// Flag: a near return (its load pops the return address).
@@ -84,9 +87,15 @@ fn may_access(b: &[u8], i: usize) -> bool {
 pub fn decode(b: &[u8]) -> Decoded {
     let mut i = 0;
     let mut lock = false;
+    // mandatory prefix of SSE instructions: 0 none, 1 66, 2 F3, 3 F2 (as VEX.pp)
+    let mut pp = 0u8;
     while i < b.len() {
-        if b[i] == 0xf0 {
-            lock = true;
+        match b[i] {
+            0xf0 => lock = true,
+            0x66 if pp == 0 => pp = 1,
+            0xf3 => pp = 2,
+            0xf2 => pp = 3,
+            _ => {}
         }
         match b[i] {
             0x66 | 0x67 | 0xf2 | 0xf3 | 0xf0 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 => i += 1,
@@ -131,12 +140,18 @@ pub fn decode(b: &[u8]) -> Decoded {
         0xf6 | 0xf7 if reg(op2) == 2 => RmwOp::FetchXor,
         _ => RmwOp::FetchAdd,
     };
-    let merge = (op == 0x0f && !matches!(op2, 0xc7 | 0xae)) || vex;
+    let width = if vex {
+        vex_width(&b[i..])
+    } else if op == 0x0f {
+        sse_width(&b[i..], pp)
+    } else {
+        0
+    };
     // call rel32, or call r/m64 (ff /2)
     let call = op == 0xe8 || (op == 0xff && reg(op2) == 2);
     let mut flags = rmw as u8;
-    if merge {
-        flags |= MERGE;
+    if width >= 16 {
+        flags = MERGE | if width == 32 { WIDE32 } else { 0 };
     }
     if call {
         flags |= CALL;
@@ -156,6 +171,105 @@ pub fn decode(b: &[u8]) -> Decoded {
     Decoded { ret, flags, mem, helper }
 }
 
+/// Bytes of the memory operand of a legacy-encoded `0F` instruction when QEMU may
+/// split it (16: an SSE vector), else 0 (scalar, MMX, or not a vector operation).
+fn sse_width(b: &[u8], pp: u8) -> u8 {
+    let at = |k: usize| b.get(k).copied().unwrap_or(0);
+    match at(1) {
+        0x38 => map2_width(at(2), pp, false),
+        0x3a => map3_width(at(2), pp, false),
+        op => map1_width(op, pp, false),
+    }
+}
+
+/// The same for a VEX-encoded instruction: 32 for a 256-bit operand.
+fn vex_width(b: &[u8]) -> u8 {
+    let at = |k: usize| b.get(k).copied().unwrap_or(0);
+    let (map, p, op) = if b[0] == 0xc5 { (1, at(1), at(2)) } else { (at(1) & 0x1f, at(2), at(3)) };
+    let (pp, l) = (p & 3, p & 4 != 0);
+    match map {
+        1 => map1_width(op, pp, l),
+        2 => map2_width(op, pp, l),
+        3 => map3_width(op, pp, l),
+        _ => 0,
+    }
+}
+
+/// Map 1 (`0F xx`): `pp` as VEX.pp, `l` VEX.L (256-bit).
+fn map1_width(op: u8, pp: u8, l: bool) -> u8 {
+    let full = if l { 32 } else { 16 };
+    let packed = pp <= 1; // none or 66: packed; F3/F2: scalar
+    match op {
+        0x10
+        | 0x11
+        | 0x14
+        | 0x15
+        | 0x28
+        | 0x29
+        | 0x2b
+        | 0x51..=0x59
+        | 0x5c..=0x5f
+        | 0xc2
+        | 0xc6
+            if packed =>
+        {
+            full
+        }
+        0x12 | 0x16 if pp == 2 => full, // movsldup, movshdup
+        0x5a if pp == 1 => full,        // cvtpd2ps
+        0x5a if pp == 0 && l => 16,     // vcvtps2pd ymm, m128
+        0x5b => full,
+        0x60..=0x6d | 0x6f | 0x70..=0x76 | 0x7c | 0x7d | 0x7f if pp == 1 => full,
+        0x6f | 0x7f | 0x70 if pp == 2 => full, // movdqu, pshufhw
+        0x70 | 0x7c | 0x7d | 0xd0 if pp == 3 => full, // pshuflw, haddps, hsubps, addsubps
+        0xe6 if pp == 2 && l => 16,            // vcvtdq2pd ymm, m128 (xmm: m64)
+        0xe6 if pp == 3 => full,               // cvtpd2dq
+        0xf0 if pp == 3 => full,               // lddqu
+        0xd0..=0xff if pp == 1 && !matches!(op, 0xd6 | 0xf7) => full,
+        _ => 0,
+    }
+}
+
+/// Map 2 (`0F 38 xx`).
+fn map2_width(op: u8, pp: u8, l: bool) -> u8 {
+    if pp != 1 {
+        return 0; // MMX, BMI, crc32, movbe
+    }
+    match op {
+        // pmovsx/pmovzx: half, quarter or eighth of the destination
+        0x20 | 0x23 | 0x25 | 0x30 | 0x33 | 0x35 | 0x13 | 0x1a | 0x5a if l => 16,
+        0x20..=0x25
+        | 0x30..=0x35
+        | 0x13
+        | 0x18
+        | 0x19
+        | 0x1a
+        | 0x58
+        | 0x59
+        | 0x5a
+        | 0x78
+        | 0x79 => 0,
+        // gathers access lane by lane: never merged
+        0x90..=0x93 => 0,
+        0xf0..=0xff => 0,
+        _ if l => 32,
+        _ => 16,
+    }
+}
+
+/// Map 3 (`0F 3A xx`).
+fn map3_width(op: u8, pp: u8, l: bool) -> u8 {
+    if pp != 1 {
+        return 0;
+    }
+    match op {
+        0x18 | 0x19 | 0x38 | 0x39 | 0x1d => 16, // 128-bit insert / extract, vcvtps2ph
+        0x0a | 0x0b | 0x14..=0x17 | 0x20..=0x22 => 0, // scalar round, pextr, pinsr, insertps
+        _ if l => 32,
+        _ => 16,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +282,16 @@ mod tests {
         assert_eq!(decode(&[0xf0, 0x48, 0x0f, 0xc1, 0x07]).flags & OP_MASK, RmwOp::FetchAdd as u8);
         assert_eq!(decode(&[0xf0, 0x0f, 0xb1, 0x0f]).flags & OP_MASK, RmwOp::Cas as u8);
         assert_ne!(decode(&[0x0f, 0x11, 0x07]).flags & MERGE, 0); // movups
+        assert_eq!(decode(&[0xf2, 0x0f, 0x58, 0x07]).flags & MERGE, 0); // addsd xmm0, [rdi]
+        assert_eq!(decode(&[0x0f, 0xfe, 0x07]).flags & MERGE, 0); // paddd mm0, [rdi]
+        assert_eq!(decode(&[0x66, 0x0f, 0xfe, 0x07]).flags, MERGE); // paddd xmm0, [rdi]
+        assert_eq!(decode(&[0xc5, 0xfe, 0x6f, 0x07]).flags, MERGE | WIDE32); // vmovdqu ymm0, [rdi]
+        assert_eq!(decode(&[0xc5, 0xfa, 0x6f, 0x07]).flags, MERGE); // vmovdqu xmm0, [rdi]
+                                                                    // vinserti128 ymm2, ymm2, [rdi], 1: a 16-byte operand
+        assert_eq!(decode(&[0xc4, 0xe3, 0x6d, 0x38, 0x17, 0x01]).flags, MERGE);
+        // vpgatherdd ymm7, [rax+ymm5*4], ymm6: lane by lane
+        assert_eq!(decode(&[0xc4, 0xe2, 0x4d, 0x90, 0x3c, 0xa8]).flags & MERGE, 0);
+        assert_eq!(decode(&[0xf0, 0x48, 0x0f, 0xc1, 0x07]).flags & MERGE, 0); // lock xadd
         assert_eq!(decode(&[0xf3, 0x48, 0xab]).flags & MERGE, 0); // rep stosq
         assert_ne!(decode(&[0xe8, 0, 0, 0, 0]).flags & CALL, 0);
         assert_ne!(decode(&[0x41, 0xff, 0xd0]).flags & CALL, 0); // call r8

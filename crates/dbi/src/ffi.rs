@@ -24,8 +24,8 @@ pub struct Insn {
 
 /// Callbacks that do not read guest registers.
 pub const CB_NO_REGS: c_int = 0;
-/// Memory callbacks for loads only.
-pub const MEM_R: c_int = 1;
+// Loads only (1) is not used: QEMU 7.2 never calls such a callback (a `ret` armed
+// with it was never seen).
 /// Memory callbacks for stores only.
 pub const MEM_W: c_int = 2;
 /// Memory callbacks for loads and stores.

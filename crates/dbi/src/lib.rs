@@ -10,7 +10,10 @@
 //!   from one SSE/VEX instruction are merged back. An atomic read-modify-write
 //!   arrives once, flagged read+write, and becomes an RMW event whose operation is
 //!   decoded from the instruction bytes.
-//! - Function entry = the first instruction of a function symbol, exit = a `ret`.
+//! - Function entry = the first instruction of a function symbol, exit = the `ret`
+//!   that loads the return address of an entered frame (or one above it: a tail
+//!   call returns through the frame it replaced), seen by its memory callback; the
+//!   exit's pc is the left function's first instruction + 1.
 //! - Allocations and the shared-library map come from the guest preload library
 //!   (`memlens-dbi-preload`) through a magic system call seen by the syscall callback.
 //!
@@ -151,6 +154,8 @@ unsafe fn start() {
     } else {
         std::ffi::CStr::from_ptr(exe_ptr).to_string_lossy().into_owned()
     };
+    // the name the program was run by, as the kernel's `comm`
+    thread::set_guest_comm(&exe);
     let exe = std::fs::canonicalize(&exe).map(|p| p.to_string_lossy().into_owned()).unwrap_or(exe);
     match modules::init_exe(&exe, qemu_plugin_start_code(), c.filter) {
         Ok(is_static) => thread::STATIC.store(is_static, Relaxed),
@@ -184,6 +189,14 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
     let atomic = order::on();
     let values = thread::VALUES.load(Relaxed);
     let n = qemu_plugin_tb_n_insns(tb);
+    if n > 0 {
+        let insn = qemu_plugin_tb_get_insn(tb, 0);
+        let pc = qemu_plugin_insn_vaddr(insn);
+        if modules::unknown(pc) {
+            let h = qemu_plugin_insn_haddr(insn) as u64;
+            modules::discover(pc, h.wrapping_sub(pc));
+        }
+    }
     let view = modules::view();
     let is_static = thread::STATIC.load(Relaxed);
     let mut first_pc = None;
@@ -204,7 +217,7 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
             // Keeps the shadow call stack right across untraced returns, and tells
             // function entries from untraced callers.
             if d.ret {
-                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_R, null);
+                qemu_plugin_register_vcpu_mem_cb(insn, thread::ret_cb, CB_NO_REGS, MEM_RW, null);
             } else if d.flags & decode::CALL != 0 {
                 let cb = thread::untraced_call_cb;
                 qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_W, null);
@@ -222,9 +235,6 @@ unsafe extern "C" fn tb_trans(_id: Id, tb: *mut Tb) {
         let rpc = pc + 1;
         if view.is_func_start(pc) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::enter_cb, CB_NO_REGS, rpc as _);
-        }
-        if d.ret {
-            qemu_plugin_register_vcpu_insn_exec_cb(insn, thread::exit_cb, CB_NO_REGS, rpc as _);
         }
         // No memory callback where there can be no access: it costs a call per
         // execution.
@@ -316,6 +326,11 @@ unsafe extern "C" fn syscall_cb(
             }
         } else if num == SYS_CLONE3 {
             CLONE_FLAGS.with(|f| f.set(0));
+        } else if num == SYS_PRCTL && op == PR_SET_NAME && a != 0 {
+            // the kernel takes at most 15 bytes and a NUL
+            let b = guest_bytes(a, 16);
+            let end = b.iter().position(|&c| c == 0).unwrap_or(15).min(15);
+            thread::renamed(vcpu, String::from_utf8_lossy(&b[..end]).into_owned());
         } else if num == SYS_EXIT_GROUP {
             EXIT_CODE.store(op as u8 as i64, Relaxed);
         }
@@ -342,6 +357,8 @@ const SYS_FORK: i64 = 57;
 const SYS_VFORK: i64 = 58;
 const SYS_CLONE3: i64 = 435;
 const SYS_EXIT_GROUP: i64 = 231;
+const SYS_PRCTL: i64 = 157;
+const PR_SET_NAME: u64 = 15;
 
 /// The status the guest passed to `exit_group` (-1: none yet).
 static EXIT_CODE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);

@@ -16,7 +16,15 @@ struct State {
     func_starts: HashSet<u64>,
     /// Static executables: allocator entry points (runtime address -> kind).
     alloc_hooks: HashMap<u64, u8>,
+    /// Each module's file, canonical: the loader and the preload library name
+    /// some files by other paths than `/proc/self/maps` does.
+    files: Vec<std::path::PathBuf>,
+    /// Guest code ranges found to belong to no file (JIT code, the vDSO).
+    anon: Vec<(u64, u64)>,
 }
+
+/// The guest preload library: never traced, it is memlens's, not the program's.
+const PRELOAD: &str = "libmemlens_dbi_preload.so";
 
 /// A static executable's allocator entry, hooked by symbol: `malloc`.
 pub const HOOK_MALLOC: u8 = 0;
@@ -116,8 +124,16 @@ pub fn init_exe(path: &str, start_code: u64, mut filter: Filter) -> Result<bool,
         bias,
         segments: elf.segments,
     };
-    *STATE.lock().unwrap() =
-        Some(State { filter, modules: vec![m], traced: vec![traced], func_starts, alloc_hooks });
+    let files = vec![std::fs::canonicalize(path).unwrap_or_else(|_| path.into())];
+    *STATE.lock().unwrap() = Some(State {
+        filter,
+        modules: vec![m],
+        traced: vec![traced],
+        func_starts,
+        alloc_hooks,
+        files,
+        anon: Vec::new(),
+    });
     Ok(is_static)
 }
 
@@ -128,11 +144,13 @@ pub fn add_lib(path: &str, bias: u64) {
     if st.modules.iter().any(|m| m.path == path && m.bias == bias) {
         return;
     }
-    if st.modules.first().is_some_and(|m| m.bias == bias && m.path == path) {
-        return;
+    let file = std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+    if st.modules.iter().zip(&st.files).any(|(m, f)| m.bias == bias && *f == file) {
+        return; // found early in /proc/self/maps under another path
     }
     let Ok(elf) = read_elf(path) else { return };
-    let traced = st.filter.wants_lib(path);
+    let preload = path.ends_with(PRELOAD);
+    let traced = st.filter.wants_lib(path) && !preload;
     if traced || st.filter.0.iter().any(|i| matches!(i, Item::Range(..))) {
         st.func_starts.extend(elf.funcs.iter().map(|a| a.wrapping_add(bias)));
     }
@@ -145,6 +163,73 @@ pub fn add_lib(path: &str, bias: u64) {
         segments: elf.segments,
     });
     st.traced.push(traced);
+    st.files.push(file);
+}
+
+/// Whether the guest code at `pc` lies in no module known yet.
+pub fn unknown(pc: u64) -> bool {
+    let g = STATE.lock().unwrap();
+    let Some(st) = g.as_ref() else { return false };
+    !st.modules.iter().any(|m| m.contains(pc))
+        && !st.anon.iter().any(|&(lo, hi)| pc >= lo && pc < hi)
+}
+
+/// Finds the file mapped at guest code address `pc` (host address `pc + base`) in
+/// QEMU's `/proc/self/maps` and adds it as a module: the loader runs, and the
+/// preload library is entered, before the preload library reports the modules, so
+/// `lib:ld-linux` would trace almost nothing and `all` would trace memlens's own code.
+pub fn discover(pc: u64, base: u64) {
+    let host = pc.wrapping_add(base);
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), _, Some(off), _, _) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-').and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
+        else {
+            continue;
+        };
+        if host < lo || host >= hi {
+            continue;
+        }
+        let path = f.collect::<Vec<_>>().join(" ");
+        let bias = if path.starts_with('/') {
+            hex(off).and_then(|off| bias_of(&path, off + (host - lo), pc))
+        } else {
+            None
+        };
+        match bias {
+            Some(b) => add_lib(&path, b),
+            None => {
+                let mut g = STATE.lock().unwrap();
+                if let Some(st) = g.as_mut() {
+                    st.anon.push((lo.wrapping_sub(base), hi.wrapping_sub(base)));
+                }
+            }
+        }
+        return;
+    }
+}
+
+/// The load bias of ELF file `path` whose file offset `fo` holds the code at guest
+/// address `pc` (a file page may be in two segments: the executable one).
+fn bias_of(path: &str, fo: u64, pc: u64) -> Option<u64> {
+    let data = std::fs::read(path).ok()?;
+    let hdr = object::elf::FileHeader64::<object::Endianness>::parse(&*data).ok()?;
+    let endian = hdr.endian().ok()?;
+    let ph = hdr.program_headers(endian, &*data).ok()?;
+    let seg = ph.iter().find(|p| {
+        let o = p.p_offset(endian);
+        p.p_type(endian) == object::elf::PT_LOAD
+            && p.p_flags(endian) & object::elf::PF_X != 0
+            && fo >= o
+            && fo < o + p.p_filesz(endian)
+    })?;
+    let vaddr = seg.p_vaddr(endian).wrapping_add(fo).wrapping_sub(seg.p_offset(endian));
+    Some(pc.wrapping_sub(vaddr))
 }
 
 /// All modules known now.
@@ -164,6 +249,9 @@ impl View {
     /// Whether the instruction at `pc` is traced.
     pub fn traced(&self, pc: u64) -> bool {
         let Some(st) = self.0.as_ref() else { return false };
+        if st.modules.iter().any(|m| m.path.ends_with(PRELOAD) && m.contains(pc)) {
+            return false;
+        }
         st.filter.0.iter().any(|i| match *i {
             Item::All => true,
             Item::Range(lo, hi) => pc >= lo && pc < hi,

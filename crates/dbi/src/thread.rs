@@ -31,7 +31,7 @@ pub const MARK: u64 = 1 << 55;
 pub const M_EVENT: u64 = 1;
 /// Function entry: first word = call site, pc = the function's first instruction + 1.
 pub const M_ENTER: u64 = 2;
-/// Function exit: pc = the `ret` + 1.
+/// Function exit: pc = the first instruction + 1 of the function left.
 pub const M_EXIT: u64 = 3;
 /// A clock: first word = the stamp.
 pub const M_CLOCK: u64 = 4;
@@ -39,6 +39,9 @@ pub const M_CLOCK: u64 = 4;
 pub const M_VALUE: u64 = 5;
 /// Shadow call stack entries kept per thread (the oldest half goes when full).
 const MAX_SHADOW: usize = 4096;
+/// Full buffers a thread keeps back until the preload library reports its stack
+/// (16 MiB): with `--dbi-filter all` the loader fills several before it runs.
+const MAX_WAITING: usize = 256;
 
 /// `--values`: record the value of each load and store.
 pub static VALUES: AtomicBool = AtomicBool::new(false);
@@ -108,10 +111,30 @@ pub struct Ts {
     /// function entry with nothing recorded in between was entered by that call.
     call_ret: u64,
     call_at: *mut u64,
+    /// The stack slots of the live calls, traced or not, innermost last: a function
+    /// entry belongs to the innermost (entered by that call, or jumped to: a tail
+    /// call, or lazy binding's resolver, returns through that frame).
+    frames: Vec<u64>,
+    /// The frames whose entry was recorded, innermost last: (slot, the function's
+    /// first instruction + 1). A return that loads from a slot at or above one
+    /// records their exits, so entries and exits balance however much of the code
+    /// has no symbols; an exit names the function it leaves (a tail-called one
+    /// returns through its caller's `ret`).
+    entered: Vec<(u64, u64)>,
     /// Lamport clock of the last stamp.
     lclock: u64,
     /// Holds the order lock.
     held: bool,
+    /// The thread's name (`comm`): the program's, or what `prctl(PR_SET_NAME)` set.
+    name: String,
+    /// Stack bounds and thread pointer as reported (the `ThreadStart` ones).
+    stack: (u64, u64, u64),
+    /// Full buffers kept back while the stack is unknown, so that it can still
+    /// be patched into the `ThreadStart` at their head.
+    waiting: Vec<Raw>,
+    /// The preload library is doing its own work in this thread: nothing of it
+    /// is recorded (the stacks are still kept).
+    own: bool,
     /// Static executables: an allocator entered and not yet returned:
     /// (hook kind, first argument, second argument, return address, stack pointer).
     pending: Option<(u8, u64, u64, u64, u64)>,
@@ -124,11 +147,13 @@ unsafe impl Send for Ptr {}
 
 /// What the creating thread knows about a new thread: parent stream, clock, and
 /// (from `clone3`) stack low, stack high, thread pointer.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Birth {
     parent: Option<u32>,
     clock: u64,
     stack: (u64, u64, u64),
+    /// The creator's name, which a new thread inherits (as `comm` does).
+    name: Option<String>,
 }
 
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
@@ -153,10 +178,22 @@ impl Drop for Dtor {
     }
 }
 
-fn comm() -> String {
-    std::fs::read_to_string("/proc/thread-self/comm")
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
+/// The guest program's name as the kernel would give it (`comm`: the executable's
+/// file name, 15 bytes at most): QEMU's own threads are all `qemu-x86_64`.
+static GUEST_COMM: Mutex<String> = Mutex::new(String::new());
+
+/// Sets the name threads start with, from the executable's path.
+pub fn set_guest_comm(exe: &str) {
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    *GUEST_COMM.lock().unwrap_or_else(|e| e.into_inner()) = name[..end].to_string();
+}
+
+fn guest_comm() -> String {
+    GUEST_COMM.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 #[inline(always)]
@@ -184,6 +221,7 @@ static SLOTS: [std::sync::atomic::AtomicPtr<Ts>; 1024] =
 fn init(vcpu: c_uint) -> &'static mut Ts {
     let stream = NEXT_STREAM.fetch_add(1, Relaxed);
     let birth = BIRTHS.lock().unwrap().as_mut().and_then(|m| m.remove(&vcpu)).unwrap_or_default();
+    let name = birth.name.clone().unwrap_or_else(guest_comm);
     let mut words = writer::fresh_words();
     words.reserve(RAW_WORDS);
     let t = Box::leak(Box::new(Ts {
@@ -199,8 +237,14 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
         shadow: Vec::new(),
         call_ret: 0,
         call_at: std::ptr::null_mut(),
+        frames: Vec::new(),
+        entered: Vec::new(),
         lclock: birth.clock,
         held: false,
+        name: name.clone(),
+        stack: birth.stack,
+        waiting: Vec::new(),
+        own: false,
         pending: None,
     }));
     t.reset_ptrs();
@@ -216,7 +260,7 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
     t.event(Event::ThreadStart {
         os_tid: tid,
         parent: birth.parent.map(ThreadId),
-        name: comm(),
+        name,
         stack_lo: Addr(lo),
         stack_hi: Addr(hi),
         tls: Addr(tls),
@@ -265,18 +309,46 @@ impl Ts {
         let events = std::mem::take(&mut self.events);
         self.words.reserve(RAW_WORDS);
         self.reset_ptrs();
+        let raw = Raw { stream: self.stream, words, events, last, clock0: self.clock0 };
+        // No stack bounds yet, and the preload library will report them.
+        let unknown = self.stack.1 == 0 && !STATIC.load(Relaxed);
+        if self.first && unknown && !last && self.waiting.len() < MAX_WAITING {
+            self.waiting.push(raw);
+            return;
+        }
+        self.send_waiting();
         if crate::PID.load(Relaxed) == std::process::id() as u64 {
             // Waiting for the worker with the order lock held would stall everyone.
             self.unhold();
-            writer::hand_over(Raw {
-                stream: self.stream,
-                words,
-                events,
-                last,
-                clock0: self.clock0,
-            });
+            writer::hand_over(raw);
         }
         self.first = false;
+    }
+
+    /// Hands the buffers kept back to the worker.
+    fn send_waiting(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        if crate::PID.load(Relaxed) == std::process::id() as u64 {
+            self.unhold();
+            for r in waiting {
+                writer::hand_over(r);
+            }
+        }
+        self.first = false;
+    }
+
+    /// The `ThreadStart` at the head of the stream, while it is not handed over.
+    fn start_event(&mut self) -> Option<&mut Event> {
+        if !self.first {
+            return None;
+        }
+        match self.waiting.first_mut() {
+            Some(r) => r.events.first_mut(),
+            None => self.events.first_mut(),
+        }
     }
 
     fn event(&mut self, ev: Event) {
@@ -354,6 +426,34 @@ impl Ts {
         }
     }
 
+    /// A return loaded from `slot` (or a call stored there, so the frames at or
+    /// below it were left by longjmp or an exception): the calls at or below it are
+    /// gone, and the exits of the entered frames among them are recorded.
+    #[inline(always)]
+    fn leave(&mut self, slot: u64) {
+        while self.frames.last().is_some_and(|&s| s <= slot) {
+            self.frames.pop();
+        }
+        while let Some(&(s, func)) = self.entered.last() {
+            if s > slot {
+                break;
+            }
+            self.entered.pop();
+            self.put(0, func | MARK | (M_EXIT << 48));
+            self.room();
+        }
+    }
+
+    /// A call stored its return address at `slot`.
+    #[inline(always)]
+    fn note_call(&mut self, slot: u64) {
+        self.leave(slot);
+        if self.frames.len() >= MAX_SHADOW {
+            self.frames.drain(..MAX_SHADOW / 2);
+        }
+        self.frames.push(slot);
+    }
+
     /// Callers of the function that called an allocator at `pc` with the stack
     /// pointer `sp` (pointing at the return address `pc`), innermost first.
     fn callers(&self, pc: u64, sp: u64) -> Vec<Pc> {
@@ -379,16 +479,14 @@ impl Ts {
     /// Stack bounds and thread pointer reported after the thread started: patched
     /// into its `ThreadStart` while that is still here.
     fn set_stack(&mut self, lo: u64, hi: u64, tls: u64) {
-        if !self.first {
-            return;
-        }
-        if let Some(Event::ThreadStart { stack_lo, stack_hi, tls: t, .. }) = self.events.first_mut()
-        {
+        self.stack = (lo, hi, tls);
+        if let Some(Event::ThreadStart { stack_lo, stack_hi, tls: t, .. }) = self.start_event() {
             // pthread_getattr_np's bounds, as the compiled path records them.
             *stack_lo = Addr(lo);
             *stack_hi = Addr(hi);
             *t = Addr(tls);
         }
+        self.send_waiting();
     }
 }
 
@@ -399,6 +497,9 @@ pub unsafe extern "C" fn mem_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut
         return;
     }
     let t = ts(vcpu);
+    if t.own {
+        return;
+    }
     t.put(vaddr, udata as u64 | info_bits(info));
     t.room();
 }
@@ -412,15 +513,19 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
     let u = udata as u64;
     let flags = (u >> 56) as u8;
     let rw = (info >> 16) & 3;
-    let call = flags & CALL != 0 && rw == 2;
+    // the 8-byte store of the return address (not a helper's stray access)
+    let slot_access = (info_bits(info) >> 48) & 7 == 3;
+    let call = flags & CALL != 0 && rw == 2 && slot_access;
     if call {
         let ret = (u & PC_MASK) - 1 + ((u >> 48) & 0xff);
         t.push_call(ret, vaddr);
         t.call_ret = ret;
-    } else if flags & RET != 0 && rw == 1 {
+        t.note_call(vaddr);
+    } else if flags & RET != 0 && rw == 1 && slot_access {
         t.pop_to(vaddr);
+        t.leave(vaddr);
     }
-    if !RECORDING.load(Relaxed) {
+    if !RECORDING.load(Relaxed) || t.own {
         t.unhold();
         if call {
             t.call_at = t.cur;
@@ -445,18 +550,32 @@ pub unsafe extern "C" fn slow_cb(vcpu: c_uint, info: u32, vaddr: u64, udata: *mu
     t.room();
 }
 
-/// Memory callback of a `ret` in untraced code: only keeps the shadow stack right.
-pub unsafe extern "C" fn ret_cb(vcpu: c_uint, _info: u32, vaddr: u64, _udata: *mut c_void) {
-    ts(vcpu).pop_to(vaddr);
+/// Memory callback of a `ret` in untraced code: keeps the shadow stack right, and
+/// records the exits of entered frames it leaves. Armed for loads and stores
+/// (QEMU 7.2 never calls a loads-only callback).
+pub unsafe extern "C" fn ret_cb(vcpu: c_uint, info: u32, vaddr: u64, _udata: *mut c_void) {
+    if info_bits(info) >> 48 != 3 | (1 << 3) {
+        return; // not the 8-byte load of the return address: a helper's stray access
+    }
+    let t = ts(vcpu);
+    t.pop_to(vaddr);
+    t.leave(vaddr);
 }
 
 /// Memory callback of a helper-using instruction of untraced code: nothing to record.
 pub unsafe extern "C" fn sink_cb(_vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_void) {}
 
 /// Memory callback of a `call` in untraced code: the next function entry was not
-/// entered by the last traced call.
-pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, _i: u32, _v: u64, _u: *mut c_void) {
-    ts(vcpu).call_at = std::ptr::null_mut();
+/// entered by the last traced call, but its frame is at the slot stored to.
+pub unsafe extern "C" fn untraced_call_cb(vcpu: c_uint, info: u32, vaddr: u64, _u: *mut c_void) {
+    // QEMU 7.2 reports a later helper's accesses to the callbacks armed last, and
+    // filters neither loads nor stores: only the 8-byte store of the return address.
+    if info_bits(info) >> 48 != 3 | (2 << 3) {
+        return;
+    }
+    let t = ts(vcpu);
+    t.call_at = std::ptr::null_mut();
+    t.note_call(vaddr);
 }
 
 /// Before an instruction that is stamped (`--order atomic`: any memory access; by
@@ -595,19 +714,15 @@ pub unsafe extern "C" fn enter_cb(vcpu: c_uint, udata: *mut c_void) {
         return;
     }
     let t = ts(vcpu);
-    // Entered by the last traced call only if nothing was recorded since.
-    let call_site = if t.call_at == t.cur { t.call_ret } else { 0 };
-    t.put(call_site, udata as u64 | MARK | (M_ENTER << 48));
-    t.room();
-}
-
-/// A `ret` of traced code: `udata` = its address + 1.
-pub unsafe extern "C" fn exit_cb(vcpu: c_uint, udata: *mut c_void) {
-    if TRACE_OFF.load(Relaxed) {
+    if t.own {
         return;
     }
-    let t = ts(vcpu);
-    t.put(0, udata as u64 | MARK | (M_EXIT << 48));
+    // Entered by the last traced call only if nothing was recorded since.
+    let call_site = if t.call_at == t.cur { t.call_ret } else { 0 };
+    // Its frame is the innermost live call's (none known: it never returns).
+    let slot = t.frames.last().copied().unwrap_or(u64::MAX);
+    t.entered.push((slot, udata as u64));
+    t.put(call_site, udata as u64 | MARK | (M_ENTER << 48));
     t.room();
 }
 
@@ -631,6 +746,7 @@ pub unsafe extern "C" fn vcpu_init(_id: u64, vcpu: c_uint) {
             parent: Some((*p).stream),
             clock: (*p).lclock,
             stack: CLONE_STACK.with(|c| c.replace((0, 0, 0))),
+            name: Some((*p).name.clone()),
         };
         BIRTHS.lock().unwrap().get_or_insert_with(HashMap::new).insert(vcpu, birth);
     }
@@ -702,14 +818,34 @@ pub fn preload_event(vcpu: c_uint, op: u64, a: u64, b: u64, pc: u64, c: u64, sp:
             t.set_stack(a, b, c);
             return;
         }
+        // The preload library's own work begins or ends.
+        72 => {
+            t.own = a != 0;
+            return;
+        }
         _ => return,
     };
     t.event(ev);
 }
 
-/// A thread name from the preload library.
+/// A thread name from the preload library (`memlens_thread_name`).
 pub fn thread_name(vcpu: c_uint, name: String) {
     ts(vcpu).event(Event::ThreadName(name));
+}
+
+/// The guest renamed the calling thread (`prctl(PR_SET_NAME)`, which
+/// `pthread_setname_np` uses for the calling thread).
+pub fn renamed(vcpu: c_uint, name: String) {
+    let t = ts(vcpu);
+    if t.name != name {
+        t.name.clone_from(&name);
+        // Reports name a thread by its start: the usual rename, at the start of
+        // the thread's work, goes there while that is still here.
+        if let Some(Event::ThreadStart { name: n, .. }) = t.start_event() {
+            n.clone_from(&name);
+        }
+        t.event(Event::ThreadName(name));
+    }
 }
 
 /// The parent of a `fork`: record it.
@@ -723,6 +859,10 @@ pub fn reset_after_fork(vcpu: c_uint) {
     let t = ts(vcpu);
     t.held = false;
     t.events.clear();
+    t.waiting.clear();
+    // The parent's trace holds their entries.
+    t.entered.clear();
+    t.frames.clear();
     t.reset_ptrs();
     t.done = false;
     t.first = true;
@@ -740,10 +880,10 @@ pub fn reset_after_fork(vcpu: c_uint) {
     t.event(Event::ThreadStart {
         os_tid: tid,
         parent: None,
-        name: comm(),
-        stack_lo: Addr(0),
-        stack_hi: Addr(0),
-        tls: Addr(0),
+        name: t.name.clone(),
+        stack_lo: Addr(t.stack.0),
+        stack_hi: Addr(t.stack.1),
+        tls: Addr(t.stack.2),
     });
 }
 

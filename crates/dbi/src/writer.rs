@@ -8,7 +8,7 @@
 //! over a channel (no lock on the sending side) and go back through a lock-free
 //! queue to be refilled.
 
-use crate::decode::{MERGE, OP_MASK};
+use crate::decode::{MERGE, OP_MASK, WIDE32};
 use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
 use crossbeam_queue::ArrayQueue;
 use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
@@ -103,9 +103,9 @@ struct Stream {
     clock: u64,
     chunk_clock: u64,
     seq: u32,
-    /// A pending 8-byte half of a possibly 16-byte access: pc (0: none), address,
-    /// store, value.
-    pend: (u64, u64, bool, Option<u64>),
+    /// The 8-byte pieces so far of a vector access QEMU split: pc (0: none),
+    /// address, bytes so far, bytes of the whole access, store, value of the first.
+    pend: (u64, u64, u64, u64, bool, Option<u64>),
     ended: bool,
 }
 
@@ -118,7 +118,7 @@ impl Stream {
             clock,
             chunk_clock: clock,
             seq: 0,
-            pend: (0, 0, false, None),
+            pend: (0, 0, 0, 0, false, None),
             ended: false,
         }
     }
@@ -142,12 +142,22 @@ impl Stream {
         }
     }
 
+    /// Writes the pending pieces as one access: 8 or 16 bytes as an access, other
+    /// lengths (32) as a range, as the compiled path records odd widths.
     #[inline(always)]
     fn flush_pending(&mut self) {
         if self.pend.0 != 0 {
-            let (pc, a, w, v) = self.pend;
+            let (pc, a, len, _, w, v) = self.pend;
             self.pend.0 = 0;
-            self.access(pc, a, 3, w, v);
+            match len {
+                8 => self.access(pc, a, 3, w, v),
+                16 => self.access(pc, a, 4, w, None),
+                _ => {
+                    let kind = if w { AccessKind::Write } else { AccessKind::Read };
+                    let pc = memlens_format::Pc(pc);
+                    self.event(&Event::Range { pc, addr: memlens_format::Addr(a), len, kind });
+                }
+            }
         }
     }
 
@@ -181,15 +191,20 @@ impl Stream {
         }
         let write = rw & 2 != 0;
         if flags & MERGE != 0 && shift == 3 {
-            // QEMU 7.2 splits a 16-byte SSE/AVX access into two adjacent 8-byte ones.
-            let (ppc, pa, pw, _) = self.pend;
-            if ppc == pc && pw == write && addr == pa.wrapping_add(8) {
-                self.pend.0 = 0;
-                self.access(pc, pa, 4, write, None);
+            // QEMU 7.2 splits a 16- or 32-byte SSE/AVX access into adjacent 8-byte
+            // ones, in order; the decoded width says where one access ends (the
+            // next execution of the same instruction may touch the next bytes).
+            let (ppc, pa, len, whole, pw, _) = self.pend;
+            if ppc == pc && pw == write && addr == pa.wrapping_add(len) && len < whole {
+                self.pend.2 += 8;
+                if self.pend.2 == whole {
+                    self.flush_pending();
+                }
                 return;
             }
             self.flush_pending();
-            self.pend = (pc, addr, write, value);
+            let whole = if flags & OP_MASK == WIDE32 { 32 } else { 16 };
+            self.pend = (pc, addr, 8, whole, write, value);
             return;
         }
         self.flush_pending();

@@ -1049,14 +1049,16 @@ pub enum Counted {
         /// Whether the operation stores.
         stores: bool,
     },
-    /// An allocation (`realloc`: also a free).
+    /// An allocation, or a realloc (see [`crate::realloc_counts`]).
     Alloc {
         /// Call site.
         pc: Pc,
         /// Bytes requested.
         size: u64,
-        /// A realloc.
-        realloc: bool,
+        /// It allocated a block (all but `realloc(p, 0)`).
+        allocates: bool,
+        /// It freed a block (a realloc of a non-null pointer).
+        frees: bool,
     },
     /// Loads or stores of a byte range (`memcpy` and the like); unlike
     /// [`Counted::Access`], `bytes` is the total over all of them, as their
@@ -1090,8 +1092,13 @@ impl Counted {
             Event::Rmw { pc, size, op, .. } => {
                 Counted::Rmw { pc, size: u64::from(size), stores: op.stores() }
             }
-            Event::Alloc { pc, size, .. } => Counted::Alloc { pc, size, realloc: false },
-            Event::Realloc { pc, size, .. } => Counted::Alloc { pc, size, realloc: true },
+            Event::Alloc { pc, size, .. } => {
+                Counted::Alloc { pc, size, allocates: true, frees: false }
+            }
+            Event::Realloc { pc, size, old, new, .. } => {
+                let (allocates, frees) = crate::realloc_counts(old.0, new.0);
+                Counted::Alloc { pc, size, allocates, frees }
+            }
             Event::Free { .. } => Counted::Free,
             Event::FuncEnter { .. } => Counted::Call,
             _ => Counted::Other,
@@ -1505,16 +1512,17 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 self.v()?;
                 let size = self.v()?;
                 self.skip_stack()?;
-                Counted::Alloc { pc: Pc(pc), size, realloc: false }
+                Counted::Alloc { pc: Pc(pc), size, allocates: true, frees: false }
             }
             tag::REALLOC => {
                 self.pos += 1;
                 let pc = self.pc()?;
-                self.v()?;
-                self.v()?;
+                let old = self.v()?;
+                let new = self.v()?;
                 let size = self.v()?;
                 self.skip_stack()?;
-                Counted::Alloc { pc: Pc(pc), size, realloc: true }
+                let (allocates, frees) = crate::realloc_counts(old, new);
+                Counted::Alloc { pc: Pc(pc), size, allocates, frees }
             }
             _ => match self.next_slow()? {
                 Some(e) => Counted::of(&e),

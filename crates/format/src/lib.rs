@@ -61,7 +61,7 @@ pub use reader::{
     TraceReader, Truncation, BATCH,
 };
 pub use types::{Addr, Module, Pc, Segment, ThreadId};
-pub use writer::{count, EventBuffer, TraceWriter};
+pub use writer::{count, realloc_counts, EventBuffer, TraceWriter};
 
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]

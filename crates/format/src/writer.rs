@@ -45,6 +45,13 @@ impl EventBuffer {
     }
 }
 
+/// Whether a realloc from `old` to `new` counts as an allocation and as a free, as
+/// memcheck counts them: `realloc(NULL, n)` only allocates, `realloc(p, 0)` (which
+/// returns NULL) only frees, a move or resize does both.
+pub fn realloc_counts(old: u64, new: u64) -> (bool, bool) {
+    (new != 0, old != 0)
+}
+
 /// Adds an event to chunk counters (the same rules the runtime applies).
 pub fn count(c: &mut ChunkCounts, ev: &Event) {
     c.events += 1;
@@ -54,9 +61,10 @@ pub fn count(c: &mut ChunkCounts, ev: &Event) {
     match ev {
         Event::Alloc { .. } => c.allocs += 1,
         Event::Free { .. } => c.frees += 1,
-        Event::Realloc { .. } => {
-            c.allocs += 1;
-            c.frees += 1;
+        Event::Realloc { old, new, .. } => {
+            let (a, f) = realloc_counts(old.0, new.0);
+            c.allocs += u32::from(a);
+            c.frees += u32::from(f);
         }
         _ => {}
     }

@@ -165,6 +165,10 @@ pub(crate) struct ThreadState {
     pub(crate) tls: u64,
     /// Open frames, outermost first.
     pub(crate) frames: Vec<OpenFrame>,
+    /// A frame with a frame pointer was ever open: without one (`--dbi` traces) no
+    /// frame owns a stack address, and [`ThreadState::owner`] need not scan them all
+    /// for each stack access.
+    pub(crate) framed: bool,
 }
 
 impl ThreadState {
@@ -183,6 +187,7 @@ impl ThreadState {
         while self.frames.last().is_some_and(|o| o.rbp != 0 && f.rbp != 0 && o.rbp < f.rbp) {
             self.frames.pop();
         }
+        self.framed |= f.rbp != 0;
         self.frames.push(f);
     }
 
@@ -208,6 +213,9 @@ impl ThreadState {
     /// The frame owning stack address `addr`: the innermost one whose CFA lies above it.
     #[inline]
     pub(crate) fn owner(&self, addr: u64) -> Option<usize> {
+        if !self.framed {
+            return None;
+        }
         self.frames.iter().rposition(|o| o.rbp != 0 && o.rbp + 16 > addr)
     }
 }

@@ -498,6 +498,7 @@ impl ChunkPre {
                 PrefixOp::Close(f) => st.exit(f),
             }
         }
+        st.framed |= self.local.iter().any(|o| o.rbp != 0);
         st.frames.extend_from_slice(&self.local);
         for r in &self.raw {
             match *r {

@@ -668,9 +668,16 @@ pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
     }
     let mut stack = [0u64; MAX_STACK_DEPTH];
     let n = stack_of(st, fp, &mut stack);
+    // Counted as memcheck does (`memlens_format::realloc_counts`): realloc(NULL, n)
+    // is an allocation, realloc(p, 0) a free.
+    let cls = match (old, new) {
+        (0, _) => class::ALLOCS,
+        (_, 0) => class::FREES,
+        _ => class::REALLOCS,
+    };
     // SAFETY: as in `alloc`.
     unsafe {
-        write_ev(st, Encoder::alloc_len(n), class::REALLOCS, |e, p| {
+        write_ev(st, Encoder::alloc_len(n), cls, |e, p| {
             e.realloc(p, pc, old, new, size, &stack[..n])
         })
     };

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use memlens_format::{Module, Segment};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 
 use crate::Error;
 
@@ -128,8 +128,101 @@ pub(crate) struct RawSymbol {
     pub global: bool,
 }
 
-/// Defined function, data and TLS symbols from `.symtab` and `.dynsym`.
+/// `name@plt` for each PLT stub, as objdump names them (and `.plt` for the lazy
+/// binding entry): without them a stub is attributed to the symbol before it,
+/// `_init`. x86-64 stubs are 16 bytes, in `.rela.plt` order, in `.plt.sec` when
+/// there is one (IBT), else in `.plt` after its first entry.
+fn plt_symbols(obj: &object::File<'_>, out: &mut Vec<RawSymbol>) {
+    if obj.architecture() != object::Architecture::X86_64 {
+        return;
+    }
+    let Some(data) = obj.section_by_name(".rela.plt").and_then(|s| s.data().ok()) else {
+        return;
+    };
+    let (stubs, first) = match (obj.section_by_name(".plt.sec"), obj.section_by_name(".plt")) {
+        (Some(s), _) => (s, 0),
+        (None, Some(s)) => (s, 1),
+        _ => return,
+    };
+    let end = stubs.address() + stubs.size();
+    if first == 1 && stubs.size() >= 16 {
+        out.push(RawSymbol {
+            name: ".plt".into(),
+            addr: stubs.address(),
+            size: 16,
+            kind: SymKind::Function,
+            global: false,
+        });
+    }
+    let dynsyms = obj.dynamic_symbol_table();
+    // Elf64_Rela: r_offset, r_info (symbol index in the high half), r_addend
+    for (i, rela) in data.chunks_exact(24).enumerate() {
+        let addr = stubs.address() + 16 * (i as u64 + first);
+        if addr + 16 > end {
+            break;
+        }
+        let info = u64::from_le_bytes(rela[8..16].try_into().unwrap_or_default());
+        let sym = dynsyms
+            .as_ref()
+            .and_then(|t| t.symbol_by_index(object::SymbolIndex((info >> 32) as usize)).ok());
+        let Some(name) = sym.and_then(|s| s.name().ok()).filter(|n| !n.is_empty()) else {
+            continue; // an IRELATIVE relocation: no name
+        };
+        out.push(RawSymbol {
+            name: format!("{name}@plt"),
+            addr,
+            size: 16,
+            kind: SymKind::Function,
+            global: false,
+        });
+    }
+    plt_got_symbols(obj, out);
+}
+
+/// `.plt.got`: 8-byte stubs `jmp *GOT(%rip)` for functions whose GOT slot the loader
+/// fills at start-up (a `.rela.dyn` relocation names the slot's symbol).
+fn plt_got_symbols(obj: &object::File<'_>, out: &mut Vec<RawSymbol>) {
+    let Some(sec) = obj.section_by_name(".plt.got") else { return };
+    let Ok(code) = sec.data() else { return };
+    let Some(rela) = obj.section_by_name(".rela.dyn").and_then(|s| s.data().ok()) else {
+        return;
+    };
+    let dynsyms = obj.dynamic_symbol_table();
+    let slot_symbol = |slot: u64| {
+        rela.chunks_exact(24).find_map(|r| {
+            let off = u64::from_le_bytes(r[0..8].try_into().unwrap_or_default());
+            let info = u64::from_le_bytes(r[8..16].try_into().unwrap_or_default());
+            (off == slot && info >> 32 != 0).then_some((info >> 32) as usize)
+        })
+    };
+    for (i, stub) in code.chunks_exact(8).enumerate() {
+        let addr = sec.address() + 8 * i as u64;
+        // jmp *disp32(%rip), optionally after a `bnd` prefix
+        let (at, disp) = match stub {
+            [0xff, 0x25, d @ ..] => (6, &d[..4]),
+            [0xf2, 0xff, 0x25, d @ ..] => (7, &d[..4]),
+            _ => continue,
+        };
+        let disp = i32::from_le_bytes(disp.try_into().unwrap_or_default());
+        let slot = (addr + at).wrapping_add_signed(i64::from(disp));
+        let sym = slot_symbol(slot)
+            .and_then(|i| dynsyms.as_ref()?.symbol_by_index(object::SymbolIndex(i)).ok());
+        if let Some(name) = sym.and_then(|s| s.name().ok()).filter(|n| !n.is_empty()) {
+            out.push(RawSymbol {
+                name: format!("{name}@plt"),
+                addr,
+                size: 8,
+                kind: SymKind::Function,
+                global: false,
+            });
+        }
+    }
+}
+
+/// Defined function, data and TLS symbols from `.symtab` and `.dynsym`, and the
+/// PLT stubs.
 pub(crate) fn symbols(obj: &object::File<'_>, out: &mut Vec<RawSymbol>) {
+    plt_symbols(obj, out);
     for sym in obj.symbols().chain(obj.dynamic_symbols()) {
         if !sym.is_definition() {
             continue;

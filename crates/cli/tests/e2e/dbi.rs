@@ -5,7 +5,7 @@ use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     let ok = Command::new(tool).arg("--version").output().is_ok();
     if !ok {
         assert!(std::env::var_os("CI").is_none(), "{tool} is required in CI");
@@ -15,7 +15,7 @@ fn have(tool: &str) -> bool {
 }
 
 /// gcc (g++ for C++ sources) -O2 -g, no memlens.
-fn plain_build(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
+pub(crate) fn plain_build(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
     let exe = dir.join(src.file_stem().unwrap());
     let cc = if src.extension().is_some_and(|e| e == "cpp") { "g++" } else { "gcc" };
     let out = Command::new(cc)
@@ -30,7 +30,7 @@ fn plain_build(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
     exe
 }
 
-fn record_dbi(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output {
+pub(crate) fn record_dbi(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output {
     Command::new(memlens())
         .args(["record", "-q", "--dbi"])
         .args(extra)
@@ -44,14 +44,14 @@ fn record_dbi(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output
 }
 
 /// Where a test program comes from: `tests/programs/NAME` or inline C text.
-enum Src<'a> {
+pub(crate) enum Src<'a> {
     Program(&'a str),
     Inline(&'a str, &'a str),
 }
 
 /// A scratch directory and a plain build of `src` in it; `None` (skip) when qemu
 /// is missing outside CI.
-fn setup(name: &str, src: Src, extra: &[&str]) -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn setup(name: &str, src: Src, extra: &[&str]) -> Option<(PathBuf, PathBuf)> {
     if !have("qemu-x86_64") {
         return None;
     }
@@ -69,7 +69,7 @@ fn setup(name: &str, src: Src, extra: &[&str]) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// `record_dbi` that must succeed.
-fn record_ok(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output {
+pub(crate) fn record_ok(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output {
     let out = record_dbi(exe, trace, args, extra);
     assert!(out.status.success(), "{}", stderr(&out));
     out
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
 "#;
 
 /// Loads and stores executed by instructions in `[lo, hi)` per lackey (M = both).
-fn lackey_counts(exe: &Path, lo: u64, hi: u64) -> (u64, u64) {
+pub(crate) fn lackey_counts(exe: &Path, lo: u64, hi: u64) -> (u64, u64) {
     let out = Command::new("valgrind")
         .args(["--tool=lackey", "--trace-mem=yes", "--log-fd=1"])
         .arg(exe)

@@ -9,6 +9,7 @@ mod builds;
 mod calls;
 mod damaged;
 mod dbi;
+mod dbi_fidelity;
 mod errors;
 mod export;
 mod fidelity;
