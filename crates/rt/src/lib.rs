@@ -114,10 +114,12 @@ macro_rules! entry {
 }
 
 mod alloc;
+mod altstack;
 pub mod api;
 mod atomics;
 mod calls;
 mod elfsyms;
+mod fds;
 mod filter;
 mod modules;
 mod options;

@@ -306,6 +306,8 @@ pub(crate) fn atomic_rmw<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
 
 #[inline(always)]
 fn atomic_as<R>(addr: u64, polite: bool, f: impl FnOnce() -> R) -> (R, u64) {
+    // values mode: the pending store's value before the atomic may publish it
+    crate::record::settle();
     if mode() == NONE {
         return (f(), 0);
     }

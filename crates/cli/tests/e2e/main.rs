@@ -9,6 +9,7 @@ mod calls;
 mod dbi;
 mod errors;
 mod export;
+mod fidelity;
 mod live;
 mod names;
 mod order;
