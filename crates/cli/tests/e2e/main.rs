@@ -16,4 +16,5 @@ mod order;
 mod parallel_read;
 mod record;
 mod rust;
+mod soak;
 mod view;
