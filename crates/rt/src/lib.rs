@@ -57,7 +57,10 @@
 //!   never compress. Backpressure instead of dropping; write errors are counted.
 //! - Process lifecycle (`process.rs`): start-up, exit, `_exit`, fatal signals
 //!   (flushed synchronously, then re-raised), fork (the child writes
-//!   `<output>.<pid>`), exec (trace finished first), threads.
+//!   `<output>.<pid>`), exec (trace finished first), threads; an alternate
+//!   signal stack per thread (`altstack.rs`) so a stack overflow is flushed too.
+//! - The trace descriptor (`fds.rs`): high, close-on-exec, and invisible to the
+//!   program's `close`/`dup*`/`fcntl`/`close_range`/`closefrom`.
 //!
 //! # Function entry and exit
 //!
@@ -81,9 +84,11 @@
 //!   are left alone. `posix_spawn`ed instrumented programs write `<output>.<pid>`.
 //! - Allocation stacks come from a frame-pointer walk: compile with
 //!   `-fno-omit-frame-pointer` for useful ones.
-//! - Stack overflows are not caught (no alternate signal stack is installed).
+//! - A fault while the thread blocks the signal (inside glibc's `pthread_kill`,
+//!   for one) kills the process before any handler runs: no trace is written.
 //! - `MEMLENS_VALUES`: 16-byte accesses record their low 64 bits; a store's value is
-//!   read at the thread's next event, so a store to memory unmapped right after it
+//!   read at the thread's next event or before its next release or atomic
+//!   (`record::settle`; docs/trace-format.md), so a store to memory unmapped right after it
 //!   (with no event in between) would fault; a still-running thread's last pending
 //!   store at exit is counted as dropped.
 //! - 128-bit atomic loads use `cmpxchg16b` and need writable memory.
