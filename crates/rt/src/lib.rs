@@ -61,6 +61,8 @@
 //!   signal stack per thread (`altstack.rs`) so a stack overflow is flushed too.
 //! - The trace descriptor (`fds.rs`): high, close-on-exec, and invisible to the
 //!   program's `close`/`dup*`/`fcntl`/`close_range`/`closefrom`.
+//! - Values mode wraps the program's signal handlers (`sigwrap.rs`) so a handler
+//!   never reads a store's location before the interrupted store is done.
 //!
 //! # Function entry and exit
 //!
@@ -92,6 +94,8 @@
 //!   (with no event in between) would fault; a still-running thread's last pending
 //!   store at exit is counted as dropped.
 //! - 128-bit atomic loads use `cmpxchg16b` and need writable memory.
+//! - An atomic in a signal handler that interrupted an atomic of the same thread on
+//!   the same ordering stripe waits for that stripe forever (`order.rs`).
 //! - At most 16384 threads are tracked for the final flush at exit.
 #![deny(missing_docs)]
 // The exported C entry points' contracts are those of the TSan/SanitizerCoverage
@@ -134,6 +138,7 @@ mod real;
 mod record;
 mod sancov;
 mod session;
+mod sigwrap;
 mod state;
 mod strings;
 mod sync;

@@ -267,7 +267,7 @@ fn resume_after_exec() {
 
 /// Fatal signal: record it, write everything out synchronously, then die of the
 /// same signal with the default action so the exit status is unchanged.
-extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+pub(crate) extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let st = ts();
     if !CRASHING.swap(true, SeqCst) {
         if STATE.load(SeqCst) == ACTIVE && session().is_some() {

@@ -61,6 +61,7 @@ reals! {
     sem_post = "sem_post",
     close = "close", dup = "dup", dup2 = "dup2", dup3 = "dup3", fcntl = "fcntl",
     fcntl64 = "fcntl64", close_range = "close_range", closefrom = "closefrom",
+    sigaction = "sigaction",
 }
 
 const COUNT: usize = NAMES.len();

@@ -201,3 +201,32 @@ fn values_of_stores_before_an_unlock_are_the_stored_ones() {
         }
     }
 }
+
+#[test]
+fn a_store_retried_after_its_fault_handler_is_recorded_with_its_value() {
+    for cc in Cc::all() {
+        let dir = scratch("fidelity-wprotect");
+        let exe = build(cc, "wprotect.c", &dir, &[]);
+        let native = Command::new(&exe).output().unwrap();
+        let trace = dir.join("t.trace");
+        let out = run_memlens(&[
+            "record",
+            "-q",
+            "--values",
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let tail = |s: &str| s.split_once(" value").unwrap().1.to_string();
+        assert_eq!(tail(&text), tail(&stdout(&native)), "{cc:?}");
+        assert!(text.ends_with("value 42 faults 1 own-handler 1\n"), "{cc:?}: {text}");
+        let page: u64 = text.split(' ').nth(1).unwrap().parse().unwrap();
+        assert_eq!(merged_store_values(&trace, page), [7, 42], "{cc:?}");
+        let rows = report(&trace, "line");
+        let n = at_line(&rows, "wprotect.c", line_of("wprotect.c", "store-faults"), "stores");
+        assert_eq!(n, 1, "{cc:?}: the handler's own store");
+    }
+}
