@@ -94,8 +94,9 @@
 //!   (with no event in between) would fault; a still-running thread's last pending
 //!   store at exit is counted as dropped.
 //! - 128-bit atomic loads use `cmpxchg16b` and need writable memory.
-//! - An atomic in a signal handler that interrupted an atomic of the same thread on
-//!   the same ordering stripe waits for that stripe forever (`order.rs`).
+//! - An atomic (or pthread release) in a signal handler that interrupted an atomic
+//!   of the same thread on the same ordering stripe is not ordered: it gets no
+//!   `Clock` (waiting for the stripe would never end, `order.rs`).
 //! - At most 16384 threads are tracked for the final flush at exit.
 #![deny(missing_docs)]
 // The exported C entry points' contracts are those of the TSan/SanitizerCoverage

@@ -230,3 +230,33 @@ fn a_store_retried_after_its_fault_handler_is_recorded_with_its_value() {
         assert_eq!(n, 1, "{cc:?}: the handler's own store");
     }
 }
+
+#[test]
+fn an_atomic_in_a_signal_handler_does_not_hang_the_program() {
+    let cc = Cc::all()[0];
+    let dir = scratch("fidelity-sigatomic");
+    let exe = build(cc, "sigatomic.c", &dir, &[]);
+    for flags in [&[][..], &["--values"], &["--order", "atomic"]] {
+        let trace = dir.join("t.trace");
+        let mut child = Command::new(memlens())
+            .args(["record", "-q", "-o"])
+            .arg(&trace)
+            .args(flags)
+            .arg("--")
+            .arg(&exe)
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // a hung program goes with memlens (its own process group)
+        // SAFETY: signalling the process group we created.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{flags:?}: hung or failed: {:?}", out.status);
+        assert_eq!(stdout(&out), "ok\n", "{flags:?}");
+    }
+}
