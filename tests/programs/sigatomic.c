@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define N 500
+#define N 300
 
 static long x;
 static long handled;
