@@ -77,7 +77,9 @@ pub(crate) fn move_high(fd: c_int) -> c_int {
 /// [`crate::session::Session::relocate`]).
 fn evict(busy: c_int) {
     if let Some(s) = session() {
-        if s.fd() == busy {
+        // A vfork child shares the session but not the descriptor table: the
+        // parent's trace stays where it is.
+        if s.fd() == busy && s.pid == crate::sys::getpid() {
             s.relocate(|fd| {
                 let new = move_high(fd);
                 if new != fd {
