@@ -262,3 +262,21 @@ fn an_atomic_in_a_signal_handler_does_not_hang_the_program() {
         assert_eq!(stdout(&out), "ok\n", "{flags:?}");
     }
 }
+
+#[test]
+fn a_sigpipe_leaves_a_finished_trace() {
+    for cc in Cc::all() {
+        let dir = scratch("fidelity-sigpipe");
+        let exe = build(cc, "sigpipe.c", &dir, &[]);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &[]);
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{cc:?}: {:?}", out.status);
+        assert_eq!(stdout(&out), "writing\n");
+        let i = info(&trace);
+        assert_eq!(i["end"]["signal"], libc::SIGPIPE, "{cc:?}: {i}");
+        assert_eq!(i["finished"], true, "{cc:?}: {i}");
+        let rows = report(&trace, "line");
+        let n = at_line(&rows, "sigpipe.c", line_of("sigpipe.c", "store-g"), "stores");
+        assert_eq!(n, 3000, "{cc:?}");
+    }
+}
