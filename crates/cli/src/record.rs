@@ -8,6 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
 /// What `record` was asked to do (validated CLI arguments).
 pub struct RecordOpts {
@@ -356,15 +357,70 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
     Ok(die_like(status))
 }
 
-/// Runs the traced child to completion. Ctrl-C and TERM go to the child alone, so
-/// it can flush its trace; we wait and report.
+/// The signals `record` passes on to the traced child.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+/// The running child's pid (0: none yet).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal that arrived before the child existed.
+static EARLY: AtomicI32 = AtomicI32::new(0);
+
+/// Passes a signal sent to `memlens` on to the child, as a shell's job would get
+/// it. Signals from the terminal (Ctrl-C, Ctrl-\) reached the child already
+/// through the process group, and so did the child's own.
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let (code, from) = unsafe { ((*info).si_code, (*info).si_pid()) };
+    let child = CHILD.load(SeqCst);
+    if code == libc::SI_KERNEL || (child > 0 && from == child) {
+        return;
+    }
+    if child > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(child, sig) };
+    } else {
+        EARLY.store(sig, SeqCst);
+    }
+}
+
+/// Runs the traced child to completion. The child starts with the signal
+/// dispositions `memlens` got (an ignored SIGINT stays ignored, a default one stays
+/// default so the runtime can record it); INT, TERM, HUP and QUIT sent to
+/// `memlens` are forwarded to the child, whose status `finish` then reproduces.
 pub(crate) fn wait_child(cmd: &mut Command, what: &Path) -> Result<std::process::ExitStatus> {
-    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-    let old_term = unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-    let status = cmd.spawn().and_then(|mut c| c.wait());
-    unsafe {
-        libc::signal(libc::SIGINT, old_int);
-        libc::signal(libc::SIGTERM, old_term);
+    let mut old: [libc::sigaction; 4] = unsafe { std::mem::zeroed() };
+    let mut installed = [false; 4];
+    for (i, &sig) in FORWARDED.iter().enumerate() {
+        // SAFETY: valid sigaction structs; the handler only uses async-signal-safe calls.
+        unsafe {
+            if libc::sigaction(sig, std::ptr::null(), &mut old[i]) != 0
+                || old[i].sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            installed[i] = libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0;
+        }
+    }
+    let status = cmd.spawn().and_then(|mut c| {
+        let pid = c.id() as i32;
+        CHILD.store(pid, SeqCst);
+        let early = EARLY.swap(0, SeqCst);
+        if early != 0 {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, early) };
+        }
+        let st = c.wait();
+        CHILD.store(0, SeqCst);
+        st
+    });
+    for (i, &sig) in FORWARDED.iter().enumerate() {
+        if installed[i] {
+            // SAFETY: restoring the disposition saved above.
+            unsafe { libc::sigaction(sig, &old[i], std::ptr::null_mut()) };
+        }
     }
     status.with_context(|| format!("cannot run {}", what.display()))
 }

@@ -57,7 +57,12 @@
 //!   never compress. Backpressure instead of dropping; write errors are counted.
 //! - Process lifecycle (`process.rs`): start-up, exit, `_exit`, fatal signals
 //!   (flushed synchronously, then re-raised), fork (the child writes
-//!   `<output>.<pid>`), exec (trace finished first), threads.
+//!   `<output>.<pid>`), exec (trace finished first), threads; an alternate
+//!   signal stack per thread (`altstack.rs`) so a stack overflow is flushed too.
+//! - The trace descriptor (`fds.rs`): high, close-on-exec, and invisible to the
+//!   program's `close`/`dup*`/`fcntl`/`close_range`/`closefrom`.
+//! - Values mode wraps the program's signal handlers (`sigwrap.rs`) so a handler
+//!   never reads a store's location before the interrupted store is done.
 //!
 //! # Function entry and exit
 //!
@@ -81,12 +86,17 @@
 //!   are left alone. `posix_spawn`ed instrumented programs write `<output>.<pid>`.
 //! - Allocation stacks come from a frame-pointer walk: compile with
 //!   `-fno-omit-frame-pointer` for useful ones.
-//! - Stack overflows are not caught (no alternate signal stack is installed).
+//! - A fault while the thread blocks the signal (inside glibc's `pthread_kill`,
+//!   for one) kills the process before any handler runs: no trace is written.
 //! - `MEMLENS_VALUES`: 16-byte accesses record their low 64 bits; a store's value is
-//!   read at the thread's next event, so a store to memory unmapped right after it
+//!   read at the thread's next event or before its next release or atomic
+//!   (`record::settle`; docs/trace-format.md), so a store to memory unmapped right after it
 //!   (with no event in between) would fault; a still-running thread's last pending
 //!   store at exit is counted as dropped.
 //! - 128-bit atomic loads use `cmpxchg16b` and need writable memory.
+//! - An atomic (or pthread release) in a signal handler that interrupted an atomic
+//!   of the same thread on the same ordering stripe is not ordered: it gets no
+//!   `Clock` (waiting for the stripe would never end, `order.rs`).
 //! - At most 16384 threads are tracked for the final flush at exit.
 #![deny(missing_docs)]
 // The exported C entry points' contracts are those of the TSan/SanitizerCoverage
@@ -114,10 +124,12 @@ macro_rules! entry {
 }
 
 mod alloc;
+mod altstack;
 pub mod api;
 mod atomics;
 mod calls;
 mod elfsyms;
+mod fds;
 mod filter;
 mod modules;
 mod options;
@@ -127,6 +139,7 @@ mod real;
 mod record;
 mod sancov;
 mod session;
+mod sigwrap;
 mod state;
 mod strings;
 mod sync;

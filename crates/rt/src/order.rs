@@ -198,6 +198,14 @@ fn token(st: &ThreadState) -> u32 {
     }
 }
 
+/// This thread already holds `s` (its held stripes were released first): a signal
+/// handler interrupted it inside the stripe's critical section. Waiting would
+/// never end; the handler's operation goes unordered instead.
+#[inline(always)]
+fn reentered(s: &Stripe, tok: u32) -> bool {
+    s.lock.load(Relaxed) == tok
+}
+
 #[inline(always)]
 fn lock(s: &Stripe, tok: u32) {
     lock_as(s, tok, false);
@@ -306,6 +314,8 @@ pub(crate) fn atomic_rmw<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
 
 #[inline(always)]
 fn atomic_as<R>(addr: u64, polite: bool, f: impl FnOnce() -> R) -> (R, u64) {
+    // values mode: the pending store's value before the atomic may publish it
+    crate::record::settle();
     if mode() == NONE {
         return (f(), 0);
     }
@@ -316,6 +326,9 @@ fn atomic_as<R>(addr: u64, polite: bool, f: impl FnOnce() -> R) -> (R, u64) {
     let tok = if me != 0 { me as u32 } else { token(st) };
     let th = st.lclock.get();
     let s = &STRIPES[index(addr)];
+    if reentered(s, tok) {
+        return (f(), 0);
+    }
     lock_as(s, tok, polite);
     let v = s.word.load(Relaxed);
     let r = f();
@@ -518,6 +531,9 @@ pub(crate) fn release(addr: u64) {
     let tok = token(st);
     let s = &STRIPES[index(addr)];
     let th = st.lclock.get();
+    if reentered(s, tok) {
+        return;
+    }
     lock(s, tok);
     let v = s.word.load(Relaxed);
     if v & CLOCK < th {
@@ -558,6 +574,9 @@ pub(crate) fn global() {
     unhold(st);
     catch_up(st);
     let tok = token(st);
+    if reentered(&GLOBAL, tok) {
+        return;
+    }
     lock(&GLOBAL, tok);
     let c = GLOBAL.word.load(Relaxed) & CLOCK;
     let t = c.max(st.lclock.get()) + 1;

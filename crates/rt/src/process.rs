@@ -27,7 +27,8 @@ extern "C" fn ctor() {
     ensure_init();
 }
 
-const FATAL: [c_int; 7] = [
+/// Signals whose default action ends the process: the trace is written out first.
+const FATAL: [c_int; 17] = [
     libc::SIGSEGV,
     libc::SIGBUS,
     libc::SIGILL,
@@ -35,6 +36,16 @@ const FATAL: [c_int; 7] = [
     libc::SIGABRT,
     libc::SIGTERM,
     libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
 ];
 
 static FINISHING: AtomicBool = AtomicBool::new(false);
@@ -256,7 +267,7 @@ fn resume_after_exec() {
 
 /// Fatal signal: record it, write everything out synchronously, then die of the
 /// same signal with the default action so the exit status is unchanged.
-extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+pub(crate) extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let st = ts();
     if !CRASHING.swap(true, SeqCst) {
         if STATE.load(SeqCst) == ACTIVE && session().is_some() {
@@ -354,10 +365,15 @@ extern "C" fn atfork_child() {
         .and_then(|s| s.modules.try_lock().ok().map(|m| m.clone()))
         .unwrap_or_else(crate::modules::scan);
     let base = opts.output.as_deref().unwrap_or("memlens.trace");
-    if let Err(e) = Session::start(opts, base, false, modules) {
-        sys::warn(&[&e.to_string(), "; the child is not recorded"]);
-        STATE.store(INACTIVE, SeqCst);
-        st.tstate.store(state::T_OFF, SeqCst);
+    let parents = session().map_or(-1, |s| s.fd());
+    match Session::start(opts, base, false, modules) {
+        // the parent's trace descriptor is of no use here
+        Ok(_) => crate::fds::close_raw(parents),
+        Err(e) => {
+            sys::warn(&[&e.to_string(), "; the child is not recorded"]);
+            STATE.store(INACTIVE, SeqCst);
+            st.tstate.store(state::T_OFF, SeqCst);
+        }
     }
     guard_off(st);
     if STATE.load(SeqCst) == ACTIVE {
@@ -609,6 +625,8 @@ pub unsafe extern "C" fn pthread_create(
     if w.is_null() {
         return create(t, attr, start, arg);
     }
+    // the new thread may overwrite what this one just stored
+    record::settle();
     let parent = st.recording().then(|| st.stream.get());
     let clock = crate::order::fork_clock();
     w.write(Wrapped { start, arg, parent, clock });

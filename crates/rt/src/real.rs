@@ -59,6 +59,9 @@ reals! {
     pthread_spin_trylock = "pthread_spin_trylock", pthread_spin_unlock = "pthread_spin_unlock",
     sem_wait = "sem_wait", sem_trywait = "sem_trywait", sem_timedwait = "sem_timedwait",
     sem_post = "sem_post",
+    close = "close", dup = "dup", dup2 = "dup2", dup3 = "dup3", fcntl = "fcntl",
+    fcntl64 = "fcntl64", close_range = "close_range", closefrom = "closefrom",
+    sigaction = "sigaction",
 }
 
 const COUNT: usize = NAMES.len();

@@ -538,6 +538,27 @@ pub(crate) fn close_frames(st: &ThreadState) {
     st.depth.set(0);
 }
 
+/// Before a release-like operation (an unlock, an atomic, a thread creation):
+/// writes the pending store's value while it is still the one this thread stored.
+/// Once the release is done another thread may overwrite it, and the next event
+/// of this thread would read that value instead.
+#[inline(always)]
+pub(crate) fn settle() {
+    let st = ts();
+    if st.pend.get().tag != 0 {
+        settle_slow(st);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn settle_slow(st: &ThreadState) {
+    // not from inside the runtime or a signal handler interrupting an event
+    if st.guard.get() == 0 && st.pos.load(Relaxed) & BUSY == 0 && enter(st, false) {
+        guard_off(st);
+    }
+}
+
 /// Writes a deferred store with the value now in memory. Guard held.
 pub(crate) fn flush_pending(st: &ThreadState) {
     let pd = st.pend.replace(Pending::NONE);

@@ -13,7 +13,9 @@ use crate::options::Options;
 use crate::state::{self, ACTIVE, STATE};
 use crate::sys::{self, SpinLock};
 use crate::{real, Error};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*,
+};
 use crossbeam_queue::ArrayQueue;
 use libc::{c_int, c_void};
 use memlens_format::codec::{MAX_SIDE_LEN, SIDE_PER_OP};
@@ -57,7 +59,8 @@ pub(crate) struct Job {
 
 /// An open trace file and its machinery.
 pub(crate) struct Session {
-    fd: c_int,
+    /// The trace descriptor (moved under the file lock, see `fds.rs`; -1 once lost).
+    fd: AtomicI32,
     /// Path of the trace file.
     pub path: String,
     /// Recording process.
@@ -118,7 +121,7 @@ impl Session {
         let big = opts.buffer_bytes;
         let cap = 8 + 4 * opts.writers;
         let s: &'static Session = Box::leak(Box::new(Session {
-            fd,
+            fd: AtomicI32::new(fd),
             path,
             pid,
             start_ns: sys::realtime_ns(),
@@ -193,6 +196,34 @@ impl Session {
         }
     }
 
+    /// The trace descriptor (-1 once lost).
+    #[inline]
+    pub(crate) fn fd(&self) -> c_int {
+        self.fd.load(Acquire)
+    }
+
+    /// Moves the trace descriptor to `to(fd)` while no chunk is being written. A
+    /// negative result means there is nowhere to go: the trace is given up (counted
+    /// as dropped from here) so the program gets its descriptor.
+    pub(crate) fn relocate(&self, to: impl FnOnce(c_int) -> c_int) {
+        self.file.lock();
+        let fd = self.fd.load(Relaxed);
+        let new = if fd >= 0 { to(fd) } else { fd };
+        if new < 0 && fd >= 0 {
+            crate::fds::close_raw(fd);
+            if !self.failed.swap(true, SeqCst) {
+                sys::warn(&[
+                    "the program needs the trace's descriptor and no other is free; ",
+                    "later events of ",
+                    &self.path,
+                    " are counted as dropped",
+                ]);
+            }
+        }
+        self.fd.store(new, Release);
+        self.file.unlock();
+    }
+
     fn fail(&self, errno: i32) {
         if !self.failed.swap(true, SeqCst) {
             // SAFETY: strerror returns a static NUL-terminated string.
@@ -225,7 +256,7 @@ impl Session {
             let mut off = start;
             let mut err = None;
             for p in parts {
-                if let Err(e) = sys::pwrite_all(self.fd, p, off) {
+                if let Err(e) = sys::pwrite_all(self.fd(), p, off) {
                     err = Some(e);
                     break;
                 }
@@ -236,7 +267,7 @@ impl Session {
                     // Cut the torn chunk off so the file still ends on a chunk boundary;
                     // shrinking needs no space.
                     // SAFETY: plain syscall on our fd.
-                    unsafe { libc::ftruncate(self.fd, start as libc::off_t) };
+                    unsafe { libc::ftruncate(self.fd(), start as libc::off_t) };
                     self.fail(e);
                     false
                 }
@@ -301,7 +332,7 @@ impl Session {
             }
             Some(ns) => self.file.lock_for(ns),
         };
-        let _ = sys::pwrite_all(self.fd, &bytes, 0);
+        let _ = sys::pwrite_all(self.fd(), &bytes, 0);
         if locked {
             self.file.unlock();
         }
@@ -505,7 +536,8 @@ fn open_output(base: &str, owner: bool, pid: u32) -> Result<(c_int, String), Err
         if fd < 0 {
             Err(sys::errno())
         } else {
-            Ok(fd)
+            // out of the program's way (fds.rs)
+            Ok(crate::fds::move_high(fd))
         }
     };
     if owner {

@@ -454,6 +454,7 @@ pub(crate) fn thread_start(st: &ThreadState, parent: Option<u32>, may_init: bool
         st.shadow.set(sys::map(SHADOW_BYTES).cast());
     }
     register(st);
+    crate::altstack::install();
     let key = KEY.load(Relaxed);
     if key != 0 {
         // SAFETY: the key was created at init; the value only marks "has state".
@@ -521,6 +522,7 @@ pub(crate) fn finish_thread(st: &ThreadState) {
     }
     st.tstate.store(T_OFF, Relaxed);
     unregister(st);
+    crate::altstack::remove();
     let sh = st.shadow.replace(core::ptr::null_mut());
     st.depth.set(0);
     if !sh.is_null() {

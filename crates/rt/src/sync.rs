@@ -10,11 +10,16 @@
 //! across the thread's last access (`order::before_blocking`, or inside
 //! `order::release`), since the real call may block.
 //!
+//! Every release-like call first writes the thread's pending store value
+//! (`record::settle`, values mode): after the release another thread may
+//! overwrite it.
+//!
 //! Rust's `std::sync` does not go through pthread (futexes), and `std` is not
 //! instrumented, so its locks order nothing; atomics in instrumented crates do.
 
 use crate::order;
 use crate::real::{self, R};
+use crate::record;
 use libc::{c_int, c_void};
 
 type F1 = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -70,6 +75,7 @@ macro_rules! release1 {
         #[cfg_attr(not(test), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name(o: *mut c_void) -> c_int {
             let Some(f) = f1(R::$name) else { return libc::EINVAL };
+            record::settle();
             order::release(o as u64);
             f(o)
         }
@@ -126,6 +132,7 @@ pub unsafe extern "C" fn sem_timedwait(s: *mut c_void, t: *mut c_void) -> c_int 
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn pthread_cond_wait(c: *mut c_void, m: *mut c_void) -> c_int {
     let Some(f) = f2(R::pthread_cond_wait) else { return libc::EINVAL };
+    record::settle();
     order::release(m as u64);
     let rc = order::parked(|| f(c, m));
     order::acquire(c as u64);
@@ -146,6 +153,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
         return libc::EINVAL;
     }
     type F3 = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> c_int;
+    record::settle();
     order::release(m as u64);
     let rc = order::parked(|| core::mem::transmute::<usize, F3>(p)(c, m, t));
     order::acquire(c as u64);
@@ -157,6 +165,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn pthread_barrier_wait(b: *mut c_void) -> c_int {
     let Some(f) = f1(R::pthread_barrier_wait) else { return libc::EINVAL };
+    record::settle();
     order::release(b as u64);
     let rc = order::parked(|| f(b));
     order::acquire(b as u64);

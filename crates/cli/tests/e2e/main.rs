@@ -22,4 +22,6 @@ mod parallel_read;
 mod paths;
 mod record;
 mod rust;
+mod soak;
+mod untraced;
 mod view;
