@@ -65,6 +65,9 @@ pub struct TraceTail {
     chunks: usize,
     /// The file ends in a damaged chunk (after the writer finished): reading stopped.
     truncated: Option<u64>,
+    /// Complete chunks whose payload checksum failed: skipped, as the offline reader
+    /// skips them (offset, stream, events).
+    skipped: Vec<(u64, u32, u32)>,
 }
 
 impl TraceTail {
@@ -78,6 +81,7 @@ impl TraceTail {
             state: TailState::Waiting,
             chunks: 0,
             truncated: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -99,6 +103,11 @@ impl TraceTail {
     /// Offset of a damaged chunk at which reading stopped once the writer finished.
     pub fn truncated_at(&self) -> Option<u64> {
         self.truncated
+    }
+
+    /// Damaged chunks stepped over: (offset, stream, events).
+    pub fn skipped(&self) -> &[(u64, u32, u32)] {
+        &self.skipped
     }
 
     /// Whether the recorded process is gone without having finished the trace
@@ -209,6 +218,16 @@ impl ChunkSource for TraceTail {
             let end = self.off + CHUNK_HEADER_SIZE as u64 + u64::from(ch.payload_len);
             if end > len {
                 break;
+            }
+            // Whole on disk (the writer only appends), so a checksum that fails is
+            // damage, not a write in flight: step over the chunk, as `info` does.
+            let mut p = vec![0u8; ch.payload_len as usize];
+            let n = read_full(f, &mut p, self.off + CHUNK_HEADER_SIZE as u64)
+                .map_err(|e| Error::Trace(io_err(&self.path, e)))?;
+            if n == p.len() && crc32fast::hash(&p) != ch.payload_crc {
+                self.skipped.push((self.off, ch.stream, ch.counts.events));
+                self.off = end;
+                continue;
             }
             out.push(ChunkIndex { offset: self.off, header: ch });
             self.off = end;

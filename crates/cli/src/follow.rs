@@ -116,6 +116,9 @@ where
     print_final(o, &out)
 }
 
+/// Set when the follow loop printed why its result is partial.
+static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Polls until the trace is complete, the writer is gone or Ctrl-C; prints
 /// snapshots to stderr on the way.
 fn follow_loop<K>(o: &AnalyzeOpts, every: Every, mut live: Live<K>) -> Result<K::Output>
@@ -130,12 +133,12 @@ where
         let before = live.source().offset();
         let state = live.poll()?;
         if state == TailState::Complete {
-            if let Some(at) = live.source().truncated_at() {
-                eprintln!("memlens: warning: the trace ends in a damaged chunk at byte {at}");
-            }
+            // the trace is finished: the final result's one warning line says what
+            // was damaged or cut (print_final)
             break;
         }
         if INTERRUPTED.load(Ordering::Relaxed) {
+            WARNED.store(true, Ordering::Relaxed);
             eprintln!(
                 "memlens: interrupted: the result covers the {} events read so far",
                 live.events()
@@ -146,6 +149,7 @@ where
         if !grew && live.source().writer_gone() {
             // the last chunks may have landed just before the process went away
             live.poll()?;
+            WARNED.store(true, Ordering::Relaxed);
             eprintln!(
                 "memlens: warning: the recorded process is gone but never finished the trace \
                  (killed with SIGKILL?): the result covers the {} events written",
@@ -203,8 +207,13 @@ where
 
 /// The result on stdout, named with the whole trace as the offline run names it.
 fn print_final<R: Render>(o: &AnalyzeOpts, out: &R) -> Result<()> {
-    // the follow loop said what it could not read
-    let r = crate::inspect::open_quiet(&o.trace)?;
+    // One warning line: the follow loop's (interrupted, writer gone), or else the
+    // trace's own (damaged chunks skipped, cut, events dropped).
+    let r = if WARNED.load(Ordering::Relaxed) {
+        crate::inspect::open_quiet(&o.trace)?
+    } else {
+        crate::inspect::open(&o.trace)?
+    };
     let names = Names::new(&r.meta().modules);
     let namer = crate::vars::TraceNamer::new(&r, &names)?;
     let complete = r.completeness().is_complete();

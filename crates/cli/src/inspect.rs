@@ -34,6 +34,13 @@ pub fn open(path: &Path) -> Result<TraceReader> {
     Ok(r)
 }
 
+/// The last line of `dump --format json` (and `--merged`): whether the trace is
+/// complete, and why not (the same reasons `info` gives).
+pub fn end_of_trace_json(r: &TraceReader) -> Value {
+    let c = r.completeness();
+    json!({"event": "end_of_trace", "complete": c.is_complete(), "incomplete": c.reasons()})
+}
+
 /// [`open`] without the warning (for a caller that reported the damage itself).
 pub fn open_quiet(path: &Path) -> Result<TraceReader> {
     if !path.exists() {
@@ -384,6 +391,17 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
         }
     };
     if as_json {
+        // Every row says whether the trace it was counted from is complete.
+        let complete = r.completeness().is_complete();
+        let rows: Vec<Value> = rows
+            .into_iter()
+            .map(|mut row| {
+                if let Some(o) = row.as_object_mut() {
+                    o.insert("complete".into(), json!(complete));
+                }
+                row
+            })
+            .collect();
         serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;
         return Ok(out.flush()?);
@@ -520,6 +538,10 @@ pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -
                 writeln!(out)?;
             }
         }
+    }
+    if as_json {
+        serde_json::to_writer(&mut out, &end_of_trace_json(&r))?;
+        writeln!(out)?;
     }
     Ok(out.flush()?)
 }

@@ -102,6 +102,10 @@ pub fn dump_merged(path: &Path, format: MergedFormat) -> Result<()> {
             }
         }
     }
+    if format == MergedFormat::Json {
+        serde_json::to_writer(&mut out, &crate::inspect::end_of_trace_json(&r))?;
+        writeln!(out)?;
+    }
     out.flush()?;
     Ok(())
 }

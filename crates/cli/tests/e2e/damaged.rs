@@ -92,8 +92,19 @@ fn seen(trace: &Path) -> Seen {
         for k in ["loads", "stores"] {
             fig(format!("report.T{}.{k}", row["thread"]), &row[k]);
         }
+        complete.push((format!("report T{}", row["thread"]), row["complete"].clone()));
     }
     warn.push(("report".into(), w));
+    // dump's JSON lines end with an end_of_trace line saying whether it is complete.
+    for (name, args) in [
+        ("dump json", vec!["dump", "--no-names", "--format", "json", t]),
+        ("dump --merged json end", vec!["dump", "--merged", "--format", "json", t]),
+    ] {
+        let (out, _, _) = run(&args);
+        let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["event"], "end_of_trace", "{name}");
+        complete.push((name.to_string(), last["complete"].clone()));
+    }
     for (name, args) in [
         ("dump", vec!["dump", "--no-names", t]),
         ("dump --merged", vec!["dump", "--merged", t]),
@@ -208,6 +219,20 @@ fn a_flipped_payload_bit_skips_one_chunk_in_every_command() {
         h.counts.events
     );
     check(&seen(&bad), &expected(&intact, &[h]), Some(&warning), false);
+    // `analyze --follow` steps over the damaged chunk too, with the same one line,
+    // and gives the offline result (merged-order and chunk-order kernels).
+    let b = bad.to_str().unwrap();
+    for k in ["counts", "sharing"] {
+        let (offline, w1, _) = run(&["analyze", k, "--format", "json", b]);
+        let (live, w2, _) = run(&["analyze", k, "--follow", "--format", "json", b]);
+        assert_eq!(w1, [warning.clone()], "analyze {k}");
+        assert_eq!(w2, [warning.clone()], "analyze {k} --follow");
+        assert_eq!(
+            serde_json::from_str::<Value>(&live).unwrap(),
+            serde_json::from_str::<Value>(&offline).unwrap(),
+            "analyze {k} --follow"
+        );
+    }
 }
 
 #[test]

@@ -158,7 +158,9 @@ pub fn dump(trace: &Path) -> Vec<Value> {
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        // the last line says whether the trace is complete (tested in damaged.rs)
+        .filter(|e| e["event"] != "end_of_trace")
         .collect()
 }
 
