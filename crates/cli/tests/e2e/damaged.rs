@@ -225,8 +225,8 @@ fn a_flipped_payload_bit_skips_one_chunk_in_every_command() {
     for k in ["counts", "sharing"] {
         let (offline, w1, _) = run(&["analyze", k, "--format", "json", b]);
         let (live, w2, _) = run(&["analyze", k, "--follow", "--format", "json", b]);
-        assert_eq!(w1, [warning.clone()], "analyze {k}");
-        assert_eq!(w2, [warning.clone()], "analyze {k} --follow");
+        assert_eq!(w1, std::slice::from_ref(&warning), "analyze {k}");
+        assert_eq!(w2, std::slice::from_ref(&warning), "analyze {k} --follow");
         assert_eq!(
             serde_json::from_str::<Value>(&live).unwrap(),
             serde_json::from_str::<Value>(&offline).unwrap(),
