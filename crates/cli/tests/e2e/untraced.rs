@@ -75,8 +75,15 @@ fn record_forwards_signals_and_dies_of_the_childs_signal() {
         assert_eq!(i["end"]["signal"], sig, "{i}");
         let rows = report(&trace, "line");
         assert_eq!(at_line(&rows, "sigwait.c", line_of("sigwait.c", "store-g"), "stores"), 1000);
-        let signals = dump(&trace).iter().filter(|e| e["event"] == "signal").count();
-        assert_eq!(signals, 1, "signal {sig}: the trace must end with it");
+        // The trace ends with the signal: as an event, or — when the signal landed
+        // while the thread was inside the runtime's own buffer write — as a counted
+        // drop (docs/security.md, known limits); the end status names it either way.
+        let signals = dump(&trace).iter().filter(|e| e["event"] == "signal").count() as u64;
+        let dropped = i["dropped"].as_u64().unwrap();
+        assert!(
+            signals <= 1 && signals + dropped >= 1,
+            "signal {sig}: {signals} signal events, {dropped} dropped"
+        );
     }
 }
 
