@@ -69,8 +69,7 @@ fn compiled(cc: Cc, dir: &Path, opts: &[&str], run: &[&str]) -> (Lines, String) 
 
 /// A plain build of the same source under `--dbi`; `None` without qemu.
 fn under_dbi(cc: Cc, dir: &Path, opts: &[&str]) -> Option<Lines> {
-    if Command::new("qemu-x86_64").arg("--version").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "qemu-x86_64 is required in CI");
+    if !crate::dbi::have("qemu-x86_64") {
         return None;
     }
     let exe = dir.join(format!("plain-{cc:?}"));
@@ -84,14 +83,7 @@ fn under_dbi(cc: Cc, dir: &Path, opts: &[&str]) -> Option<Lines> {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let trace = dir.join(format!("plain-{cc:?}.trace"));
-    let rec = Command::new(memlens())
-        .args(["record", "-q", "--dbi", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(rec.status.success(), "{}", stderr(&rec));
+    crate::dbi::record_ok(&exe, &trace, &[], &[]);
     Some(per_line(&trace))
 }
 
