@@ -165,8 +165,9 @@ def main():
     (BENCH / "out" / "fidelity.json").write_text(json.dumps(result, indent=1))
     print(f"compiler: {a.cc}; bytes read + written by the program's own functions\n")
     print("| program / top functions | memlens cc, non-stack B | --dbi, non-stack B | gap "
+          "| --dbi, libc mem*/str* B (all callers) "
           "| memlens cc, stack B | --dbi, stack B (+ spills, pushes, call/ret) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
 
 
