@@ -536,8 +536,12 @@ pub(crate) fn release(addr: u64) {
     }
     lock(s, tok);
     let v = s.word.load(Relaxed);
-    if v & CLOCK < th {
-        s.word.store(th | owner(st) << OWNER_SHIFT, Relaxed);
+    let me = owner(st);
+    // At an equal clock the owner must become this thread too: an acquirer that
+    // finds its own id there would keep its clock, tying its critical section with
+    // this one (the soak test's mutex counter replayed out of order).
+    if v & CLOCK < th || (v & CLOCK == th && v >> OWNER_SHIFT != me) {
+        s.word.store(th | me << OWNER_SHIFT, Relaxed);
     }
     unlock(s, tok);
 }

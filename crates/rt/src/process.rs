@@ -300,7 +300,13 @@ pub(crate) extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx
 fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
     let Some(sess) = session() else { return };
     let buf = st.buf.get();
-    if !st.recording() || buf == 0 || st.own.load(SeqCst) != 0 || st.stolen.load(SeqCst) {
+    if !st.recording() || st.own.load(SeqCst) != 0 {
+        return;
+    }
+    if buf == 0 || st.stolen.load(SeqCst) {
+        // The buffer went to the writers (a parked thread's, taken by another):
+        // the signal gets a chunk of its own.
+        signal_chunk(sess, st, sig, buf);
         return;
     }
     let raw = st.pos.load(SeqCst);
@@ -339,6 +345,37 @@ fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
         last: true,
         counts: st.counts(),
         clock: st.clock.get(),
+        recycle: false,
+    };
+    st.stolen.store(true, SeqCst);
+    st.tstate.store(state::T_OFF, SeqCst);
+    sess.run_job(job, None, &mut Vec::new(), Some(500_000_000));
+}
+
+/// [`crash_flush_self`] for a thread without a buffer of its own: one chunk holding
+/// the `Signal` event, next in the thread's stream.
+fn signal_chunk(sess: &crate::session::Session, st: &ThreadState, sig: c_int, buf: usize) {
+    let mut v = memlens_format::codec::Streams::new();
+    // SAFETY: control events do not use the encoder's prediction state.
+    unsafe { st.enc().push(&mut v, &Event::Signal(sig)) };
+    let Some((b, cap)) = sess.acquire(true) else { return };
+    if v.ops.len() > cap {
+        return;
+    }
+    // SAFETY: a fresh buffer of `cap` bytes.
+    unsafe { crate::strings::real_memcpy(b as *mut u8, v.ops.as_ptr(), v.ops.len()) };
+    let seq = if buf == 0 && !st.stolen.load(SeqCst) { st.seq.get() } else { st.seq.get() + 1 };
+    st.seq.set(seq);
+    let job = crate::session::Job {
+        buf: b,
+        len: v.ops.len(),
+        side_len: 0,
+        cap,
+        stream: st.stream.get(),
+        seq,
+        last: true,
+        counts: memlens_format::ChunkCounts { events: 1, ..Default::default() },
+        clock: st.lclock.get(),
         recycle: false,
     };
     st.stolen.store(true, SeqCst);
@@ -434,7 +471,12 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         *libc::__errno_location() = libc::ENOSYS;
         return -1;
     }
+    // glibc's fork holds every malloc arena lock around the system call; a signal
+    // handler recording there could wait for a buffer from a writer that waits for
+    // one of those locks. Asynchronous signals wait until fork has returned.
+    let old = crate::sys::block_async_signals();
     let pid = core::mem::transmute::<usize, unsafe extern "C" fn() -> libc::pid_t>(f)();
+    crate::sys::set_signal_mask(&old);
     if pid > 0 && STATE.load(SeqCst) == ACTIVE {
         if let Some(s) = session() {
             if s.pid == sys::getpid() {

@@ -180,6 +180,11 @@ impl Session {
         ) -> c_int;
         // SAFETY: the address came from dlsym("pthread_create").
         let create: Create = unsafe { core::mem::transmute::<usize, Create>(create) };
+        // Writers start with every asynchronous signal blocked (they inherit this
+        // thread's mask): a process-directed SIGTERM or SIGUSR1 must run the
+        // program's handler, or the crash handler, on a program thread that can
+        // record it, never on a writer.
+        let old = crate::sys::block_async_signals();
         for _ in 0..n {
             // SAFETY: plain pthread calls with valid out-pointers; the session is 'static.
             unsafe {
@@ -194,6 +199,7 @@ impl Session {
                 libc::pthread_attr_destroy(&mut attr);
             }
         }
+        crate::sys::set_signal_mask(&old);
     }
 
     /// The trace descriptor (-1 once lost).
@@ -587,7 +593,9 @@ extern "C" fn writer_main(arg: *mut c_void) -> *mut c_void {
     // SAFETY: PR_SET_NAME with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"memlens-writer".as_ptr()) };
     let mut enc = ChunkEncoder::new(s.level);
-    let mut out = Vec::new();
+    // Sized for the largest chunk now: growing it later calls malloc, whose arena
+    // lock a program thread may hold while it waits for this writer.
+    let mut out = Vec::with_capacity(2 * s.big + 4096);
     loop {
         if let Some(job) = s.jobs.pop() {
             enc.set_level(s.level_for_backlog(s.jobs.len()));

@@ -204,3 +204,27 @@ pub(crate) fn thread_pointer() -> usize {
     };
     tp
 }
+
+/// Blocks every asynchronous signal in the calling thread (faults stay deliverable:
+/// blocking them would kill the process on the first one). Returns the old mask.
+pub(crate) fn block_async_signals() -> libc::sigset_t {
+    // SAFETY: plain sigset manipulation on local sets.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for s in
+            [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS]
+        {
+            libc::sigdelset(&mut all, s);
+        }
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    }
+}
+
+/// Restores a mask saved by [`block_async_signals`].
+pub(crate) fn set_signal_mask(old: &libc::sigset_t) {
+    // SAFETY: `old` is a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, core::ptr::null_mut()) };
+}

@@ -178,12 +178,7 @@ fn soak_once(exe: &Path, dir: &Path, order: &str) {
     assert!(r.loads >= 2 * total, "{order}: {} loads", r.loads);
 }
 
-// Known defect (issue 21 stays open on it): about one run in three records a few
-// (6-24 of 192,000) values of the mutex-protected counter that disagree with the
-// replay when SIGUSR1 handlers interleave with `--values` stores under load. Run it
-// with `cargo test -p memlens --test e2e -- --ignored soak` until it is fixed.
 #[test]
-#[ignore = "known defect: a few wrong --values under signals (issue 21)"]
 fn soak_64_threads_atomics_mutex_signals_fork_replay_exactly() {
     let until = long().map(|s| Instant::now() + Duration::from_secs(s));
     let mut exes = Vec::new();
