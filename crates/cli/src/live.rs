@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
+use memlens_live::inproc::Control;
 use memlens_live::{client, Binary, Collector, Modules, Options, Target};
 use serde_json::{json, Value};
 
@@ -111,7 +112,14 @@ pub fn live(a: LiveArgs) -> Result<i32> {
         (Some(_), false) => bail!("give either --pid PID or -- PROG ARGS, not both"),
         (None, true) => bail!("nothing to probe: give --pid PID or -- PROG ARGS"),
         (Some(pid), true) => {
-            let target = Target::attach(pid)?;
+            let mut target = Target::attach(pid)?;
+            // a memlens-built program started with MEMLENS_CONTROL=1 takes pad probes
+            let rt = memlens_live::inproc::default_socket(pid)?;
+            if rt.exists() {
+                target.set_control(Control::connect(&rt, Duration::from_secs(2))?);
+            } else {
+                memlens_live::require_uprobes()?;
+            }
             let mut c = Collector::new(target, modules, opts)?;
             for spec in &a.probes {
                 c.add(spec)?;
@@ -125,9 +133,32 @@ pub fn live(a: LiveArgs) -> Result<i32> {
         (None, false) => {
             let path = memlens_live::find_program(&a.cmd[0])?;
             let binary = Binary::open(&path)?;
+            // A memlens-built program opens a control socket for pad probes and
+            // waits before `main` until the `--probe`s are in.
+            let rt = binary.memlens_built().then(|| {
+                memlens_live::sock::socket_dir()
+                    .map(|d| d.join(format!("rt-launch-{}.sock", std::process::id())))
+            });
+            let rt = rt.transpose()?;
+            if rt.is_none() {
+                memlens_live::require_uprobes()?;
+            }
+            if let Some(p) = &rt {
+                std::env::set_var("MEMLENS_CONTROL", p);
+                std::env::set_var("MEMLENS_CONTROL_HOLD", "1");
+            }
             let mut held = memlens_live::launch_held(&path, &a.cmd)?;
+            std::env::remove_var("MEMLENS_CONTROL");
+            std::env::remove_var("MEMLENS_CONTROL_HOLD");
+            let mut control = None;
             let started = (|| -> memlens_live::Result<Collector> {
-                let target = Target::launched(held.pid, binary)?;
+                let mut target = Target::launched(held.pid, binary)?;
+                if let Some(p) = &rt {
+                    // uprobes go in before exec; the runtime's socket exists after it
+                    held.release();
+                    target.set_control(Control::connect(p, Duration::from_secs(10))?);
+                    control = target.control();
+                }
                 let mut c = Collector::new(target, modules, opts)?;
                 for spec in &a.probes {
                     c.add(spec)?;
@@ -142,6 +173,12 @@ pub fn live(a: LiveArgs) -> Result<i32> {
                         c.socket().display()
                     );
                     held.release();
+                    if let Some(ctl) = control {
+                        ctl.lock().map_err(|_| anyhow::anyhow!("control socket lock"))?.go()?;
+                    }
+                    if let Some(p) = &rt {
+                        let _ = std::fs::remove_file(p);
+                    }
                     finish(c.run()?, a.json_stream.is_none())
                 }
                 Err(e) => {

@@ -120,14 +120,6 @@ fn read_function_list(path: &Path) -> Result<FunctionList> {
     Ok((names, libs))
 }
 
-/// The entry of a function compiled with `-fpatchable-function-entry=5`: its 5-byte
-/// NOP pad, after an `endbr64`. Returns the pad's offset from the symbol.
-pub(crate) fn patch_pad(code: &[u8]) -> Option<u64> {
-    let skip = if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) { 4 } else { 0 };
-    let pad = code.get(skip..skip + 5)?;
-    (pad == [0x90; 5] || pad[..4] == [0x0f, 0x1f, 0x44, 0x00]).then_some(skip as u64)
-}
-
 /// `MEMLENS_TRACE_CALLS` for the listed functions of `exe` and of the shared
 /// libraries it loads: lines `<function vaddr> <pad vaddr> <name>` (hex file
 /// addresses; see the runtime's `calls.rs`), the executable's first, then per
@@ -265,7 +257,8 @@ fn module_functions(path: &Path, names: &[String]) -> Result<Vec<(usize, Option<
             let a = sym.address();
             out.push((
                 i,
-                code.and_then(patch_pad).map(|skip| format!("{a:x} {:x} {name}\n", a + skip)),
+                code.and_then(memlens_symbols::patch_pad)
+                    .map(|skip| format!("{a:x} {:x} {name}\n", a + skip)),
             ));
         }
     }

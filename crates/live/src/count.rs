@@ -22,12 +22,17 @@ impl ProbeModule for CountModule {
             name: "count",
             description:
                 "exact executions of a function entry, a source line or an address (uprobe)",
-            requirements: vec!["root or CAP_PERFMON", "uprobe PMU"],
+            requirements: vec![
+                "root or CAP_PERFMON and the uprobe PMU (any program)",
+                "or nothing, on a function of a memlens-built program (pad)",
+            ],
         }
     }
 
     fn init(&mut self) -> std::result::Result<(), String> {
-        crate::module::uprobe_requirements()
+        // usable without uprobes on memlens-built targets; a uprobe probe says
+        // what it lacks when it is created
+        Ok(())
     }
 
     fn actions(&self) -> Vec<Action> {
@@ -40,6 +45,13 @@ impl ProbeModule for CountModule {
 
     fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>> {
         let points = target.binary().resolve(args)?;
+        if target.control().is_some() {
+            if let Some(pads) = crate::inproc::pads(target, &points) {
+                return Ok(Box::new(crate::inproc::PadProbe::insert(
+                    target, &points, &pads, false,
+                )?));
+            }
+        }
         let tids = target.tids()?;
         let mut fds = Vec::new();
         for p in &points {

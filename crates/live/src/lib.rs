@@ -6,7 +6,9 @@
 //! - [`ProbeModule`] is the extension point: a module answers a query (name,
 //!   description, requirements), checks them in `init`, names its actions and data
 //!   columns, and creates [`Probe`]s that aggregate their own values. Built in:
-//!   `count`, `timer` and `perf` ([`builtin_modules`]).
+//!   `count`, `timer` and `perf` ([`builtin_modules`]). On a memlens-built target
+//!   started with a control socket, `count` and `timer` on functions use the
+//!   function's NOP pad instead of a uprobe ([`inproc`]).
 //! - [`Target`] is the process (attached by PID, or launched and held before its first
 //!   instruction with [`launch_held`]); [`Binary`] resolves locations.
 //! - [`Collector`] holds the probes of one target, answers the control socket
@@ -19,6 +21,7 @@ pub mod client;
 mod collector;
 mod count;
 mod error;
+pub mod inproc;
 mod locate;
 mod module;
 mod perf;
@@ -34,4 +37,10 @@ pub use error::{Error, Result};
 pub use locate::{Binary, Point};
 pub use module::{builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule};
 pub use perf::{hardware_pmu, privilege, uprobe_type};
+
+/// Kernel probes can be placed here (uprobe PMU, root or CAP_PERFMON); the error
+/// says what is missing. A target without a memlens runtime needs them.
+pub fn require_uprobes() -> Result<()> {
+    module::uprobe_requirements().map_err(Error::Unavailable)
+}
 pub use target::{find_program, launch_held, Held, State, Target};

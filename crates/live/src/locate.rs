@@ -167,6 +167,27 @@ impl Binary {
         addrs.into_iter().map(|a| self.point(a.0, label.clone())).collect()
     }
 
+    /// The pad address when `p` is the entry of a function with a NOP pad (built
+    /// by memlens cc), for in-process probes.
+    pub fn pad_at(&self, p: &Point) -> Option<u64> {
+        use std::io::{Read, Seek, SeekFrom};
+        let f = self.symbols.function_symbol(Pc(p.vaddr + 1))?;
+        if f.start.0 != p.vaddr {
+            return None;
+        }
+        let mut code = [0u8; 16];
+        let mut file = std::fs::File::open(&self.path).ok()?;
+        file.seek(SeekFrom::Start(p.offset)).ok()?;
+        file.read_exact(&mut code).ok()?;
+        memlens_symbols::patch_pad(&code).map(|skip| p.vaddr + skip)
+    }
+
+    /// Whether the program was built by memlens cc (it holds the memlens runtime,
+    /// which can take in-process probes).
+    pub fn memlens_built(&self) -> bool {
+        self.symbols.functions().iter().any(|f| &*f.name == "memlens_register_thread")
+    }
+
     /// The function containing `vaddr`, for display.
     pub fn function_at(&self, vaddr: u64) -> Option<String> {
         self.symbols.function_symbol(Pc(vaddr + 1)).map(|f| f.name.to_string())

@@ -6,6 +6,9 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::{Arc, Mutex};
+
+use crate::inproc::Control;
 use crate::locate::{Binary, Point};
 use crate::perf::{self, Attr};
 use crate::{Error, Result};
@@ -14,10 +17,13 @@ use crate::{Error, Result};
 pub struct Target {
     pid: i32,
     binary: Binary,
-    pmu: u32,
+    /// The uprobe PMU's type, or why there is none (pad probes need none).
+    pmu: std::result::Result<u32, String>,
     cpus: Vec<i32>,
     /// Launched by us (we reap it), rather than attached.
     child: bool,
+    /// The memlens runtime's control socket, for in-process (pad) probes.
+    control: Option<Arc<Mutex<Control>>>,
 }
 
 /// Whether the target still runs.
@@ -59,9 +65,8 @@ impl Target {
 
     /// A target whose binary was already read.
     pub fn with_binary(pid: i32, binary: Binary, child: bool) -> Result<Target> {
-        let pmu = perf::uprobe_type()
-            .map_err(|e| Error::Unavailable(format!("the kernel has no uprobe PMU: {e}")))?;
-        Ok(Target { pid, binary, pmu, cpus: perf::online_cpus(), child })
+        let pmu = perf::uprobe_type().map_err(|e| format!("the kernel has no uprobe PMU: {e}"));
+        Ok(Target { pid, binary, pmu, cpus: perf::online_cpus(), child, control: None })
     }
 
     /// The process id.
@@ -72,6 +77,16 @@ impl Target {
     /// The executable.
     pub fn binary(&self) -> &Binary {
         &self.binary
+    }
+
+    /// Uses the memlens runtime's control socket for function probes.
+    pub fn set_control(&mut self, c: Control) {
+        self.control = Some(Arc::new(Mutex::new(c)));
+    }
+
+    /// The runtime's control socket, when the target has one.
+    pub fn control(&self) -> Option<Arc<Mutex<Control>>> {
+        self.control.clone()
     }
 
     pub(crate) fn cpus(&self) -> &[i32] {
@@ -100,7 +115,9 @@ impl Target {
         group: RawFd,
         tune: &dyn Fn(&mut Attr),
     ) -> Result<OwnedFd> {
-        let mut a = perf::uprobe_attr(self.pmu, self.binary.cpath(), point.offset, ret);
+        let pmu = self.pmu.clone().map_err(Error::Unavailable)?;
+        crate::perf::privilege().map_err(Error::Unavailable)?;
+        let mut a = perf::uprobe_attr(pmu, self.binary.cpath(), point.offset, ret);
         tune(&mut a);
         perf::open(&a, tid, cpu, group).map_err(|e| self.open_error(&point.label, e))
     }

@@ -43,12 +43,17 @@ impl ProbeModule for TimerModule {
             name: "timer",
             description:
                 "time of a function's calls (entry to return) or between two lines, per thread",
-            requirements: vec!["root or CAP_PERFMON", "uprobe PMU"],
+            requirements: vec![
+                "root or CAP_PERFMON and the uprobe PMU (any program)",
+                "or nothing, on a function of a memlens-built program (pad)",
+            ],
         }
     }
 
     fn init(&mut self) -> std::result::Result<(), String> {
-        crate::module::uprobe_requirements()
+        // usable without uprobes on memlens-built targets; a uprobe probe says
+        // what it lacks when it is created
+        Ok(())
     }
 
     fn actions(&self) -> Vec<Action> {
@@ -72,6 +77,14 @@ impl ProbeModule for TimerModule {
     }
 
     fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>> {
+        if target.control().is_some() && !args.contains("..") {
+            let points = target.binary().resolve(args)?;
+            if let Some(pads) = crate::inproc::pads(target, &points) {
+                return Ok(Box::new(crate::inproc::PadProbe::insert(
+                    target, &points, &pads, true,
+                )?));
+            }
+        }
         let pts = start_stop(target, args)?;
         let stop: Vec<bool> = pts.iter().map(|p| p.2).collect();
         let points: Vec<(Point, bool)> = pts.iter().map(|(p, r, _)| (p.clone(), *r)).collect();

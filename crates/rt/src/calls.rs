@@ -85,6 +85,9 @@ pub(crate) struct Frame {
     ret: u64,
     func: u64,
     recorded: bool,
+    /// A timing live probe's slot (1-based; 0: none) and the entry time.
+    probe: u16,
+    t0: u64,
 }
 
 /// Open traced calls per thread.
@@ -469,7 +472,7 @@ fn trampoline_near(pad: u64) -> Option<u64> {
 
 /// The NOP pads `-fpatchable-function-entry=5` leaves: gcc's five `nop`s, clang's
 /// one 5-byte `nopl 0x..(%rax,%rax,1)`.
-fn is_pad(b: &[u8; 5]) -> bool {
+pub(crate) fn is_pad(b: &[u8; 5]) -> bool {
     *b == [0x90; 5] || b[..4] == [0x0f, 0x1f, 0x44, 0x00]
 }
 
@@ -482,19 +485,27 @@ unsafe fn patch(pad: u64) -> bool {
     if !is_pad(&cur) {
         return false;
     }
+    match call_bytes(pad) {
+        Some(code) => write_text(pad as usize, &code),
+        None => false,
+    }
+}
+
+/// The 5 bytes of `call fentry` at `pad`. The runtime lives in the executable; a
+/// shared library is usually more than 2 GiB away, so its pads call a `jmp fentry`
+/// stub mapped near it instead.
+pub(crate) fn call_bytes(pad: u64) -> Option<[u8; 5]> {
     let near = |to: u64| i32::try_from((to as i64).wrapping_sub(pad as i64 + 5)).ok();
-    // The runtime lives in the executable; a shared library is usually more than
-    // 2 GiB away, so its pads call a `jmp fentry` stub mapped near it instead.
-    let rel = match near(fentry as *const () as usize as u64) {
-        Some(r) => r,
-        None => match trampoline_near(pad).and_then(near) {
-            Some(r) => r,
-            None => return false,
-        },
-    };
+    let rel = near(fentry as *const () as usize as u64)
+        .or_else(|| trampoline_near(pad).and_then(near))?;
     let mut code = [0xe8u8; 5];
     code[1..].copy_from_slice(&rel.to_le_bytes());
-    write_text(pad as usize, &code)
+    Some(code)
+}
+
+/// Live probes are on: `fentry` calls may come before any `--trace-calls` target.
+pub(crate) fn live_on() {
+    FRET.store(fret as *const () as usize, Relaxed);
 }
 
 /// Writes into the program's code: the pages become read-write, get the bytes and
@@ -662,7 +673,9 @@ fn target(pad_end: u64) -> Option<u64> {
 /// Records the call and swaps the return address. `slot` is the function's
 /// stack pointer at entry; `regs` the saved rdi, rsi, rdx, ...
 unsafe extern "C" fn on_call(pad_end: u64, slot: *mut u64, regs: *const u64) {
-    let Some(func) = target(pad_end) else { return };
+    let probe = crate::liveprobe::hit(pad_end);
+    let traced = target(pad_end);
+    let Some(func) = traced.or((probe != 0).then_some(pad_end)) else { return };
     let st = ts();
     let mut p = st.calls.get();
     if p.is_null() {
@@ -685,13 +698,14 @@ unsafe extern "C" fn on_call(pad_end: u64, slot: *mut u64, regs: *const u64) {
         st.ncalls.set(n);
         return;
     }
-    let recorded = record::enter(st, true);
+    let recorded = traced.is_some() && record::enter(st, true);
     if recorded {
         let args = [*regs, *regs.add(1), *regs.add(2)];
         record::emit_control(st, &Event::Call { func: Pc(func), sp: Addr(sp), args });
         crate::state::guard_off(st);
     }
-    *p.add(n) = Frame { sp, ret: *slot, func, recorded };
+    let t0 = if probe != 0 { sys::monotonic_ns() } else { 0 };
+    *p.add(n) = Frame { sp, ret: *slot, func, recorded, probe, t0 };
     st.ncalls.set(n + 1);
     *slot = fret;
 }
@@ -714,6 +728,9 @@ unsafe extern "C" fn on_return(after: u64, value: u64) -> u64 {
         }
         let f = *p.add(n - 1);
         n -= 1;
+        if f.probe != 0 {
+            crate::liveprobe::timed(f.probe, sys::monotonic_ns().saturating_sub(f.t0));
+        }
         if f.recorded && record::enter(st, true) {
             let ev = Event::Return { func: Pc(f.func), sp: Addr(sp), value };
             record::emit_control(st, &ev);

@@ -83,6 +83,10 @@ fn init() {
         install_handlers();
     }
     STATE.store(if ok { ACTIVE } else { INACTIVE }, SeqCst);
+    if std::env::var_os("MEMLENS_CONTROL").is_some() {
+        let bias = crate::modules::scan().first().map_or(0, |m| m.bias);
+        crate::liveprobe::start(bias);
+    }
     guard_off(st);
     if ok {
         state::thread_start(st, None, false);

@@ -246,3 +246,13 @@ pub(crate) fn symbols(obj: &object::File<'_>, out: &mut Vec<RawSymbol>) {
         });
     }
 }
+
+/// The entry of a function compiled with `-fpatchable-function-entry=5` (what
+/// `memlens cc` does): its 5-byte NOP pad, after an `endbr64`. `code` starts at the
+/// function's symbol; returns the pad's offset from it. Used by `--trace-calls` and
+/// by live probes, which turn the pad into a call to the runtime.
+pub fn patch_pad(code: &[u8]) -> Option<u64> {
+    let skip = if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) { 4 } else { 0 };
+    let pad = code.get(skip..skip + 5)?;
+    (pad == [0x90; 5] || pad[..4] == [0x0f, 0x1f, 0x44, 0x00]).then_some(skip as u64)
+}

@@ -79,7 +79,7 @@ pub use code::{CodeLocation, CodeRange, Frame, FunctionSymbol};
 pub use data::{DataKind, DataName, ThreadLocal};
 pub use demangle::demangle_symbol;
 pub use dyntls::TlsBlock;
-pub use elf::{module_from_elf_bytes, module_from_file, TlsSegment};
+pub use elf::{module_from_elf_bytes, module_from_file, patch_pad, TlsSegment};
 pub use error::Error;
 pub use frame::{FrameBase, FunctionFrame, LocalPiece, LocalVariable};
 pub use glob::{glob_match, path_glob_match};

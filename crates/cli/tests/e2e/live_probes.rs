@@ -11,9 +11,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-const N: u64 = 1000;
+pub(crate) const N: u64 = 1000;
 
-fn unsupported() -> bool {
+pub(crate) fn unsupported() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let uprobe = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
@@ -39,15 +39,22 @@ fn build_probed(dir: &Path) -> PathBuf {
     exe
 }
 
-struct Target {
+pub(crate) struct Target {
     child: Child,
     lines: Receiver<String>,
 }
 
 impl Target {
-    fn start(exe: &Path, n: u64) -> Target {
-        let mut child =
-            Command::new(exe).arg(n.to_string()).stdout(Stdio::piped()).spawn().unwrap();
+    pub(crate) fn start(exe: &Path, n: u64) -> Target {
+        Target::start_env(exe, n, &[])
+    }
+
+    pub(crate) fn start_env(exe: &Path, n: u64, env: &[(&str, &Path)]) -> Target {
+        let mut cmd = Command::new(exe);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.arg(n.to_string()).stdout(Stdio::piped()).spawn().unwrap();
         let out = child.stdout.take().unwrap();
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -63,16 +70,16 @@ impl Target {
         t
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
-    fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         self.lines.recv_timeout(Duration::from_secs(120)).expect("the target printed nothing")
     }
 
     /// Sends `sig` and returns the phase's result (the last word of its line).
-    fn phase(&self, sig: i32) -> String {
+    pub(crate) fn phase(&self, sig: i32) -> String {
         // SAFETY: our own child.
         unsafe { libc::kill(self.pid(), sig) };
         let l = self.line();
@@ -81,7 +88,7 @@ impl Target {
     }
 
     /// Ends it with SIGHUP: it prints "bye" and exits 0.
-    fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         // SAFETY: our own child.
         unsafe { libc::kill(self.pid(), libc::SIGHUP) };
         assert_eq!(self.line(), "bye");
@@ -89,7 +96,7 @@ impl Target {
     }
 
     /// `len` bytes of its memory at the runtime address of ELF address `vaddr`.
-    fn code(&self, vaddr: u64, len: usize) -> Vec<u8> {
+    pub(crate) fn code(&self, vaddr: u64, len: usize) -> Vec<u8> {
         let exe = std::fs::read_link(format!("/proc/{}/exe", self.pid())).unwrap();
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid())).unwrap();
         let base = maps
@@ -116,14 +123,14 @@ impl Drop for Target {
 }
 
 /// A collector; its control socket lives in the test's own XDG_RUNTIME_DIR.
-struct Live {
+pub(crate) struct Live {
     child: Child,
-    runtime: PathBuf,
+    pub(crate) runtime: PathBuf,
     pid: i32,
 }
 
 impl Live {
-    fn attach(dir: &Path, pid: i32, extra: &[&str]) -> Live {
+    pub(crate) fn attach(dir: &Path, pid: i32, extra: &[&str]) -> Live {
         let runtime = dir.join("run");
         std::fs::create_dir_all(&runtime).unwrap();
         let child = Command::new(memlens())
@@ -144,11 +151,11 @@ impl Live {
         live
     }
 
-    fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.runtime.join("memlens").join(format!("live-{}.sock", self.pid))
     }
 
-    fn probe(&self, args: &[&str]) -> Output {
+    pub(crate) fn probe(&self, args: &[&str]) -> Output {
         Command::new(memlens())
             .args(["probe", "--pid", &self.pid.to_string()])
             .args(args)
@@ -157,35 +164,35 @@ impl Live {
             .unwrap()
     }
 
-    fn add(&self, spec: &str) -> u64 {
+    pub(crate) fn add(&self, spec: &str) -> u64 {
         let o = self.probe(&["add", spec]);
         assert!(o.status.success(), "add {spec}: {}", stderr(&o));
         stdout(&o).trim().parse().unwrap()
     }
 
-    fn rm(&self, id: u64) {
+    pub(crate) fn rm(&self, id: u64) {
         let o = self.probe(&["rm", &id.to_string()]);
         assert!(o.status.success(), "rm {id}: {}", stderr(&o));
     }
 
-    fn list(&self) -> Vec<Value> {
+    pub(crate) fn list(&self) -> Vec<Value> {
         let o = self.probe(&["list", "--format", "json"]);
         assert!(o.status.success(), "list: {}", stderr(&o));
         serde_json::from_str::<Value>(&stdout(&o)).unwrap().as_array().unwrap().clone()
     }
 
-    fn get(&self, id: u64) -> Value {
+    pub(crate) fn get(&self, id: u64) -> Value {
         self.list().into_iter().find(|p| p["id"] == id).expect("probe listed")
     }
 
     /// Interrupts it like Ctrl-C and returns its exit status and stdout.
-    fn interrupt(mut self) -> (i32, String) {
+    pub(crate) fn interrupt(mut self) -> (i32, String) {
         // SAFETY: our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         self.wait()
     }
 
-    fn wait(&mut self) -> (i32, String) {
+    pub(crate) fn wait(&mut self) -> (i32, String) {
         let mut out = String::new();
         self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
         (self.child.wait().unwrap().code().unwrap_or(-1), out)
@@ -200,7 +207,7 @@ impl Drop for Live {
 }
 
 /// The ELF address in a location such as `work @ 0x1219`.
-fn vaddr(probe: &Value) -> u64 {
+pub(crate) fn vaddr(probe: &Value) -> u64 {
     let loc = probe["location"].as_str().unwrap();
     let hex = loc.split("@ 0x").nth(1).unwrap().split(|c: char| !c.is_ascii_hexdigit()).next();
     u64::from_str_radix(hex.unwrap(), 16).unwrap()
@@ -208,7 +215,7 @@ fn vaddr(probe: &Value) -> u64 {
 
 /// Waits until the target's code at `vaddr` is `want` again (closing uprobe events
 /// takes the kernel a grace period each).
-fn await_code(t: &Target, vaddr: u64, want: &[u8]) {
+pub(crate) fn await_code(t: &Target, vaddr: u64, want: &[u8]) {
     let t0 = Instant::now();
     while t.code(vaddr, want.len()) != want {
         assert!(t0.elapsed() < Duration::from_secs(30), "the original code never came back");

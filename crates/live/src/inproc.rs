@@ -1,0 +1,224 @@
+//! In-process probes of a memlens-built target: the client of the control socket
+//! its runtime opens when `MEMLENS_CONTROL` is set (crates/rt/src/liveprobe.rs has
+//! the protocol). A `count` or `timer` probe on a function turns the function's NOP
+//! pad into a call to the runtime, which counts (and times) the calls in the
+//! target's own memory: no privileges, no kernel round trip per hit. Removing the
+//! probe writes the NOPs back.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+
+use crate::locate::Point;
+use crate::module::Probe;
+use crate::target::Target;
+use crate::{Error, Result};
+
+/// Per probe: count, sum, min and max of the timed calls (ns).
+pub type Values = (u64, u64, u64, u64);
+
+/// A connection to a target's runtime.
+pub struct Control {
+    out: UnixStream,
+    input: BufReader<UnixStream>,
+    next_id: u32,
+    /// The executable's load bias in the target.
+    pub bias: u64,
+    /// The values the runtime sent as the target exited.
+    last: Option<HashMap<u32, Values>>,
+}
+
+/// The control socket a runtime started with `MEMLENS_CONTROL=1` opens.
+pub fn default_socket(pid: i32) -> Result<PathBuf> {
+    Ok(crate::sock::socket_dir()?.join(format!("rt-{pid}.sock")))
+}
+
+impl Control {
+    /// Connects to `path`, waiting up to `wait` for the runtime to open it.
+    pub fn connect(path: &Path, wait: Duration) -> Result<Control> {
+        let end = Instant::now() + wait;
+        let s = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= end => {
+                    return Err(Error::Target(format!(
+                        "no memlens runtime answers on {} ({e}): was the program built with memlens cc and started with MEMLENS_CONTROL=1 (or by memlens live)?",
+                        path.display()
+                    )))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let input = BufReader::new(s.try_clone().map_err(|e| Error::io("control socket", e))?);
+        let mut c = Control { out: s, input, next_id: 1, bias: 0, last: None };
+        let hello = c.ask("hello")?;
+        let bias = hello
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("bias=0x"))
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        match (hello.starts_with("memlens-rt 1 "), bias) {
+            (true, Some(b)) => c.bias = b,
+            _ => {
+                return Err(Error::Target(format!(
+                    "{}: not a memlens runtime of this version (`{hello}`)",
+                    path.display()
+                )))
+            }
+        }
+        Ok(c)
+    }
+
+    fn ask(&mut self, req: &str) -> Result<String> {
+        let io = |e| Error::io("control socket", e);
+        // a target that exited hung up: its `exit` line may still wait to be read
+        let sent = self.out.write_all(format!("{req}\n").as_bytes());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.input.read_line(&mut line).map_err(io)? == 0 {
+                sent.map_err(io)?;
+                return Err(Error::Target("the target's runtime hung up".into()));
+            }
+            // the target is exiting: keep its last values, the answer never comes
+            match line.strip_prefix("exit ok") {
+                Some(rest) => self.last = Some(parse_values(rest)),
+                None => break,
+            }
+        }
+        let line = line.trim_end();
+        match line.strip_prefix("ok") {
+            Some(rest) => Ok(rest.trim_start().to_string()),
+            None => Err(Error::Target(
+                line.strip_prefix("err ").unwrap_or("the target's runtime hung up").to_string(),
+            )),
+        }
+    }
+
+    /// Inserts a `count` or `timer` probe at the pad at file address `pad`.
+    pub fn add(&mut self, kind: &str, pad: u64) -> Result<u32> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ask(&format!("add {id} {kind} {pad:x}"))?;
+        Ok(id)
+    }
+
+    /// Removes probe `id` (the pad's NOPs are back when this returns).
+    pub fn remove(&mut self, id: u32) -> Result<()> {
+        self.ask(&format!("rm {id}")).map(|_| ())
+    }
+
+    /// Lets a runtime started with `MEMLENS_CONTROL_HOLD` run `main`.
+    pub fn go(&mut self) -> Result<()> {
+        self.ask("go").map(|_| ())
+    }
+
+    /// Every probe's values (after the target exited: the values it sent then).
+    pub fn read(&mut self) -> Result<HashMap<u32, Values>> {
+        match self.ask("read") {
+            Ok(rest) => Ok(parse_values(&rest)),
+            Err(e) => self.last.clone().ok_or(e),
+        }
+    }
+}
+
+fn parse_values(text: &str) -> HashMap<u32, Values> {
+    let n: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    n.chunks_exact(5).map(|c| (c[0] as u32, (c[1], c[2], c[3], c[4]))).collect()
+}
+
+/// The pad file address of each point, when every point is a function entry with
+/// a pad (a memlens-built function); `None` otherwise.
+pub(crate) fn pads(target: &Target, points: &[Point]) -> Option<Vec<u64>> {
+    points.iter().map(|p| target.binary().pad_at(p)).collect()
+}
+
+/// A pad probe: one runtime probe per point.
+pub(crate) struct PadProbe {
+    control: Arc<Mutex<Control>>,
+    ids: Vec<u32>,
+    timer: bool,
+    location: String,
+    /// Last values read, kept when the target is gone.
+    last: Mutex<Values>,
+}
+
+impl PadProbe {
+    pub(crate) fn insert(
+        target: &Target,
+        points: &[Point],
+        pads: &[u64],
+        timer: bool,
+    ) -> Result<Self> {
+        let control = target.control().expect("pad probes need a control socket");
+        let kind = if timer { "timer" } else { "count" };
+        let mut ids = Vec::new();
+        {
+            let mut c = control.lock().map_err(|_| Error::Target("control lock".into()))?;
+            for &pad in pads {
+                match c.add(kind, pad) {
+                    Ok(id) => ids.push(id),
+                    Err(e) => {
+                        for id in ids {
+                            let _ = c.remove(id);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let location = format!("{} (pad)", crate::count::describe(target, points));
+        Ok(PadProbe { control, ids, timer, location, last: Mutex::new((0, 0, 0, 0)) })
+    }
+}
+
+impl Drop for PadProbe {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.control.lock() {
+            for &id in &self.ids {
+                let _ = c.remove(id);
+            }
+        }
+    }
+}
+
+impl Probe for PadProbe {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn values(&self) -> Map<String, Value> {
+        let read = self.control.lock().ok().and_then(|mut c| c.read().ok());
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(all) = read {
+            let mut v = (0u64, 0u64, u64::MAX, 0u64);
+            for id in &self.ids {
+                if let Some(&(n, s, lo, hi)) = all.get(id) {
+                    v.0 += n;
+                    v.1 += s;
+                    if n > 0 {
+                        v.2 = v.2.min(lo);
+                    }
+                    v.3 = v.3.max(hi);
+                }
+            }
+            if v.2 == u64::MAX {
+                v.2 = 0;
+            }
+            *last = v;
+        }
+        let mut m = Map::new();
+        m.insert("count".into(), last.0.into());
+        if self.timer {
+            m.insert("sum_ns".into(), last.1.into());
+            m.insert("min_ns".into(), last.2.into());
+            m.insert("max_ns".into(), last.3.into());
+        }
+        m
+    }
+}
