@@ -15,6 +15,7 @@ mod names;
 mod record;
 mod runtime;
 mod rust;
+mod sink;
 mod stubs;
 mod vars;
 mod view;
@@ -114,6 +115,15 @@ enum Cmd {
     Live(live::LiveArgs),
     /// Add, remove and list live probes: `memlens probe [--pid PID] add SPEC|rm ID|list|modules`
     Probe(live::ProbeArgs),
+    /// Receive traces that `record --sink tcp://HOST:PORT` sends, any number at once
+    Collect {
+        /// Address to listen on (loopback unless you name another one; port 0 picks one).
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        listen: String,
+        /// Directory for the received traces (NAME-PID.trace each).
+        #[arg(short, long, default_value = "collected")]
+        output: PathBuf,
+    },
     /// Show a trace in the browser: memory map, flame chart, source, tables
     View {
         /// Port on 127.0.0.1 (default: a free one).
@@ -176,9 +186,14 @@ struct ExportArgs {
 
 #[derive(clap::Args)]
 struct RecordArgs {
-    /// Where to write the trace.
-    #[arg(short, long, default_value = "memlens.trace")]
-    output: PathBuf,
+    /// Where to write the trace [default: memlens.trace; with --sink and no -o, no
+    /// local copy is kept].
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Also send the trace to `memlens collect` as it is written (a dropped
+    /// connection is reported; the program runs on).
+    #[arg(long, value_name = "tcp://HOST:PORT")]
+    sink: Option<String>,
     /// Also record the value each load read and each store wrote.
     #[arg(long)]
     values: bool,
@@ -439,61 +454,24 @@ fn real_main() -> Result<i32> {
         Cmd::Cc { args } => cc::main(cc::Lang::C, args),
         Cmd::Cxx { args } => cc::main(cc::Lang::Cxx, args),
         Cmd::Cargo { args } => rust::cargo(args),
-        Cmd::Record(a) => {
-            if a.dbi && a.trace_calls.is_some() {
-                anyhow::bail!("--trace-calls is not supported with --dbi");
-            }
-            if a.dbi {
-                if a.filter_file.is_some() || a.order.registered_only || a.order.cas_as_write {
-                    anyhow::bail!("--filter-file, --registered-only and --cas-as-write are not supported with --dbi");
+        Cmd::Record(mut a) => {
+            let tmp = crate::cc::TempDir::new()?;
+            let keep = a.output.is_some() || a.sink.is_none();
+            let output = match &a.sink {
+                Some(s) => {
+                    let out = sink::local_path(a.output.as_deref(), &tmp.path);
+                    let prog = a.cmd.first().map(String::as_str).unwrap_or("program");
+                    sink::start(s, &out, prog, keep, a.quiet)?;
+                    out
                 }
-                let mut code = filter::FilterSpec::default();
-                if let Some(f) = &a.functions {
-                    code.add_list(f, false);
-                }
-                if let Some(f) = &a.files {
-                    code.add_list(f, true);
-                }
-                return dbi::run(dbi::DbiOpts {
-                    output: a.output,
-                    zstd_level: a.zstd_level,
-                    filter: a.dbi_filter,
-                    code,
-                    values: a.values,
-                    roi: a.roi,
-                    stack_depth: a.stack_depth,
-                    order: match a.order.order {
-                        merge::OrderMode::Sync => "sync",
-                        merge::OrderMode::Atomic => "atomic",
-                        merge::OrderMode::None => "none",
-                    },
-                    quiet: a.quiet,
-                    cmd: a.cmd,
-                });
-            }
-            let mut filter = filter::FilterSpec::default();
-            if let Some(f) = &a.functions {
-                filter.add_list(f, false);
-            }
-            if let Some(f) = &a.files {
-                filter.add_list(f, true);
-            }
-            if let Some(p) = &a.filter_file {
-                filter.add_dinamite_json(p)?;
-            }
-            record::run(record::RecordOpts {
-                output: a.output,
-                values: a.values,
-                stack_depth: a.stack_depth,
-                zstd_level: a.zstd_level,
-                roi: a.roi,
-                filter,
-                quiet: a.quiet,
-                env: a.order.env(),
-                trace_calls: a.trace_calls,
-                cmd: a.cmd,
-            })
+                None => a.output.take().unwrap_or_else(|| PathBuf::from("memlens.trace")),
+            };
+            let code = record_cmd(a, output);
+            sink::finish();
+            drop(tmp);
+            code
         }
+        Cmd::Collect { listen, output } => sink::collect(&listen, &output),
         Cmd::Info { fast, format, trace } => {
             inspect::info(&trace, format == Format::Json, !fast).map(|_| 0)
         }
@@ -586,4 +564,62 @@ fn real_main() -> Result<i32> {
             .map(|_| 0)
         }
     }
+}
+
+fn record_cmd(a: RecordArgs, output: PathBuf) -> Result<i32> {
+    if a.dbi && a.trace_calls.is_some() {
+        anyhow::bail!("--trace-calls is not supported with --dbi");
+    }
+    if a.dbi {
+        if a.filter_file.is_some() || a.order.registered_only || a.order.cas_as_write {
+            anyhow::bail!(
+                "--filter-file, --registered-only and --cas-as-write are not supported with --dbi"
+            );
+        }
+        let mut code = filter::FilterSpec::default();
+        if let Some(f) = &a.functions {
+            code.add_list(f, false);
+        }
+        if let Some(f) = &a.files {
+            code.add_list(f, true);
+        }
+        return dbi::run(dbi::DbiOpts {
+            output: output.clone(),
+            zstd_level: a.zstd_level,
+            filter: a.dbi_filter,
+            code,
+            values: a.values,
+            roi: a.roi,
+            stack_depth: a.stack_depth,
+            order: match a.order.order {
+                merge::OrderMode::Sync => "sync",
+                merge::OrderMode::Atomic => "atomic",
+                merge::OrderMode::None => "none",
+            },
+            quiet: a.quiet,
+            cmd: a.cmd,
+        });
+    }
+    let mut filter = filter::FilterSpec::default();
+    if let Some(f) = &a.functions {
+        filter.add_list(f, false);
+    }
+    if let Some(f) = &a.files {
+        filter.add_list(f, true);
+    }
+    if let Some(p) = &a.filter_file {
+        filter.add_dinamite_json(p)?;
+    }
+    record::run(record::RecordOpts {
+        output: output.clone(),
+        values: a.values,
+        stack_depth: a.stack_depth,
+        zstd_level: a.zstd_level,
+        roi: a.roi,
+        filter,
+        quiet: a.quiet,
+        env: a.order.env(),
+        trace_calls: a.trace_calls,
+        cmd: a.cmd,
+    })
 }

@@ -441,6 +441,8 @@ pub(crate) fn report(
 /// The exit code of the child's status — or dies of its signal, so the shell sees
 /// what it would have seen.
 pub(crate) fn die_like(status: std::process::ExitStatus) -> i32 {
+    // the trace is final: the sink sends its last header and end mark first
+    crate::sink::finish();
     if let Some(sig) = status.signal() {
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
