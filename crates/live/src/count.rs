@@ -47,7 +47,8 @@ impl ProbeModule for CountModule {
                 fds.push(target.open_uprobe(p, false, tid, -1, -1, &|a| a.flags = FLAG_INHERIT)?);
             }
         }
-        Ok(Box::new(CountProbe { fds, location: describe(target, &points) }))
+        let location = describe(target, &points);
+        Ok(Box::new(CountProbe { fds, location, points: points.iter().map(|p| p.vaddr).collect() }))
     }
 }
 
@@ -73,6 +74,7 @@ pub(crate) fn describe(target: &Target, points: &[Point]) -> String {
 struct CountProbe {
     fds: Vec<OwnedFd>,
     location: String,
+    points: Vec<u64>,
 }
 
 impl Drop for CountProbe {
@@ -84,6 +86,10 @@ impl Drop for CountProbe {
 impl Probe for CountProbe {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn points(&self) -> Vec<u64> {
+        self.points.clone()
     }
 
     fn values(&self) -> Map<String, Value> {

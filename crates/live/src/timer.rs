@@ -53,7 +53,7 @@ impl ProbeModule for TimerModule {
 
     fn actions(&self) -> Vec<Action> {
         vec![
-            Action { name: "time-function", label: "time this function", spec: "timer:{loc}" },
+            Action { name: "time-function", label: "time this function", spec: "timer:{func}" },
             Action {
                 name: "time-range",
                 label: "start timer here, stop at another line",
@@ -79,6 +79,7 @@ impl ProbeModule for TimerModule {
         let sampler = Sampler::open(target, &points, &[])?;
         Ok(Box::new(TimerProbe {
             location: crate::count::describe(target, &starts),
+            starts: starts.iter().map(|p| p.vaddr).collect(),
             sampler,
             stop,
             stacks: HashMap::new(),
@@ -134,6 +135,7 @@ impl Agg {
 
 struct TimerProbe {
     location: String,
+    starts: Vec<u64>,
     sampler: Sampler,
     stop: Vec<bool>,
     stacks: HashMap<u32, Vec<u64>>,
@@ -143,6 +145,10 @@ struct TimerProbe {
 impl Probe for TimerProbe {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn points(&self) -> Vec<u64> {
+        self.starts.clone()
     }
 
     fn poll(&mut self) {
