@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 const N: u64 = 1000;
 
-fn unsupported() -> bool {
+pub(crate) fn unsupported() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let uprobe = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
