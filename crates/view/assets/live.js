@@ -61,7 +61,8 @@
           dd = v;
         }
         const det = el('details');
-        det.open = true;
+        // System headers start folded: the program's own files are what one probes.
+        det.open = !(parent === $('tree') && label.startsWith('usr'));
         det.append(el('summary', null, label + '/'));
         render(dd, det);
         parent.append(det);
@@ -89,12 +90,12 @@
     const body = el('tbody');
     const head = el('tr');
     head.append(el('th', null, '#'));
+    head.append(el('th', 'src', path));
     for (const c of S.columns) {
-      const th = el('th', null, c.module + ' ' + c.name);
+      const th = el('th', 'm', c.module + ' ' + c.name);
       th.title = c.unit;
       head.append(th);
     }
-    head.append(el('th', null, path));
     body.append(head);
     S.rows = new Map();
     const text = src.text.split('\n');
@@ -105,8 +106,10 @@
       const tr = el('tr');
       tr.dataset.line = String(ln);
       tr.append(el('td', 'n', String(ln)));
+      const code = el('td', 'src', s);
+      code.title = s;
+      tr.append(code);
       for (let k = 0; k < S.columns.length; k++) tr.append(el('td', 'm', ''));
-      tr.append(el('td', 'src', s));
       if (S.lines.has(ln)) {
         tr.classList.add('code');
         const f = S.lines.get(ln);
@@ -360,8 +363,13 @@
   (async () => {
     try {
       setModules(await call({ cmd: 'modules' }));
-      buildTree(await call({ cmd: 'files' }));
+      const files = await call({ cmd: 'files' });
+      buildTree(files);
       await poll();
+      // Open where the first probe is, else the first file outside /usr.
+      const probed = probes().find((p) => p.lines && p.lines.length);
+      const first = probed ? probed.lines[0][0] : files.find((f) => !f.startsWith('/usr/'));
+      if (first) await openFile(first);
       S.ready = true;
       setTimeout(loop, POLL_MS);
     } catch (e) {

@@ -235,7 +235,7 @@ fn live_gui_in_the_browser_inserts_a_count_through_the_menu_and_removes_it() {
     );
     // The `count count` column, wherever the modules put it.
     let col = b.js(
-        "return [...document.querySelectorAll('#code th')].findIndex(t => t.textContent === 'count count') - 1",
+        "return [...document.querySelectorAll('#code th.m')].findIndex(t => t.textContent === 'count count')",
     );
     let col = col.as_i64().unwrap();
     assert!(col >= 0, "no count column");
