@@ -15,7 +15,7 @@ int main(void) {
     fflush(stdout);
     struct timespec ms = {0, 1000000};
     for (long i = 0;; i++) {
-        tick(i);
-        nanosleep(&ms, NULL);
+        tick(i); // @start
+        nanosleep(&ms, NULL); // @stop
     }
 }

@@ -280,6 +280,28 @@ fn live_gui_in_the_browser_inserts_a_count_through_the_menu_and_removes_it() {
         "return document.querySelector(\"#probes .probe[data-id='{id}'] .vals\").textContent"
     ));
     assert_eq!(later, frozen, "a removed probe changed");
+
+    // A two-line action ({start}..{stop}): the start at one line, the stop at the next
+    // right-clicked one; the timer's columns then fill at the start line.
+    let (l1, l2) = (line_of("ticker.c", "start"), line_of("ticker.c", "stop"));
+    let at = |l: u64| menu.replace(&format!("data-line='{line}'"), &format!("data-line='{l}'"));
+    b.js(&at(l1));
+    b.click(&format!("#menu div[data-start='timer:{src}:{l1}..{{stop}}']"));
+    b.js(&at(l2));
+    b.click(&format!("#menu div[data-spec='timer:{src}:{l1}..{src}:{l2}']"));
+    let tcol = b
+        .js("return [...document.querySelectorAll('#code th.m')].findIndex(t => t.textContent === 'timer sum_ns')")
+        .as_i64()
+        .unwrap();
+    poll_js(
+        &b,
+        &format!(
+            "return Number(document.querySelectorAll(\"#code tr[data-line='{l1}'] td.m\")[{tcol}].textContent) > 0"
+        ),
+    );
+    let p = g.probes();
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0]["spec"], format!("timer:{src}:{l1}..{src}:{l2}"));
 }
 
 /// examples/probe-module built as its own crate, into the test's target directory.
