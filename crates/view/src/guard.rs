@@ -83,7 +83,7 @@ async fn check_host(State(s): State<Arc<Guard>>, req: Request, next: Next) -> Re
     if !host_ok || !origin_ok {
         return (
             StatusCode::FORBIDDEN,
-            "memlens view: wrong Host or Origin (open the URL memlens printed)\n",
+            "memlens: wrong Host or Origin (open the URL memlens printed)\n",
         )
             .into_response();
     }
@@ -96,7 +96,7 @@ async fn check_token(State(s): State<Arc<Guard>>, req: Request, next: Next) -> R
         q.split('&').any(|kv| kv.strip_prefix("token=").is_some_and(|t| ct_eq(t, &s.token)))
     });
     if !ok {
-        return (StatusCode::FORBIDDEN, "memlens view: missing or wrong token\n").into_response();
+        return (StatusCode::FORBIDDEN, "memlens: missing or wrong token\n").into_response();
     }
     next.run(req).await
 }
