@@ -36,8 +36,8 @@ best() { # the fastest of 3 runs of "$@", in ns
     echo "$m"
 }
 base=$(best "$dir/empty" "$calls")
-count=$(best "$memlens" live --probe count:empty -- "$dir/empty" "$calls")
-timer=$(best "$memlens" live --probe timer:empty --json-stream "$dir/s.jsonl" -- "$dir/empty" "$calls")
+count=$(best "$memlens" live --no-gui --probe count:empty -- "$dir/empty" "$calls")
+timer=$(best "$memlens" live --no-gui --probe timer:empty --json-stream "$dir/s.jsonl" -- "$dir/empty" "$calls")
 lost=$(tail -1 "$dir/s.jsonl" | grep -o '"lost":[0-9]*' || true)
 echo "calls: $calls ($(nproc) CPUs, kernel $(uname -r))"
 echo "no probe:     $((base / calls)) ns/call"

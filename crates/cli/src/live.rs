@@ -26,6 +26,19 @@ pub struct LiveArgs {
     /// --every, and a final one when the target exits or on Ctrl-C.
     #[arg(long, value_name = "FILE|-")]
     json_stream: Option<String>,
+    /// Port of the GUI on 127.0.0.1 (0: a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Open the GUI in a browser (otherwise its URL is only printed).
+    #[arg(long)]
+    open: bool,
+    /// Do not serve the GUI.
+    #[arg(long, conflicts_with_all = ["open", "port"])]
+    no_gui: bool,
+    /// Load an out-of-tree probe module (a shared library, examples/probe-module)
+    /// (repeatable).
+    #[arg(long = "module-path", value_name = "PATH")]
+    module_paths: Vec<std::path::PathBuf>,
     /// Snapshot period (250ms, 1s, 0.5s).
     #[arg(long, default_value = "250ms", value_parser = parse_duration)]
     every: Duration,
@@ -103,7 +116,11 @@ fn stream(spec: &Option<String>) -> Result<Option<Box<dyn Write + Send>>> {
 }
 
 pub fn live(a: LiveArgs) -> Result<i32> {
-    let modules = Modules::init(memlens_live::builtin_modules());
+    let mut list = memlens_live::builtin_modules();
+    for p in &a.module_paths {
+        list.push(memlens_live::load_module(p)?);
+    }
+    let modules = Modules::init(list);
     if let Err(why) = modules.any_available() {
         bail!("no probe module is usable: {why}");
     }
@@ -124,6 +141,7 @@ pub fn live(a: LiveArgs) -> Result<i32> {
             for spec in &a.probes {
                 c.add(spec)?;
             }
+            let _gui = gui(&a, &c)?;
             eprintln!(
                 "memlens: live: attached to PID {pid}, control socket {}; Ctrl-C removes the probes",
                 c.socket().display()
@@ -165,8 +183,12 @@ pub fn live(a: LiveArgs) -> Result<i32> {
                 }
                 Ok(c)
             })();
+            let started = started.map_err(anyhow::Error::from).and_then(|c| {
+                let g = gui(&a, &c)?;
+                Ok((c, g))
+            });
             match started {
-                Ok(c) => {
+                Ok((c, _gui)) => {
                     eprintln!(
                         "memlens: live: launched PID {}, control socket {}",
                         held.pid,
@@ -184,9 +206,53 @@ pub fn live(a: LiveArgs) -> Result<i32> {
                 Err(e) => {
                     // The program never ran: it is still held before exec.
                     held.abort();
-                    Err(e.into())
+                    Err(e)
                 }
             }
+        }
+    }
+}
+
+/// Serves the GUI on a thread of its own (it asks the collector through a
+/// [`memlens_live::Handle`]) and prints its URL; with `--open`, starts a browser on
+/// it. The returned launcher page lives as long as the collector.
+fn gui(a: &LiveArgs, c: &Collector) -> Result<Option<crate::view::Launcher>> {
+    if a.no_gui {
+        return Ok(None);
+    }
+    let h = c.handle();
+    let backend: memlens_view::LiveBackend = std::sync::Arc::new(move |req| h.call(req));
+    let opts = memlens_view::ServeOptions { port: a.port, ..Default::default() };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx2 = tx.clone();
+    std::thread::Builder::new()
+        .name("memlens-gui".into())
+        .spawn(move || {
+            let r = memlens_view::serve_live(backend, opts, |url| {
+                let _ = tx.send(Ok(url.to_owned()));
+            });
+            if let Err(e) = r {
+                let _ = tx2.send(Err(e));
+            }
+        })
+        .context("cannot start the GUI thread")?;
+    let url = match rx.recv() {
+        Ok(Ok(url)) => url,
+        Ok(Err(e)) => return Err(e).context("cannot serve the GUI (--no-gui runs without it)"),
+        Err(_) => bail!("the GUI server stopped before it listened"),
+    };
+    eprintln!("memlens: live: GUI {url}");
+    if !a.open {
+        return Ok(None);
+    }
+    match crate::view::Launcher::write(&url) {
+        Ok(l) => {
+            crate::view::open_browser(&l.file);
+            Ok(Some(l))
+        }
+        Err(e) => {
+            eprintln!("memlens: {e:#}; open the URL above");
+            Ok(None)
         }
     }
 }

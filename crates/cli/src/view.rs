@@ -102,13 +102,13 @@ fn dwarf_sources(modules: &[memlens_format::Module]) -> HashSet<String> {
 /// every user in /proc/PID/cmdline. The browser gets the path of a 0600 file in a
 /// fresh 0700 directory instead, a page that redirects to the URL; both go when
 /// the server stops.
-struct Launcher {
+pub(crate) struct Launcher {
     dir: PathBuf,
-    file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 impl Launcher {
-    fn write(url: &str) -> Result<Launcher> {
+    pub(crate) fn write(url: &str) -> Result<Launcher> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         // The URL is ours (http://127.0.0.1:PORT/?token=HEX): nothing in it to escape.
         anyhow::ensure!(
@@ -164,7 +164,7 @@ impl Drop for Launcher {
 }
 
 /// Starts the desktop's browser on `page`, if there is one; the URL is printed either way.
-fn open_browser(page: &std::path::Path) {
+pub(crate) fn open_browser(page: &std::path::Path) {
     for b in ["xdg-open", "chromium", "google-chrome", "firefox"] {
         let spawned = std::process::Command::new(b)
             .arg(page)

@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -34,7 +35,33 @@ struct Entry {
     spec: String,
     module: String,
     probe: Box<dyn Probe>,
+    /// Source lines of its points, for the GUI.
+    lines: Vec<(String, u64)>,
 }
+
+/// A request and where its answer goes.
+type Call = (Value, mpsc::Sender<Value>);
+
+/// Sends requests to a running collector from another thread (the GUI server): the
+/// same requests and answers as the control socket, without the socket.
+#[derive(Clone)]
+pub struct Handle(mpsc::Sender<Call>);
+
+impl Handle {
+    /// Answers `req` (`{"cmd": ...}`) with `{"ok": true, "result": ...}` or
+    /// `{"ok": false, "error": "..."}`; the collector takes it within a few ms.
+    pub fn call(&self, req: Value) -> Value {
+        let (tx, rx) = mpsc::channel();
+        let gone = || json!({"ok": false, "error": "the collector has stopped"});
+        if self.0.send((req, tx)).is_err() {
+            return gone();
+        }
+        rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| gone())
+    }
+}
+
+/// Largest source file the GUI is sent.
+const MAX_SOURCE: u64 = 16 << 20;
 
 /// One collector per target.
 pub struct Collector {
@@ -48,6 +75,9 @@ pub struct Collector {
     opts: Options,
     /// Probes being removed: closing their kernel events takes a grace period each.
     closing: Vec<std::thread::JoinHandle<()>>,
+    calls: (mpsc::Sender<Call>, mpsc::Receiver<Call>),
+    /// The binary's source files (from DWARF), read on first use.
+    files: Option<Vec<String>>,
 }
 
 impl Collector {
@@ -64,7 +94,14 @@ impl Collector {
             started: Instant::now(),
             opts,
             closing: Vec::new(),
+            calls: mpsc::channel(),
+            files: None,
         })
+    }
+
+    /// A handle to send requests from another thread while [`Collector::run`] runs.
+    pub fn handle(&self) -> Handle {
+        Handle(self.calls.0.clone())
     }
 
     /// The control socket's path.
@@ -79,7 +116,12 @@ impl Collector {
         let probe = module.create(&self.target, args)?;
         let id = self.next_id;
         self.next_id += 1;
-        self.probes.insert(id, Entry { spec: spec.to_owned(), module: name.to_owned(), probe });
+        let b = self.target.binary();
+        let mut lines: Vec<(String, u64)> =
+            probe.points().iter().filter_map(|&a| b.line_of(a)).collect();
+        lines.dedup();
+        self.probes
+            .insert(id, Entry { spec: spec.to_owned(), module: name.to_owned(), probe, lines });
         Ok(id)
     }
 
@@ -164,7 +206,54 @@ impl Collector {
                 "pid": self.target.pid(),
                 "exe": self.target.binary().path().display().to_string(),
             })),
+            Some("state") => Ok(self.state()),
+            Some("files") => Ok(self.source_files().clone().into()),
+            Some("source") => self.source(req["file"].as_str().unwrap_or("")),
             _ => Err(Error::Spec(format!("unknown request {req}"))),
+        }
+    }
+
+    /// What the GUI polls: the probes with their values and source lines.
+    fn state(&mut self) -> Value {
+        let mut probes = self.list();
+        for (row, e) in probes.as_array_mut().into_iter().flatten().zip(self.probes.values()) {
+            row["lines"] = e.lines.iter().map(|(f, l)| json!([f, l])).collect();
+        }
+        json!({
+            "pid": self.target.pid(),
+            "exe": self.target.binary().path().display().to_string(),
+            "time_ms": self.started.elapsed().as_millis() as u64,
+            "probes": probes,
+        })
+    }
+
+    fn source_files(&mut self) -> &Vec<String> {
+        let b = self.target.binary();
+        self.files.get_or_insert_with(|| b.source_files())
+    }
+
+    /// The text of a source file the DWARF names (no other file), and its lines
+    /// with code, each with its function.
+    fn source(&mut self, file: &str) -> Result<Value> {
+        if !self.source_files().iter().any(|f| f == file) {
+            return Err(Error::Spec(format!("{file}: not a source file of this program")));
+        }
+        let unreadable = |why: String| Error::Target(format!("cannot read {file}: {why}"));
+        // stat first: opening a FIFO named like a source file would block.
+        let md = std::fs::metadata(file).map_err(|e| unreadable(e.to_string()))?;
+        if !md.is_file() || md.len() > MAX_SOURCE {
+            return Err(unreadable("not a regular file of at most 16 MiB".into()));
+        }
+        let text = std::fs::read(file).map_err(|e| unreadable(e.to_string()))?;
+        let lines: Vec<Value> =
+            self.target.binary().code_lines(file).into_iter().map(|(l, f)| json!([l, f])).collect();
+        Ok(json!({"file": file, "text": String::from_utf8_lossy(&text), "lines": lines}))
+    }
+
+    fn reply(&mut self, req: &Value) -> Value {
+        match self.answer(req) {
+            Ok(v) => json!({"ok": true, "result": v}),
+            Err(e) => json!({"ok": false, "error": e.to_string()}),
         }
     }
 
@@ -180,10 +269,7 @@ impl Collector {
                 let mut line = String::new();
                 let _ = BufReader::new((&s).take(1 << 16)).read_line(&mut line);
                 match serde_json::from_str::<Value>(&line) {
-                    Ok(req) => match self.answer(&req) {
-                        Ok(v) => json!({"ok": true, "result": v}),
-                        Err(e) => json!({"ok": false, "error": e.to_string()}),
-                    },
+                    Ok(req) => self.reply(&req),
                     Err(_) => json!({"ok": false, "error": "a request must be one JSON line"}),
                 }
             }
@@ -222,6 +308,9 @@ impl Collector {
             }
             while let Ok((s, _)) = self.listener.accept() {
                 self.serve(s);
+            }
+            while let Ok((req, tx)) = self.calls.1.try_recv() {
+                let _ = tx.send(self.reply(&req));
             }
             if Instant::now() >= next {
                 self.emit(None);

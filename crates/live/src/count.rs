@@ -59,7 +59,8 @@ impl ProbeModule for CountModule {
                 fds.push(target.open_uprobe(p, false, tid, -1, -1, &|a| a.flags = FLAG_INHERIT)?);
             }
         }
-        Ok(Box::new(CountProbe { fds, location: describe(target, &points) }))
+        let location = describe(target, &points);
+        Ok(Box::new(CountProbe { fds, location, points: points.iter().map(|p| p.vaddr).collect() }))
     }
 }
 
@@ -85,6 +86,7 @@ pub(crate) fn describe(target: &Target, points: &[Point]) -> String {
 struct CountProbe {
     fds: Vec<OwnedFd>,
     location: String,
+    points: Vec<u64>,
 }
 
 impl Drop for CountProbe {
@@ -96,6 +98,10 @@ impl Drop for CountProbe {
 impl Probe for CountProbe {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn points(&self) -> Vec<u64> {
+        self.points.clone()
     }
 
     fn values(&self) -> Map<String, Value> {

@@ -20,6 +20,7 @@
 pub mod client;
 mod collector;
 mod count;
+mod dylib;
 mod error;
 pub mod inproc;
 mod locate;
@@ -32,7 +33,8 @@ pub mod sock;
 mod target;
 mod timer;
 
-pub use collector::{Collector, Options};
+pub use collector::{Collector, Handle, Options};
+pub use dylib::{load_module, ABI_VERSION};
 pub use error::{Error, Result};
 pub use locate::{Binary, Point};
 pub use module::{builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule};

@@ -188,6 +188,26 @@ impl Binary {
         self.symbols.functions().iter().any(|f| &*f.name == "memlens_register_thread")
     }
 
+    /// Every source file the DWARF names (the only files the GUI shows).
+    pub fn source_files(&self) -> Vec<String> {
+        self.symbols.source_files().unwrap_or_default()
+    }
+
+    /// The lines of `file` (a name from [`Binary::source_files`]) that have code, each
+    /// with the function holding its first address.
+    pub fn code_lines(&self, file: &str) -> Vec<(u64, Option<String>)> {
+        let lines = self.symbols.code_lines(file).unwrap_or_default();
+        lines.into_iter().map(|(l, pc)| (l, self.function_at(pc.0))).collect()
+    }
+
+    /// The source file and line of the instruction at `vaddr`.
+    pub fn line_of(&self, vaddr: u64) -> Option<(String, u64)> {
+        // frames() looks up a return address, one byte before.
+        let loc = self.symbols.frames(Pc(vaddr + 1));
+        let f = loc.frames.first()?;
+        Some((f.file.as_deref()?.to_owned(), u64::from(f.line?)))
+    }
+
     /// The function containing `vaddr`, for display.
     pub fn function_at(&self, vaddr: u64) -> Option<String> {
         self.symbols.function_symbol(Pc(vaddr + 1)).map(|f| f.name.to_string())

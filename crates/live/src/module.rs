@@ -26,7 +26,8 @@ pub struct Action {
     pub name: &'static str,
     /// What a menu shows.
     pub label: &'static str,
-    /// The SPEC it produces, with `{loc}` for the location.
+    /// The SPEC it produces: `{loc}` stands for a line (`FILE:LINE`) or a function,
+    /// `{func}` for a function only, `{start}` and `{stop}` for two lines.
     pub spec: &'static str,
 }
 
@@ -63,6 +64,10 @@ pub trait Probe: Send {
     fn poll(&mut self) {}
     /// The thread-summed values, keyed by column name.
     fn values(&self) -> Map<String, Value>;
+    /// The ELF addresses it probes (the GUI shows its values at their source lines).
+    fn points(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// The built-in modules, in the order `memlens probe modules` lists them.

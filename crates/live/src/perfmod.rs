@@ -76,7 +76,7 @@ impl ProbeModule for PerfModule {
         vec![Action {
             name: "perf-function",
             label: "read counters at entry and return",
-            spec: "perf:{loc}:task-clock,page-faults",
+            spec: "perf:{func}:task-clock,page-faults",
         }]
     }
 
@@ -110,6 +110,7 @@ impl ProbeModule for PerfModule {
         let sampler = Sampler::open(target, &points, &counters)?;
         Ok(Box::new(PerfProbe {
             location: crate::count::describe(target, &starts),
+            starts: starts.iter().map(|p| p.vaddr).collect(),
             names: counters.iter().map(|c| c.2.to_owned()).collect(),
             npoints: points.len(),
             sampler,
@@ -124,6 +125,7 @@ impl ProbeModule for PerfModule {
 
 struct PerfProbe {
     location: String,
+    starts: Vec<u64>,
     names: Vec<String>,
     npoints: usize,
     sampler: Sampler,
@@ -138,6 +140,10 @@ struct PerfProbe {
 impl Probe for PerfProbe {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn points(&self) -> Vec<u64> {
+        self.starts.clone()
     }
 
     fn poll(&mut self) {

@@ -16,10 +16,24 @@ use crate::{Error, Result};
 #[derive(Default)]
 pub struct TimerModule;
 
+/// `START..STOP`, split at the `..` that ends a `FILE:LINE` when there is one (a path
+/// may hold `..` itself), else at the first.
+fn split_range(args: &str) -> Option<(&str, &str)> {
+    let after_line = args.match_indices("..").map(|(i, _)| i).find(|&i| {
+        args[..i]
+            .rsplit_once(':')
+            .is_some_and(|(_, l)| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+    });
+    let i = after_line.or_else(|| args.find(".."))?;
+    Some((&args[..i], &args[i + 2..]))
+}
+
 /// A location pair: (start points, stop points as (point, return probe)).
 pub(crate) fn start_stop(target: &Target, args: &str) -> Result<Vec<(Point, bool, bool)>> {
     let b = target.binary();
-    if let Some((a, z)) = args.split_once("..").filter(|_| !args.starts_with('/')) {
+    // A /REGEX/ may hold `..`; an absolute FILE:LINE (what the GUI sends) starts with / too.
+    let regex = args.len() >= 2 && args.starts_with('/') && args.ends_with('/');
+    if let Some((a, z)) = split_range(args).filter(|_| !regex) {
         let mut v: Vec<(Point, bool, bool)> =
             b.resolve(a)?.into_iter().map(|p| (p, false, false)).collect();
         v.extend(b.resolve(z)?.into_iter().map(|p| (p, false, true)));
@@ -58,7 +72,7 @@ impl ProbeModule for TimerModule {
 
     fn actions(&self) -> Vec<Action> {
         vec![
-            Action { name: "time-function", label: "time this function", spec: "timer:{loc}" },
+            Action { name: "time-function", label: "time this function", spec: "timer:{func}" },
             Action {
                 name: "time-range",
                 label: "start timer here, stop at another line",
@@ -92,6 +106,7 @@ impl ProbeModule for TimerModule {
         let sampler = Sampler::open(target, &points, &[])?;
         Ok(Box::new(TimerProbe {
             location: crate::count::describe(target, &starts),
+            starts: starts.iter().map(|p| p.vaddr).collect(),
             sampler,
             stop,
             stacks: HashMap::new(),
@@ -147,6 +162,7 @@ impl Agg {
 
 struct TimerProbe {
     location: String,
+    starts: Vec<u64>,
     sampler: Sampler,
     stop: Vec<bool>,
     stacks: HashMap<u32, Vec<u64>>,
@@ -156,6 +172,10 @@ struct TimerProbe {
 impl Probe for TimerProbe {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn points(&self) -> Vec<u64> {
+        self.starts.clone()
     }
 
     fn poll(&mut self) {
@@ -176,5 +196,19 @@ impl Probe for TimerProbe {
         self.agg.to_json(&mut m);
         m.insert("lost".into(), self.sampler.lost.into());
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_range;
+
+    #[test]
+    fn ranges_split_after_the_start_line() {
+        assert_eq!(split_range("p.c:4..p.c:9"), Some(("p.c:4", "p.c:9")));
+        assert_eq!(split_range("/a/p.c:4../a/p.c:9"), Some(("/a/p.c:4", "/a/p.c:9")));
+        assert_eq!(split_range("/a/../p.c:4../a/../p.c:9"), Some(("/a/../p.c:4", "/a/../p.c:9")));
+        assert_eq!(split_range("f..g"), Some(("f", "g")));
+        assert_eq!(split_range("work"), None);
     }
 }

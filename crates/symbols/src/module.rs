@@ -473,6 +473,40 @@ impl ModuleSymbols {
         Ok(out)
     }
 
+    /// Every line of the files matching `pattern` that has code, with the first
+    /// address where execution enters it (the live GUI marks these lines as
+    /// instrumentable). Sorted by line; empty without DWARF.
+    pub fn code_lines(&self, pattern: &str) -> Result<Vec<(u64, Pc)>, Error> {
+        let Some(units) = self.units()? else { return Ok(Vec::new()) };
+        let mut first: HashMap<u64, u64> = HashMap::new();
+        for (uid, unit) in units.units.iter().enumerate() {
+            let Some(program) = unit.line_program.clone() else { continue };
+            let mut matches: HashMap<u64, bool> = HashMap::new();
+            let mut rows = program.rows();
+            while let Some((header, row)) = rows
+                .next_row()
+                .map_err(|source| Error::Dwarf { path: self.dwarf_path.clone(), source })?
+            {
+                let line = row.line().map_or(0, |l| l.get());
+                if row.end_sequence() || line == 0 {
+                    continue;
+                }
+                let m = *matches.entry(row.file_index()).or_insert_with(|| {
+                    row.file(header)
+                        .and_then(|f| units.file_path(uid, header, f))
+                        .is_some_and(|p: String| path_glob_match(pattern, &p))
+                });
+                if m {
+                    let a = row.address() + self.module.bias;
+                    first.entry(line).and_modify(|v| *v = (*v).min(a)).or_insert(a);
+                }
+            }
+        }
+        let mut out: Vec<(u64, Pc)> = first.into_iter().map(|(l, a)| (l, Pc(a))).collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
     /// Every source file the DWARF line tables name, as [`Self::frames`] spells it
     /// (sorted, deduplicated). Empty without DWARF. The viewer serves only these.
     pub fn source_files(&self) -> Result<Vec<String>, Error> {

@@ -23,12 +23,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod guard;
 mod index;
+mod live;
 mod place;
 mod serve;
 mod store;
 
 pub use index::{annotation_path, BuildOptions};
+pub use live::{serve_live, LiveBackend};
 pub use place::build;
 pub use serve::{serve, ServeOptions};
 pub use store::{Index, PcWindow, TileFields, WindowSums};

@@ -1,12 +1,12 @@
 //! The web app: static assets and a JSON/binary API over an [`Index`], on 127.0.0.1
 //! behind a random token.
 
+use crate::guard::{asset, Guard};
 use crate::{Error, Index, TileFields, CELL_BYTES};
 use axum::body::Body;
 use axum::body::Bytes;
-use axum::extract::{Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -31,12 +31,6 @@ const MAX_SOURCE: u64 = 16 << 20;
 /// Answers go out in pieces of this size, so a slow reader holds at most a few.
 const PIECE: usize = 64 << 10;
 
-/// Sent with every answer: no script but ours (no inline script, no eval), no
-/// connection elsewhere, no framing, no type sniffing, no referrer.
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
-    connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; \
-    frame-ancestors 'none'";
-
 /// How to serve.
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
@@ -55,29 +49,15 @@ struct AppState {
     token: String,
     files: HashSet<String>,
     meta: Bytes,
-    port: u16,
     heavy: Arc<Semaphore>,
 }
 
 type Params = Query<HashMap<String, String>>;
 
-fn random_token() -> Result<String, Error> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).map_err(|e| Error::Io(format!("no randomness for the token: {e}")))?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
 /// Serves `index` until the process is interrupted. `ready` gets the URL (with
 /// the token) once the socket listens.
 pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result<(), Error> {
-    let token = match opts.token {
-        Some(t) => t,
-        None => random_token()?,
-    };
-    // The token goes into the page's HTML: only hex digits may.
-    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Error::Config("the token must be hex digits".into()));
-    }
+    let token = crate::guard::token(opts.token)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -93,7 +73,6 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             index,
             token: token.clone(),
             files: opts.sources,
-            port: addr.port(),
             heavy: Arc::new(Semaphore::new(HEAVY)),
         });
         let app = Router::new()
@@ -105,10 +84,8 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .route("/api/flame", get(flame))
             .route("/api/range", get(range))
             .route("/api/source", get(source))
-            .layer(middleware::from_fn_with_state(state.clone(), check_token))
-            .layer(middleware::from_fn_with_state(state.clone(), check_host))
-            .layer(middleware::map_response(secure_headers))
             .with_state(state);
+        let app = Guard::new(token.clone(), addr.port()).protect(app);
         ready(&format!("http://{addr}/?token={token}"));
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
@@ -117,63 +94,6 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .await
             .map_err(|e| Error::Io(format!("server failed: {e}")))
     })
-}
-
-async fn secure_headers(mut r: Response) -> Response {
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    r
-}
-
-/// `Host` (and `Origin`, when sent) must name this server as 127.0.0.1:PORT or
-/// localhost:PORT: a page whose DNS name was rebound to 127.0.0.1 sends its own.
-async fn check_host(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let ok_host = |h: &str| {
-        let (name, port) = match h.rsplit_once(':') {
-            Some((n, p)) => (n, p.parse::<u16>().ok()),
-            None => (h, Some(80)),
-        };
-        port == Some(s.port) && (name == "127.0.0.1" || name.eq_ignore_ascii_case("localhost"))
-    };
-    let hd = req.headers();
-    let host = hd.get(header::HOST).and_then(|v| v.to_str().ok());
-    let host_ok =
-        host.is_some_and(ok_host) && req.uri().authority().is_none_or(|a| ok_host(a.as_str()));
-    let origin_ok = hd
-        .get_all(header::ORIGIN)
-        .iter()
-        .all(|o| o.to_str().ok().and_then(|o| o.strip_prefix("http://")).is_some_and(ok_host));
-    if !host_ok || !origin_ok {
-        return (
-            StatusCode::FORBIDDEN,
-            "memlens view: wrong Host or Origin (open the URL memlens printed)\n",
-        )
-            .into_response();
-    }
-    next.run(req).await
-}
-
-/// Every request carries `?token=`; anything else is 403.
-async fn check_token(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let ok = req.uri().query().is_some_and(|q| {
-        q.split('&').any(|kv| kv.strip_prefix("token=").is_some_and(|t| ct_eq(t, &s.token)))
-    });
-    if !ok {
-        return (StatusCode::FORBIDDEN, "memlens view: missing or wrong token\n").into_response();
-    }
-    next.run(req).await
-}
-
-/// Compares without an early exit on the first differing byte.
-fn ct_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn asset(body: &'static str, ty: &'static str) -> Response {
-    ([(header::CONTENT_TYPE, ty), (header::CACHE_CONTROL, "no-store")], body).into_response()
 }
 
 /// The page, with the token (hex digits, checked at start) in its asset URLs: no

@@ -15,6 +15,7 @@ mod export;
 mod fidelity;
 mod limits;
 mod live;
+mod live_gui;
 mod live_pads;
 mod live_probes;
 mod names;

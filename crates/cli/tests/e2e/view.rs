@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// One HTTP/1.1 request with `Connection: close`; returns (status, body).
-fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Vec<u8>) {
+pub(crate) fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Vec<u8>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
@@ -91,14 +91,14 @@ fn base64_decode(s: &str) -> Vec<u8> {
 }
 
 /// A chromedriver session.
-struct Browser {
+pub(crate) struct Browser {
     port: u16,
     session: String,
     driver: Child,
 }
 
 impl Browser {
-    fn start() -> Browser {
+    pub(crate) fn start() -> Browser {
         let port = free_port();
         let mut driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -128,7 +128,7 @@ impl Browser {
         b
     }
 
-    fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+    pub(crate) fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let p = format!("/session/{}{path}", self.session);
         let (st, b) = http(self.port, method, &p, body.as_ref());
         let v: Value = serde_json::from_slice(&b).unwrap();
@@ -136,7 +136,7 @@ impl Browser {
         v["value"].clone()
     }
 
-    fn js(&self, script: &str) -> Value {
+    pub(crate) fn js(&self, script: &str) -> Value {
         self.cmd("POST", "/execute/sync", Some(json!({"script": script, "args": []})))
     }
 
@@ -145,7 +145,7 @@ impl Browser {
         self.cmd("POST", "/execute/async", Some(json!({"script": script, "args": []})))
     }
 
-    fn click(&self, css: &str) {
+    pub(crate) fn click(&self, css: &str) {
         let e = self.cmd("POST", "/element", Some(json!({"using": "css selector", "value": css})));
         let id = e.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
         self.cmd("POST", &format!("/element/{id}/click"), Some(json!({})));
@@ -181,7 +181,7 @@ fn browser_trace(name: &str, src: &str) -> Option<(PathBuf, PathBuf)> {
     Some((dir, trace))
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -200,7 +200,7 @@ fn have(cmd: &str) -> bool {
 }
 
 /// Whether the browser tests can run here (in CI they must).
-fn browser_available() -> bool {
+pub(crate) fn browser_available() -> bool {
     if have("chromium") && have("chromedriver") {
         return true;
     }

@@ -1,0 +1,87 @@
+//! `memlens live`'s GUI: a live source browser served on 127.0.0.1 behind a token,
+//! under the same rules as `memlens view` ([`crate::guard`]). The page knows nothing
+//! of any probe module: it shows the actions and data columns each module registers
+//! (`{"cmd":"modules"}`), and every request goes to the collector as it is.
+
+use crate::guard::{asset, Guard};
+use crate::{Error, ServeOptions};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const LIVE_HTML: &str = include_str!("../assets/live.html");
+const LIVE_JS: &str = include_str!("../assets/live.js");
+const LIVE_CSS: &str = include_str!("../assets/live.css");
+
+/// Answers one collector request (`{"cmd": ...}`) with `{"ok": ..., "result"|"error"}`.
+/// Called off the async workers: it may block for the time the collector takes.
+pub type LiveBackend = Arc<dyn Fn(Value) -> Value + Send + Sync>;
+
+/// The requests the page may make: reading state and source, inserting and removing
+/// probes.
+const ALLOWED: [&str; 6] = ["state", "modules", "files", "source", "add", "rm"];
+
+struct Live {
+    backend: LiveBackend,
+    token: String,
+}
+
+/// Serves the live GUI until the process ends. `ready` gets the URL (with the token)
+/// once the socket listens. Only `opts.port` and `opts.token` are used.
+pub fn serve_live(
+    backend: LiveBackend,
+    opts: ServeOptions,
+    ready: impl FnOnce(&str),
+) -> Result<(), Error> {
+    let token = crate::guard::token(opts.token)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io(format!("cannot start the server runtime: {e}")))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
+            .await
+            .map_err(|e| Error::Io(format!("cannot listen on 127.0.0.1:{}: {e}", opts.port)))?;
+        let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+        let state = Arc::new(Live { backend, token: token.clone() });
+        let app = Router::new()
+            .route("/", get(page))
+            .route("/live.js", get(|| async { asset(LIVE_JS, "text/javascript") }))
+            .route("/live.css", get(|| async { asset(LIVE_CSS, "text/css") }))
+            .route("/api/call", post(call))
+            .with_state(state);
+        let app = Guard::new(token.clone(), addr.port()).protect(app);
+        ready(&format!("http://{addr}/?token={token}"));
+        axum::serve(listener, app).await.map_err(|e| Error::Io(format!("server failed: {e}")))
+    })
+}
+
+/// The page, with the token (hex digits, checked at start) in its asset URLs.
+async fn page(State(s): State<Arc<Live>>) -> Response {
+    let html = LIVE_HTML.replace("__TOKEN__", &s.token);
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
+        html,
+    )
+        .into_response()
+}
+
+async fn call(State(s): State<Arc<Live>>, Json(req): Json<Value>) -> Response {
+    let cmd = req["cmd"].as_str().unwrap_or("");
+    if !ALLOWED.contains(&cmd) {
+        let msg = format!("unknown request `{cmd}` (one of {})", ALLOWED.join(", "));
+        return (StatusCode::BAD_REQUEST, Json(json!({"ok": false, "error": msg}))).into_response();
+    }
+    let backend = s.backend.clone();
+    match tokio::task::spawn_blocking(move || backend(req)).await {
+        Ok(v) => ([(header::CACHE_CONTROL, "no-store")], Json(v)).into_response(),
+        Err(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "memlens live: request failed\n").into_response()
+        }
+    }
+}
