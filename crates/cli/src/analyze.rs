@@ -1,6 +1,5 @@
 //! `memlens analyze KERNEL`: run one of the analysis kernels over a trace.
 
-use crate::names::Names;
 use anyhow::{bail, Context, Result};
 use memlens_analysis::cachesim::{CacheConfig, CacheSim};
 use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
@@ -11,6 +10,7 @@ use memlens_analysis::sharing::Sharing;
 use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
 use memlens_analysis::{counts::Counts, Filter, Kernel, Render, RenderOpts, WindowBasis};
 use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
+use memlens_names::Names;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -326,7 +326,7 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     }
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
-    let namer = crate::vars::TraceNamer::lazy(&r, &names);
+    let namer = memlens_names::TraceNamer::lazy(&r, &names);
     let filter = build_filter(&names, &r, &o)?;
     let opts = render_opts(&o);
     let table = match o.kernel.as_str() {

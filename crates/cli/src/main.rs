@@ -11,12 +11,10 @@ mod follow;
 mod inspect;
 mod live;
 mod merge;
-mod names;
 mod record;
 mod runtime;
 mod rust;
 mod stubs;
-mod vars;
 mod view;
 
 use anyhow::Result;

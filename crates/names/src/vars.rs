@@ -1,16 +1,31 @@
-//! Naming every access after its variable, field, heap block or mapping.
+//! Naming every access after its variable, field, heap block or mapping, for the
+//! commands: `report --by variable`, `info`, and the [`Namer`]s of `analyze`, `view`
+//! and `export`.
 
-use crate::names::Names;
-use anyhow::Result;
+use crate::code::Names;
+use crate::{Attributor, Error, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
 use memlens_analysis::{CodeName, DataName, Namer};
 use memlens_format::{Addr, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Builds the heap index: a pass over the chunks that hold allocations or frees.
-pub fn heap_index(r: &TraceReader) -> Result<HeapIndex> {
-    Ok(HeapIndex::from_trace(r)?)
+pub fn heap_index(r: &TraceReader) -> Result<HeapIndex, Error> {
+    HeapIndex::from_trace(r)
+}
+
+/// Code names through DWARF; data addresses are not needed by any export.
+pub struct CodeNamer<'a>(pub &'a Names);
+
+impl Namer for CodeNamer<'_> {
+    fn code(&self, pc: Pc) -> CodeName {
+        let c = self.0.code(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
+    fn data(&self, _addr: Addr) -> Option<DataName> {
+        None
+    }
 }
 
 /// Names for kernels' results (`analyze`, `view`): code via DWARF, data via the
@@ -25,7 +40,7 @@ pub struct TraceNamer<'a> {
 
 impl<'a> TraceNamer<'a> {
     /// A namer for trace `r`, its heap index read now.
-    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self> {
+    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self, Error> {
         Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: None })
     }
 
@@ -62,7 +77,7 @@ impl Namer for TraceNamer<'_> {
 }
 
 /// An attributor for a trace, naming heap sites by their source line.
-pub fn attributor<'a>(r: &TraceReader, names: &'a Names) -> Result<Attributor<'a>> {
+pub fn attributor<'a>(r: &TraceReader, names: &'a Names) -> Result<Attributor<'a>, Error> {
     let heap = heap_index(r)?;
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let mut a = Attributor::new(names.symbolizer(), heap, maps);
@@ -105,15 +120,15 @@ fn site_name(names: &Names, pc: Pc) -> String {
 /// Names every access of the trace, chunk-parallel on every core or serially,
 /// whichever is faster for the trace (see `attribute_trace_auto`; both give the
 /// same result). `MEMLENS_NAMES_PARALLEL=0` or `=1` forces one.
-pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<VarReport> {
+pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<VarReport, Error> {
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let namer = |pc: Pc| site_name(names, pc);
     let n = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sym = names.symbolizer();
     let att = match std::env::var("MEMLENS_NAMES_PARALLEL").as_deref() {
-        Ok("0") => memlens_names::attribute_trace_serial(r, sym, maps, &namer, g)?,
-        Ok("1") => memlens_names::attribute_trace(r, sym, maps, &namer, n, g)?,
-        _ => memlens_names::attribute_trace_auto(r, sym, maps, &namer, n, g)?,
+        Ok("0") => crate::attribute_trace_serial(r, sym, maps, &namer, g)?,
+        Ok("1") => crate::attribute_trace(r, sym, maps, &namer, n, g)?,
+        _ => crate::attribute_trace_auto(r, sym, maps, &namer, n, g)?,
     };
     let mut rep = VarReport {
         labels: att.labels,
@@ -165,7 +180,7 @@ pub fn variable_rows(
     r: &TraceReader,
     group: Granularity,
     top: usize,
-) -> Result<Vec<serde_json::Value>> {
+) -> Result<Vec<serde_json::Value>, Error> {
     let names = Names::new(&r.meta().modules);
     let rep = attribute_all(r, &names, group)?;
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
@@ -254,7 +269,7 @@ pub fn variable_rows(
 }
 
 /// Attribution coverage figures for `info`.
-pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
+pub fn coverage(r: &TraceReader) -> Result<serde_json::Value, Error> {
     let names = Names::new(&r.meta().modules);
     // what is named depends on the variable, not the field
     let rep = attribute_all(r, &names, Granularity::Variable)?;
