@@ -57,8 +57,8 @@ pub use maps::{Mapping, Maps};
 pub use par::attribute_trace;
 pub use serial::{attribute_trace_auto, attribute_trace_serial};
 pub use vars::{
-    attribute_all, attributor, coverage, heap_index, variable_rows, CodeNamer, TraceNamer,
-    VarCounts, VarReport,
+    attribute_all, attributor, coverage, heap_index, variable_rows, AccessNames, CodeNamer,
+    TraceNamer, VarCounts, VarReport,
 };
 
 pub(crate) use label::{

@@ -4,8 +4,8 @@
 
 use crate::code::Names;
 use crate::{Attributor, Error, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
-use memlens_analysis::{CodeName, DataName, Namer};
-use memlens_format::{Addr, Pc, ThreadId, TraceReader};
+use memlens_analysis::{AccessNamer, CodeName, DataName, Namer};
+use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -34,20 +34,59 @@ impl Namer for CodeNamer<'_> {
 pub struct TraceNamer<'a> {
     names: &'a Names,
     attr: RefCell<Option<Attributor<'a>>>,
-    /// For a lazy namer: the trace whose heap index is read on the first data name.
-    reader: Option<&'a TraceReader>,
+    /// The trace: a lazy namer reads its heap index on the first data name.
+    reader: &'a TraceReader,
 }
 
 impl<'a> TraceNamer<'a> {
     /// A namer for trace `r`, its heap index read now.
-    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self, Error> {
-        Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: None })
+    pub fn new(r: &'a TraceReader, names: &'a Names) -> Result<Self, Error> {
+        Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: r })
     }
 
     /// A namer for trace `r` that reads the heap index only when a data address is
     /// first named (most kernels' tables name code only).
     pub fn lazy(r: &'a TraceReader, names: &'a Names) -> Self {
-        TraceNamer { names, attr: RefCell::new(None), reader: Some(r) }
+        TraceNamer { names, attr: RefCell::new(None), reader: r }
+    }
+}
+
+/// Names each access of a trace where and when it happens, by whole variable:
+/// the attributor `report --by variable` counts with, fed the events in each
+/// thread's stream order (any interleaving of threads).
+pub struct AccessNames<'a> {
+    attr: Attributor<'a>,
+    /// Per thread: the index of its next event.
+    next: FastMap<ThreadId, u64>,
+}
+
+impl<'a> AccessNames<'a> {
+    /// For trace `r` (reads its heap index).
+    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self, Error> {
+        let mut attr = attributor(r, names)?;
+        attr.set_granularity(Granularity::Variable);
+        Ok(AccessNames { attr, next: FastMap::default() })
+    }
+}
+
+impl AccessNamer for AccessNames<'_> {
+    fn observe(&mut self, thread: ThreadId, ev: &Event) -> Option<u32> {
+        let n = self.next.entry(thread).or_insert(0);
+        let index = *n;
+        *n += 1;
+        match *ev {
+            Event::Access { pc, addr, .. }
+            | Event::Range { pc, addr, .. }
+            | Event::Rmw { pc, addr, .. } => Some(self.attr.attribute(thread, index, pc, addr)),
+            _ => {
+                self.attr.observe(thread, ev);
+                None
+            }
+        }
+    }
+
+    fn variables(&self) -> Vec<String> {
+        self.attr.labels().iter().map(|l| l.base.to_string()).collect()
     }
 }
 
@@ -60,7 +99,7 @@ impl Namer for TraceNamer<'_> {
     fn data(&self, addr: Addr) -> Option<DataName> {
         let mut a = self.attr.borrow_mut();
         let a = a.get_or_insert_with(|| {
-            let r = self.reader.expect("an eager namer has its attributor");
+            let r = self.reader;
             attributor(r, self.names).unwrap_or_else(|e| {
                 eprintln!("memlens: warning: heap blocks not named: {e:#}");
                 let maps = r.meta().maps.as_deref().map(Maps::parse);
@@ -73,6 +112,16 @@ impl Namer for TraceNamer<'_> {
             return None;
         }
         Some(DataName { name: l.display(), variable: l.base.to_string() })
+    }
+
+    fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
+        match AccessNames::new(self.reader, self.names) {
+            Ok(n) => Some(Box::new(n)),
+            Err(e) => {
+                eprintln!("memlens: warning: accesses not named per variable: {e}");
+                None
+            }
+        }
     }
 }
 

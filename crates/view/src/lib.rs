@@ -27,6 +27,7 @@ mod index;
 mod place;
 mod serve;
 mod store;
+mod vars;
 
 pub use index::{annotation_path, BuildOptions};
 pub use place::build;
