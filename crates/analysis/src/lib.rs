@@ -91,7 +91,7 @@ pub mod working_set;
 pub use filter::{Filter, Filtered, WindowBasis};
 pub use live::{ChunkSource, Live, TailState, TraceTail};
 pub use merged::{drive_merged, Merged, MergedEvent};
-pub use names::{CodeName, DataName, Namer, NoNames};
+pub use names::{AccessNamer, CodeName, CurrentVariable, DataName, Named, Namer, NoNames};
 pub use table::{Render, RenderOpts, Table};
 
 use memlens_format::{AccessKind, ChunkDecoder, Event, Pc, ThreadId, TraceReader};

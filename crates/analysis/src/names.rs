@@ -5,7 +5,10 @@
 //! can sit behind this trait without the kernels knowing about it. [`NoNames`] prints
 //! hexadecimal addresses.
 
-use memlens_format::{Addr, Pc};
+use crate::Kernel;
+use memlens_format::{Addr, Event, Pc, ThreadId};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Where a code address comes from.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,6 +48,11 @@ pub trait Namer {
     fn code(&self, pc: Pc) -> CodeName;
     /// Names a data address, if anything is known about it.
     fn data(&self, addr: Addr) -> Option<DataName>;
+    /// A namer of each access where and when it happens, if this namer can make
+    /// one: tables by variable then count per access, not per address.
+    fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
+        None
+    }
 }
 
 /// A [`Namer`] that knows nothing: code addresses print as hex function names, data
@@ -70,6 +78,10 @@ impl<N: Namer + ?Sized> Namer for &N {
     fn data(&self, addr: Addr) -> Option<DataName> {
         (**self).data(addr)
     }
+
+    fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
+        (**self).access_namer()
+    }
 }
 
 /// The variable name of an address: the namer's roll-up key, or the hex address.
@@ -80,4 +92,85 @@ pub(crate) fn variable_of(namer: &dyn Namer, addr: Addr) -> String {
 /// The element name of an address: the namer's full name, or the hex address.
 pub(crate) fn name_of(namer: &dyn Namer, addr: Addr) -> String {
     namer.data(addr).map_or_else(|| format!("{addr}"), |d| d.name)
+}
+
+/// Names each access where and when it happens: its address, its thread and its
+/// point in the thread's stream (a freed block keeps its name, each thread's
+/// stack frames are its own). `report --by variable` counts with the same namer,
+/// so every command that names data per access agrees with it.
+pub trait AccessNamer {
+    /// Follows every event of `thread`, in the thread's stream order; for an
+    /// access returns the id of its variable.
+    fn observe(&mut self, thread: ThreadId, ev: &Event) -> Option<u32>;
+    /// The variable behind each id, by id.
+    fn variables(&self) -> Vec<String>;
+}
+
+impl<N: AccessNamer + ?Sized> AccessNamer for Box<N> {
+    fn observe(&mut self, thread: ThreadId, ev: &Event) -> Option<u32> {
+        (**self).observe(thread, ev)
+    }
+
+    fn variables(&self) -> Vec<String> {
+        (**self).variables()
+    }
+}
+
+/// The variable of the access a kernel is processing, set by [`Named`] before
+/// the kernel sees the event (`NONE` for events that are not accesses).
+#[derive(Clone, Debug)]
+pub struct CurrentVariable(Arc<AtomicU32>);
+
+impl Default for CurrentVariable {
+    fn default() -> Self {
+        CurrentVariable(Arc::new(AtomicU32::new(CurrentVariable::NONE)))
+    }
+}
+
+impl CurrentVariable {
+    /// No variable: the event is not an access.
+    pub const NONE: u32 = u32::MAX;
+
+    /// The variable id of the access being processed.
+    #[inline]
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, id: Option<u32>) {
+        self.0.store(id.unwrap_or(Self::NONE), Ordering::Relaxed);
+    }
+}
+
+/// Feeds an [`AccessNamer`] every event before the kernel `inner` (which may sit
+/// behind a filter: the namer still follows every frame and allocation), and
+/// publishes each access's variable through a [`CurrentVariable`] the kernel holds.
+/// Finishes with the kernel's output and the variable names by id.
+pub struct Named<N, K> {
+    namer: N,
+    current: CurrentVariable,
+    inner: K,
+}
+
+impl<N: AccessNamer, K: Kernel> Named<N, K> {
+    /// `inner` reads the variable of each access from a clone of `current`.
+    pub fn new(namer: N, current: CurrentVariable, inner: K) -> Self {
+        Named { namer, current, inner }
+    }
+}
+
+impl<N: AccessNamer, K: Kernel> Kernel for Named<N, K> {
+    type Output = (K::Output, Vec<String>);
+
+    #[inline]
+    fn process(&mut self, thread: ThreadId, ev: &Event) {
+        let id = self.namer.observe(thread, ev);
+        self.current.set(id);
+        self.inner.process(thread, ev);
+    }
+
+    fn finish(self) -> Self::Output {
+        (self.inner.finish(), self.namer.variables())
+    }
 }

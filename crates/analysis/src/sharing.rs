@@ -6,11 +6,16 @@
 //! rolls addresses up per variable through the [`Namer`], keeps what at least two
 //! threads touched, ranks by accesses and flags *uniform* sharing: with the per-thread
 //! counts `A` sorted in descending order, `A[0] < 2 * A[1]` (no thread dominates).
+//! With [`Sharing::with_variables`] each access is also counted under the variable
+//! it was named after when it happened ([`crate::Named`]), per address: a variable
+//! is shared when the same bytes of it were touched by two threads (not two blocks
+//! from one allocation site, nor the same local in two threads' stacks), and its
+//! row counts every access to it, as `report --by variable` does.
 //! JSON rows use DINAMITE's keys: `threadcount`, `totalcount`, `threads`
 //! (`[[tid, count], ...]`), `file`, `line`, `variable`.
 
 use crate::fxhash::FxHashMap;
-use crate::names::{CodeName, Namer};
+use crate::names::{CodeName, CurrentVariable, Namer};
 use crate::table::{Column, Render, RenderOpts, Section, Table};
 use crate::{for_each_touch, Kernel, ShardKernel};
 use memlens_format::{Addr, Event, Pc, ThreadId};
@@ -88,6 +93,9 @@ impl SharedData {
 #[derive(Clone, Debug, Default)]
 pub struct Sharing {
     by_addr: FxHashMap<u64, SharedData>,
+    vars: Option<CurrentVariable>,
+    /// Per (variable id, address), when `vars` is set.
+    by_var: FxHashMap<(u32, u64), SharedData>,
 }
 
 /// What [`Sharing`] produces: every address, shared or not (rendering filters).
@@ -95,6 +103,11 @@ pub struct Sharing {
 pub struct SharingReport {
     /// Accesses by address.
     pub by_addr: HashMap<Addr, SharedData>,
+    /// Accesses by (variable id, address) when accesses were named
+    /// ([`Sharing::with_variables`]): one per access touch, as `report` counts.
+    pub by_variable_addr: HashMap<(u32, Addr), SharedData>,
+    /// The variable of each id ([`SharingReport::set_variables`]).
+    pub variables: Option<Vec<String>>,
 }
 
 impl Kernel for Sharing {
@@ -113,16 +126,39 @@ impl Kernel for Sharing {
                 map.entry(t.addr).or_default().add(thread, t.pc, t.write, 1);
             }
         });
+        if let Some(c) = &self.vars {
+            let id = c.get();
+            let by_var = &mut self.by_var;
+            for_each_touch(ev, |t| {
+                by_var.entry((id, t.addr)).or_default().add(thread, t.pc, t.write, 1);
+            });
+        }
     }
 
     fn finish(self) -> SharingReport {
-        SharingReport { by_addr: self.by_addr.into_iter().map(|(a, d)| (Addr(a), d)).collect() }
+        SharingReport {
+            by_addr: self.by_addr.into_iter().map(|(a, d)| (Addr(a), d)).collect(),
+            by_variable_addr: self
+                .by_var
+                .into_iter()
+                .map(|((v, a), d)| ((v, Addr(a)), d))
+                .collect(),
+            variables: None,
+        }
+    }
+}
+
+impl Sharing {
+    /// Counts accesses by the variable of each access too, read from `current`
+    /// (see [`crate::Named`]).
+    pub fn with_variables(current: CurrentVariable) -> Sharing {
+        Sharing { vars: Some(current), ..Sharing::default() }
     }
 }
 
 impl ShardKernel for Sharing {
     fn fork(&self) -> Sharing {
-        Sharing::default()
+        Sharing { vars: self.vars.clone(), ..Sharing::default() }
     }
 
     fn merge(&mut self, o: Sharing) {
@@ -133,6 +169,9 @@ impl ShardKernel for Sharing {
                     self.by_addr.insert(a, d);
                 }
             }
+        }
+        for (k, d) in o.by_var {
+            self.by_var.entry(k).or_default().merge(&d);
         }
     }
 }
@@ -154,15 +193,36 @@ impl SharingReport {
         v
     }
 
+    /// Names the variable ids of `by_variable_addr` (what [`crate::Named`]
+    /// finished with): `by_variable` then uses them.
+    pub fn set_variables(&mut self, names: Vec<String>) {
+        self.variables = Some(names);
+    }
+
     /// Rolls addresses up per variable, keeping those touched by two threads or more,
-    /// most accessed first.
+    /// most accessed first. With named accesses: the variables some bytes of which
+    /// two threads touched, with all their accesses; else the namer's variable of
+    /// each address.
     pub fn by_variable(&self, namer: &dyn Namer) -> Vec<(String, SharedData)> {
-        let mut m: HashMap<String, SharedData> = HashMap::new();
-        for (a, d) in &self.by_addr {
-            m.entry(crate::names::variable_of(namer, *a)).or_default().merge(d);
-        }
-        let mut v: Vec<(String, SharedData)> =
-            m.into_iter().filter(|(_, d)| d.thread_count() >= 2).collect();
+        let mut v: Vec<(String, SharedData)> = if let Some(names) = &self.variables {
+            let mut m: HashMap<&str, (SharedData, bool)> = HashMap::new();
+            for ((id, _), d) in &self.by_variable_addr {
+                let name = names.get(*id as usize).map_or("[unknown]", |n| n.as_str());
+                let e = m.entry(name).or_default();
+                e.0.merge(d);
+                e.1 |= d.thread_count() >= 2;
+            }
+            m.into_iter()
+                .filter(|(_, (_, shared))| *shared)
+                .map(|(n, (d, _))| (n.to_string(), d))
+                .collect()
+        } else {
+            let mut m: HashMap<String, SharedData> = HashMap::new();
+            for (a, d) in &self.by_addr {
+                m.entry(crate::names::variable_of(namer, *a)).or_default().merge(d);
+            }
+            m.into_iter().filter(|(_, d)| d.thread_count() >= 2).collect()
+        };
         v.sort_by(|a, b| (b.1.total(), &a.0).cmp(&(a.1.total(), &b.0)));
         v
     }

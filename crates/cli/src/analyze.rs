@@ -1,6 +1,5 @@
 //! `memlens analyze KERNEL`: run one of the analysis kernels over a trace.
 
-use crate::names::Names;
 use anyhow::{bail, Context, Result};
 use memlens_analysis::cachesim::{CacheConfig, CacheSim};
 use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
@@ -10,7 +9,9 @@ use memlens_analysis::reuse::{Reuse, ReuseConfig};
 use memlens_analysis::sharing::Sharing;
 use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
 use memlens_analysis::{counts::Counts, Filter, Kernel, Render, RenderOpts, WindowBasis};
+use memlens_analysis::{CurrentVariable, Named, Namer};
 use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
+use memlens_names::Names;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -211,6 +212,28 @@ fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K:
     Ok(out)
 }
 
+/// [`run`] for a kernel that counts by the variable of each access (read from
+/// `cur`): the namer sees every event, the kernel those the filter passes. The
+/// variable names by id come back with the output (`None`: the namer names no
+/// accesses, and the kernel ran alone).
+fn run_named<K: Kernel>(
+    r: &TraceReader,
+    namer: &dyn Namer,
+    cur: CurrentVariable,
+    k: K,
+    filter: Filter,
+    roi: bool,
+) -> Result<(K::Output, Option<Vec<String>>)> {
+    let k = Roi { inner: k, inside: Default::default(), on: roi };
+    match namer.access_namer() {
+        Some(n) => {
+            let (out, names) = run(r, Named::new(n, cur, filter.apply(k)), Filter::new(), false)?;
+            Ok((out, Some(names)))
+        }
+        None => Ok((run(r, k, filter, false)?, None)),
+    }
+}
+
 /// Like [`run`] for order-free kernels, on every core (no window filter allowed).
 fn run_chunks<K: memlens_analysis::ChunkKernel>(
     r: &TraceReader,
@@ -326,7 +349,7 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     }
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
-    let namer = crate::vars::TraceNamer::lazy(&r, &names);
+    let namer = memlens_names::TraceNamer::lazy(&r, &names);
     let filter = build_filter(&names, &r, &o)?;
     let opts = render_opts(&o);
     let table = match o.kernel.as_str() {
@@ -341,17 +364,27 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
             run_chunks(&r, Counts::default(), filter)?.render(&namer, &opts)
         }
         "counts" => run(&r, Counts::default(), filter, o.roi)?.render(&namer, &opts),
-        // per-address per-thread sums: chunks on every core, as counts
-        "sharing" if !o.roi && o.window.is_none() => {
-            run_chunks(&r, Sharing::default(), filter)?.render(&namer, &opts)
+        // by the variable of each access, as `report --by variable` names it
+        "sharing" => {
+            let cur = CurrentVariable::default();
+            let k = Sharing::with_variables(cur.clone());
+            let (mut rep, names) = run_named(&r, &namer, cur, k, filter, o.roi)?;
+            if let Some(n) = names {
+                rep.set_variables(n);
+            }
+            rep.render(&namer, &opts)
         }
-        "sharing" => run(&r, Sharing::default(), filter, o.roi)?.render(&namer, &opts),
         "false-sharing" => {
             let k = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
             run(&r, k, filter, o.roi)?.render(&namer, &opts)
         }
         "cachesim" => {
-            let rep = run(&r, CacheSim::new(cache_config(&o)?)?, filter, o.roi)?;
+            let cur = CurrentVariable::default();
+            let k = CacheSim::new(cache_config(&o)?)?.with_variables(cur.clone());
+            let (mut rep, names) = run_named(&r, &namer, cur, k, filter, o.roi)?;
+            if let Some(n) = names {
+                rep.set_variables(n);
+            }
             write_annotation(&o, &rep)?;
             rep.render(&namer, &opts)
         }

@@ -1,11 +1,9 @@
 //! `memlens export`: a trace in other tools' formats (see `docs/export.md`).
 
-use crate::names::Names;
 use anyhow::Result;
 use memlens_analysis::cachesim::CacheConfig;
-use memlens_analysis::{CodeName, DataName, Namer};
 use memlens_export::CachegrindOpts;
-use memlens_format::{Addr, Pc};
+use memlens_names::{CodeNamer, Names};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -38,20 +36,6 @@ pub struct ExportOpts {
     pub cache_args: Vec<String>,
     /// cachegrind: a hierarchy file (implies the simulation).
     pub cache_config: Option<PathBuf>,
-}
-
-/// Code names through DWARF; data addresses are not needed by any export.
-struct CodeNamer<'a>(&'a Names);
-
-impl Namer for CodeNamer<'_> {
-    fn code(&self, pc: Pc) -> CodeName {
-        let c = self.0.code(pc);
-        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
-    }
-
-    fn data(&self, _addr: Addr) -> Option<DataName> {
-        None
-    }
 }
 
 fn default_name(f: ExportFormat, pid: u32) -> PathBuf {

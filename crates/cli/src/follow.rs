@@ -4,7 +4,6 @@
 //! is byte-identical to `memlens analyze KERNEL TRACE` run afterwards.
 
 use crate::analyze::{self, AnalyzeOpts, Every, Roi};
-use crate::names::Names;
 use anyhow::{bail, Result};
 use memlens_analysis::cachesim::CacheSim;
 use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
@@ -15,6 +14,7 @@ use memlens_analysis::sharing::Sharing;
 use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
 use memlens_analysis::{counts::Counts, Filter, Kernel, Live, Render, TailState};
 use memlens_format::TraceReader;
+use memlens_names::Names;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -181,7 +181,7 @@ where
     let out = live.snapshot();
     let r = TraceReader::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
-    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+    let namer = memlens_names::TraceNamer::new(&r, &names)?;
     let t = out.render(&namer, &analyze::render_opts(o));
     let mut err = std::io::stderr().lock();
     if tty {
@@ -215,7 +215,7 @@ fn print_final<R: Render>(o: &AnalyzeOpts, out: &R) -> Result<()> {
         crate::inspect::open(&o.trace)?
     };
     let names = Names::new(&r.meta().modules);
-    let namer = crate::vars::TraceNamer::new(&r, &names)?;
+    let namer = memlens_names::TraceNamer::new(&r, &names)?;
     let complete = r.completeness().is_complete();
     analyze::print(out.render(&namer, &analyze::render_opts(o)), o.json, complete)
 }

@@ -1,9 +1,9 @@
 //! `info`, `report` and `dump`: reading a trace back.
 
-use crate::names::{CodeName, Names};
 use anyhow::{Context, Result};
 use memlens_analysis::counts::{Counts, PcCounts};
 use memlens_format::{EndStatus, Event, ThreadId, TraceReader};
+use memlens_names::{CodeName, Names};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufWriter, Write};
@@ -104,7 +104,7 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
     let sum = |f: fn(&memlens_format::StreamInfo) -> u32| -> u64 {
         r.streams().iter().map(|s| u64::from(f(s))).sum()
     };
-    let coverage = if with_coverage { Some(crate::vars::coverage(&r)?) } else { None };
+    let coverage = if with_coverage { Some(memlens_names::coverage(&r)?) } else { None };
     // `--order atomic` line locks taken over from blocked holders (possible misorders).
     let order_steals: u64 = m
         .options
@@ -325,7 +325,7 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
     let out = std::io::stdout();
     let mut out = BufWriter::new(out.lock());
     let rows: Vec<Value> = match by {
-        By::Variable(g) => crate::vars::variable_rows(&r, g, top)?,
+        By::Variable(g) => memlens_names::variable_rows(&r, g, top)?,
         By::Line | By::Function => {
             let mut agg: HashMap<RowKey, Row> = HashMap::new();
             for (pc, pcc) in &c.by_pc {
@@ -464,7 +464,7 @@ pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -
     let r = open(path)?;
     let names = with_names.then(|| Names::new(&r.meta().modules));
     let mut attr = match &names {
-        Some(n) => Some(crate::vars::attributor(&r, n)?),
+        Some(n) => Some(memlens_names::attributor(&r, n)?),
         None => None,
     };
     let out = std::io::stdout();

@@ -11,13 +11,11 @@ mod follow;
 mod inspect;
 mod live;
 mod merge;
-mod names;
 mod record;
 mod runtime;
 mod rust;
 mod sink;
 mod stubs;
-mod vars;
 mod view;
 
 use anyhow::Result;

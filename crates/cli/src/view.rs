@@ -1,8 +1,8 @@
 //! `memlens view TRACE`: build the viewer index next to the trace (once) and serve
 //! the web app on 127.0.0.1.
 
-use crate::names::Names;
 use anyhow::{Context, Result};
+use memlens_names::Names;
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ pub fn run(o: ViewOpts) -> Result<i32> {
     let dir = memlens_view::index_dir(&o.trace);
     if o.reindex || !memlens_view::is_fresh(&o.trace, &dir) {
         let names = Names::new(&r.meta().modules);
-        let namer = crate::vars::TraceNamer::new(&r, &names)?;
+        let namer = memlens_names::TraceNamer::new(&r, &names)?;
         let pb = indicatif::ProgressBar::new(0);
         pb.set_style(
             indicatif::ProgressStyle::with_template(

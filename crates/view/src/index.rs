@@ -5,7 +5,7 @@ use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{Heap, HeapConfig};
 use memlens_analysis::sharing::Sharing;
-use memlens_analysis::{Kernel, Namer, Render, RenderOpts};
+use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Render, RenderOpts};
 use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -260,6 +260,8 @@ struct Builder<'n> {
     access_index: HashMap<ThreadId, u64>,
     threads: FxMap<u32, u64>,
     error: Option<std::io::Error>,
+    /// Per variable, when the namer names each access.
+    vars: crate::vars::VarCounts,
 }
 
 impl<'n> Builder<'n> {
@@ -467,6 +469,7 @@ impl<'n> Builder<'n> {
             self.touch_ws(line, id, bits);
         }
         self.max_rows = self.max_rows.max(self.ws.len());
+        self.vars.add(tbit, loads, stores, first..=last);
         let ps = &mut self.pc_stats[pcid as usize];
         ps.loads += loads as u64;
         ps.stores += stores as u64;
@@ -674,19 +677,34 @@ pub(crate) fn build_in(
         access_index: HashMap::new(),
         threads: FxMap::default(),
         error: None,
+        vars: crate::vars::VarCounts::default(),
     };
-    // The analysis kernels for the tables take a second pass on another core.
-    let (sharing, false_sharing, heap) = std::thread::scope(|sc| {
+    // The analysis kernels for the tables take a second pass on another core;
+    // sharing and the variables go with the pass that names each access.
+    let access = namer.access_namer();
+    let cur = CurrentVariable::default();
+    let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
         let tables = sc.spawn(|| {
-            let fs = FalseSharing::default();
-            let k = (Sharing::default(), (fs, Heap::new(HeapConfig::default())));
+            let k = (FalseSharing::default(), Heap::new(HeapConfig::default()));
             memlens_analysis::drive_merged(r, k, |_| {})
         });
-        let mine = memlens_analysis::drive_merged(r, &mut b, |n| progress(n, total_events));
+        let tick = |n| progress(n, total_events);
+        let mine = match access {
+            Some(n) => {
+                b.vars = crate::vars::VarCounts::new(Some(cur.clone()));
+                let k = Named::new(n, cur.clone(), (&mut b, Sharing::with_variables(cur)));
+                memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s), names)| {
+                    s.set_variables(names.clone());
+                    (s, Some(names))
+                })
+            }
+            None => memlens_analysis::drive_merged(r, (&mut b, Sharing::default()), tick)
+                .map(|((), s)| (s, None)),
+        };
         let tables = tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
-        mine?;
-        let (sharing, (false_sharing, heap)) = tables?;
-        Ok::<_, Error>((sharing, false_sharing, heap))
+        let (sharing, var_names) = mine?;
+        let (false_sharing, heap) = tables?;
+        Ok::<_, Error>((sharing, var_names, false_sharing, heap))
     })?;
     // Close the last buckets and the frames still open.
     let end = b.op;
@@ -813,7 +831,7 @@ pub(crate) fn build_in(
                 "mem_misses": s.mem, "threads": s.threads.count_ones()})
         })
         .collect();
-    // Top variables from the per-line counters.
+    // Top variables: per access when named so, else from the per-line counters.
     let mut per_var: HashMap<&str, VarSums> = HashMap::new();
     for ls in &b.line_stats {
         let e = per_var.entry(&b.names.var_list[ls.var as usize].1).or_default();
@@ -825,13 +843,16 @@ pub(crate) fn build_in(
     let mut top_vars: Vec<(&str, VarSums)> = per_var.into_iter().collect();
     top_vars.sort_by_key(|(v, c)| (std::cmp::Reverse(c.0 + c.1), *v));
     top_vars.truncate(opts.top);
-    let top_vars: Vec<Value> = top_vars
-        .into_iter()
-        .map(|(variable, c)| {
-            json!({"variable": if variable.is_empty() { "(unnamed)" } else { variable },
+    let top_vars: Vec<Value> = match &var_names {
+        Some(names) => b.vars.top(names, opts.top),
+        None => top_vars
+            .into_iter()
+            .map(|(variable, c)| {
+                json!({"variable": if variable.is_empty() { "(unnamed)" } else { variable },
                 "loads": c.0, "stores": c.1, "cache_lines": c.2, "threads": c.3.count_ones()})
-        })
-        .collect();
+            })
+            .collect(),
+    };
     let ropts = RenderOpts::top(opts.top);
     let tables = json!({
         "variables": top_vars,

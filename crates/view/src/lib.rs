@@ -29,6 +29,7 @@ mod live;
 mod place;
 mod serve;
 mod store;
+mod vars;
 
 pub use index::{annotation_path, BuildOptions};
 pub use live::{serve_live, LiveBackend};

@@ -52,7 +52,7 @@ pub use policy::{PolicyKind, ReplacementPolicy};
 pub use stats::LevelStats;
 
 use crate::fxhash::FxHashMap;
-use crate::names::{CodeName, Namer};
+use crate::names::{CodeName, CurrentVariable, Namer};
 use crate::table::{ratio, Column, Render, RenderOpts, Row, Section, Table};
 use crate::{Error, Kernel};
 use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId};
@@ -138,6 +138,12 @@ pub struct CacheReport {
     pub by_data: DataStats,
     /// Levels per access, when [`CacheConfig::annotate`] was set.
     pub annotation: Option<Annotation>,
+    /// Outcomes by the variable of each access, by id, when the simulator named
+    /// accesses ([`CacheSim::with_variables`]); one per access event (an RMW is a
+    /// load and a store), as `report --by variable` counts.
+    pub by_variable_id: Vec<AccessStats>,
+    /// The variable of each id of `by_variable_id` ([`CacheReport::set_variables`]).
+    pub variables: Option<Vec<String>>,
 }
 
 /// The cache simulation kernel. Not shardable: cores share levels, so the whole trace
@@ -156,6 +162,8 @@ pub struct CacheSim {
     annotation: Option<Annotation>,
     accesses: u64,
     events: u64,
+    vars: Option<CurrentVariable>,
+    by_var: Vec<AccessStats>,
 }
 
 impl CacheSim {
@@ -179,7 +187,31 @@ impl CacheSim {
             annotation,
             accesses: 0,
             events: 0,
+            vars: None,
+            by_var: Vec::new(),
         })
+    }
+
+    /// Counts outcomes by the variable of each access too, read from `current`
+    /// (see [`crate::Named`]): the same names as `report --by variable`.
+    pub fn with_variables(mut self, current: CurrentVariable) -> CacheSim {
+        self.vars = Some(current);
+        self
+    }
+
+    /// Adds an access served by `level` to its variable's counters.
+    #[inline]
+    fn count_var(&mut self, level: usize, write: bool) {
+        if let Some(c) = &self.vars {
+            let id = c.get();
+            if id != CurrentVariable::NONE {
+                let i = id as usize;
+                if i >= self.by_var.len() {
+                    self.by_var.resize(i + 1, AccessStats::default());
+                }
+                self.by_var[i].record(level, write);
+            }
+        }
     }
 
     /// The hierarchy (counters so far).
@@ -392,20 +424,29 @@ impl Kernel for CacheSim {
         let level = match *ev {
             Event::Access { pc, addr, size, kind, .. } => {
                 let core = self.core_of(thread);
-                self.touch(core, pc, addr.0, u64::from(size), kind == AccessKind::Write)
+                let w = kind == AccessKind::Write;
+                let l = self.touch(core, pc, addr.0, u64::from(size), w);
+                self.count_var(l, w);
+                l
             }
             Event::Rmw { pc, addr, size, op, .. } => {
                 let core = self.core_of(thread);
                 let r = self.touch(core, pc, addr.0, u64::from(size), false);
+                self.count_var(r, false);
                 if op.stores() {
-                    r.max(self.touch(core, pc, addr.0, u64::from(size), true))
+                    let w = self.touch(core, pc, addr.0, u64::from(size), true);
+                    self.count_var(w, true);
+                    r.max(w)
                 } else {
                     r
                 }
             }
             Event::Range { pc, addr, len, kind } if len > 0 => {
                 let core = self.core_of(thread);
-                self.touch(core, pc, addr.0, len, kind == AccessKind::Write)
+                let w = kind == AccessKind::Write;
+                let l = self.touch(core, pc, addr.0, len, w);
+                self.count_var(l, w);
+                l
             }
             _ => return,
         };
@@ -432,11 +473,19 @@ impl Kernel for CacheSim {
             by_data: self.data.map(DataCounters::finish).unwrap_or_default(),
             annotation: self.annotation,
             config: self.cfg,
+            by_variable_id: self.by_var,
+            variables: None,
         }
     }
 }
 
 impl CacheReport {
+    /// Names the ids of `by_variable_id` (what [`crate::Named`] finished with):
+    /// the by-variable table then counts per access.
+    pub fn set_variables(&mut self, names: Vec<String>) {
+        self.variables = Some(names);
+    }
+
     /// The level with this name.
     pub fn level(&self, name: &str) -> Option<&LevelReport> {
         self.levels.iter().find(|l| l.name == name)
@@ -545,10 +594,19 @@ impl Render for CacheReport {
             });
         }
 
-        // by variable
+        // by variable: per access when the accesses were named, else per granule
         let mut vars: HashMap<String, AccessStats> = HashMap::new();
-        for (a, s) in self.by_data.iter() {
-            vars.entry(crate::names::variable_of(namer, a)).or_default().add(&s);
+        if let Some(names) = &self.variables {
+            for (id, s) in self.by_variable_id.iter().enumerate() {
+                if s.accesses > 0 {
+                    let name = names.get(id).cloned().unwrap_or_else(|| format!("#{id}"));
+                    vars.entry(name).or_default().add(s);
+                }
+            }
+        } else {
+            for (a, s) in self.by_data.iter() {
+                vars.entry(crate::names::variable_of(namer, a)).or_default().add(&s);
+            }
         }
         let mut vars: Vec<(String, AccessStats)> =
             vars.into_iter().filter(|(_, s)| s.accesses >= opts.min_count).collect();
@@ -570,7 +628,7 @@ impl Render for CacheReport {
                 "misses" => self.misses_obj(s),
             });
         }
-        if self.config.data_granule > 0 {
+        if self.config.data_granule > 0 && self.variables.is_none() {
             by_var.notes.push(format!(
                 "data is counted per {}-byte granule, named after its first byte",
                 self.config.data_granule

@@ -3,6 +3,7 @@
 
 mod util;
 
+mod agree;
 mod analysis;
 mod annotate;
 mod builds;

@@ -1,16 +1,31 @@
-//! Naming every access after its variable, field, heap block or mapping.
+//! Naming every access after its variable, field, heap block or mapping, for the
+//! commands: `report --by variable`, `info`, and the [`Namer`]s of `analyze`, `view`
+//! and `export`.
 
-use crate::names::Names;
-use anyhow::Result;
-use memlens_analysis::{CodeName, DataName, Namer};
-use memlens_format::{Addr, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
+use crate::code::Names;
+use crate::{Attributor, Error, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
+use memlens_analysis::{AccessNamer, CodeName, DataName, Namer};
+use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Builds the heap index: a pass over the chunks that hold allocations or frees.
-pub fn heap_index(r: &TraceReader) -> Result<HeapIndex> {
-    Ok(HeapIndex::from_trace(r)?)
+pub fn heap_index(r: &TraceReader) -> Result<HeapIndex, Error> {
+    HeapIndex::from_trace(r)
+}
+
+/// Code names through DWARF; data addresses are not needed by any export.
+pub struct CodeNamer<'a>(pub &'a Names);
+
+impl Namer for CodeNamer<'_> {
+    fn code(&self, pc: Pc) -> CodeName {
+        let c = self.0.code(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
+    fn data(&self, _addr: Addr) -> Option<DataName> {
+        None
+    }
 }
 
 /// Names for kernels' results (`analyze`, `view`): code via DWARF, data via the
@@ -19,20 +34,59 @@ pub fn heap_index(r: &TraceReader) -> Result<HeapIndex> {
 pub struct TraceNamer<'a> {
     names: &'a Names,
     attr: RefCell<Option<Attributor<'a>>>,
-    /// For a lazy namer: the trace whose heap index is read on the first data name.
-    reader: Option<&'a TraceReader>,
+    /// The trace: a lazy namer reads its heap index on the first data name.
+    reader: &'a TraceReader,
 }
 
 impl<'a> TraceNamer<'a> {
     /// A namer for trace `r`, its heap index read now.
-    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self> {
-        Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: None })
+    pub fn new(r: &'a TraceReader, names: &'a Names) -> Result<Self, Error> {
+        Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: r })
     }
 
     /// A namer for trace `r` that reads the heap index only when a data address is
     /// first named (most kernels' tables name code only).
     pub fn lazy(r: &'a TraceReader, names: &'a Names) -> Self {
-        TraceNamer { names, attr: RefCell::new(None), reader: Some(r) }
+        TraceNamer { names, attr: RefCell::new(None), reader: r }
+    }
+}
+
+/// Names each access of a trace where and when it happens, by whole variable:
+/// the attributor `report --by variable` counts with, fed the events in each
+/// thread's stream order (any interleaving of threads).
+pub struct AccessNames<'a> {
+    attr: Attributor<'a>,
+    /// Per thread: the index of its next event.
+    next: FastMap<ThreadId, u64>,
+}
+
+impl<'a> AccessNames<'a> {
+    /// For trace `r` (reads its heap index).
+    pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self, Error> {
+        let mut attr = attributor(r, names)?;
+        attr.set_granularity(Granularity::Variable);
+        Ok(AccessNames { attr, next: FastMap::default() })
+    }
+}
+
+impl AccessNamer for AccessNames<'_> {
+    fn observe(&mut self, thread: ThreadId, ev: &Event) -> Option<u32> {
+        let n = self.next.entry(thread).or_insert(0);
+        let index = *n;
+        *n += 1;
+        match *ev {
+            Event::Access { pc, addr, .. }
+            | Event::Range { pc, addr, .. }
+            | Event::Rmw { pc, addr, .. } => Some(self.attr.attribute(thread, index, pc, addr)),
+            _ => {
+                self.attr.observe(thread, ev);
+                None
+            }
+        }
+    }
+
+    fn variables(&self) -> Vec<String> {
+        self.attr.labels().iter().map(|l| l.base.to_string()).collect()
     }
 }
 
@@ -45,7 +99,7 @@ impl Namer for TraceNamer<'_> {
     fn data(&self, addr: Addr) -> Option<DataName> {
         let mut a = self.attr.borrow_mut();
         let a = a.get_or_insert_with(|| {
-            let r = self.reader.expect("an eager namer has its attributor");
+            let r = self.reader;
             attributor(r, self.names).unwrap_or_else(|e| {
                 eprintln!("memlens: warning: heap blocks not named: {e:#}");
                 let maps = r.meta().maps.as_deref().map(Maps::parse);
@@ -59,10 +113,20 @@ impl Namer for TraceNamer<'_> {
         }
         Some(DataName { name: l.display(), variable: l.base.to_string() })
     }
+
+    fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
+        match AccessNames::new(self.reader, self.names) {
+            Ok(n) => Some(Box::new(n)),
+            Err(e) => {
+                eprintln!("memlens: warning: accesses not named per variable: {e}");
+                None
+            }
+        }
+    }
 }
 
 /// An attributor for a trace, naming heap sites by their source line.
-pub fn attributor<'a>(r: &TraceReader, names: &'a Names) -> Result<Attributor<'a>> {
+pub fn attributor<'a>(r: &TraceReader, names: &'a Names) -> Result<Attributor<'a>, Error> {
     let heap = heap_index(r)?;
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let mut a = Attributor::new(names.symbolizer(), heap, maps);
@@ -105,15 +169,15 @@ fn site_name(names: &Names, pc: Pc) -> String {
 /// Names every access of the trace, chunk-parallel on every core or serially,
 /// whichever is faster for the trace (see `attribute_trace_auto`; both give the
 /// same result). `MEMLENS_NAMES_PARALLEL=0` or `=1` forces one.
-pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<VarReport> {
+pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<VarReport, Error> {
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let namer = |pc: Pc| site_name(names, pc);
     let n = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sym = names.symbolizer();
     let att = match std::env::var("MEMLENS_NAMES_PARALLEL").as_deref() {
-        Ok("0") => memlens_names::attribute_trace_serial(r, sym, maps, &namer, g)?,
-        Ok("1") => memlens_names::attribute_trace(r, sym, maps, &namer, n, g)?,
-        _ => memlens_names::attribute_trace_auto(r, sym, maps, &namer, n, g)?,
+        Ok("0") => crate::attribute_trace_serial(r, sym, maps, &namer, g)?,
+        Ok("1") => crate::attribute_trace(r, sym, maps, &namer, n, g)?,
+        _ => crate::attribute_trace_auto(r, sym, maps, &namer, n, g)?,
     };
     let mut rep = VarReport {
         labels: att.labels,
@@ -165,7 +229,7 @@ pub fn variable_rows(
     r: &TraceReader,
     group: Granularity,
     top: usize,
-) -> Result<Vec<serde_json::Value>> {
+) -> Result<Vec<serde_json::Value>, Error> {
     let names = Names::new(&r.meta().modules);
     let rep = attribute_all(r, &names, group)?;
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
@@ -254,7 +318,7 @@ pub fn variable_rows(
 }
 
 /// Attribution coverage figures for `info`.
-pub fn coverage(r: &TraceReader) -> Result<serde_json::Value> {
+pub fn coverage(r: &TraceReader) -> Result<serde_json::Value, Error> {
     let names = Names::new(&r.meta().modules);
     // what is named depends on the variable, not the field
     let rep = attribute_all(r, &names, Granularity::Variable)?;

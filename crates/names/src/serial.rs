@@ -1,0 +1,133 @@
+//! The serial entry points: one [`Attributor`](crate::Attributor) pass over a
+//! trace, and the choice between it and the chunk-parallel pass.
+
+use crate::counts::{Accum, Pending, BATCH};
+use crate::{
+    attribute_trace, Attribution, Error, Granularity, HeapIndex, Maps, SiteNamer, BIG_BLOCK,
+};
+use memlens_format::{Event, TraceReader};
+use memlens_symbols::Symbolizer;
+
+/// Names every access of `r` in one serial pass of an [`Attributor`](crate::Attributor):
+/// the reference [`attribute_trace`] must agree with.
+pub fn attribute_trace_serial(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+    g: Granularity,
+) -> Result<Attribution, Error> {
+    serial_with(r, sym, maps, site_namer, HeapIndex::from_trace(r)?, g)
+}
+
+/// Heap bytes in large blocks above which [`attribute_trace_auto`] stays serial:
+/// every worker of the parallel pass names each field of a large block it touches
+/// again (a 32 MiB hash table of structs: millions of names per worker).
+const PARALLEL_MAX_BIG_HEAP: u64 = 16 << 20;
+
+/// Names every access of `r` the faster way for this trace: chunk-parallel on
+/// `threads` workers unless there is one worker only or (by field) large heap
+/// blocks would have every worker name millions of the same fields; serial
+/// otherwise. The result is the same either way.
+pub fn attribute_trace_auto(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+    threads: usize,
+    g: Granularity,
+) -> Result<Attribution, Error> {
+    let parallel = threads > 1 && r.stream_chunks().len() > 1;
+    if parallel && g == Granularity::Variable {
+        // whole blocks have one name each: no need to look at the heap first
+        return attribute_trace(r, sym, maps, site_namer, threads, g);
+    }
+    let heap = HeapIndex::from_trace(r)?;
+    let big: u64 = heap.blocks().iter().map(|b| b.end - b.start).filter(|&n| n >= BIG_BLOCK).sum();
+    if parallel && big <= PARALLEL_MAX_BIG_HEAP {
+        return attribute_trace(r, sym, maps, site_namer, threads, g);
+    }
+    serial_with(r, sym, maps, site_namer, heap, g)
+}
+
+fn serial_with(
+    r: &TraceReader,
+    sym: &Symbolizer,
+    maps: Option<Maps>,
+    site_namer: SiteNamer<'_>,
+    heap: HeapIndex,
+    g: Granularity,
+) -> Result<Attribution, Error> {
+    let mut a = crate::Attributor::new(sym, heap, maps);
+    a.set_site_namer(site_namer);
+    a.set_granularity(g);
+    let mut acc = Accum::default();
+    let mut batch: Vec<(Event, u64)> = Vec::with_capacity(BATCH);
+    for s in r.streams() {
+        let t = s.thread;
+        let mut it = r.events(t);
+        loop {
+            // in batches, so that the label tables of the next accesses are
+            // fetched while the current ones are named
+            batch.clear();
+            while batch.len() < BATCH {
+                match it.next() {
+                    Some(ev) => batch.push((ev?, it.index())),
+                    None => break,
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            for (ev, _) in &batch {
+                if let Event::Access { addr, .. } | Event::Rmw { addr, .. } = ev {
+                    a.prefetch(*addr);
+                }
+            }
+            for (ev, i) in &batch {
+                let (pc, addr) = match ev {
+                    Event::Access { pc, addr, .. }
+                    | Event::Range { pc, addr, .. }
+                    | Event::Rmw { pc, addr, .. } => (*pc, *addr),
+                    _ => {
+                        a.observe(t, ev);
+                        continue;
+                    }
+                };
+                let id = a.attribute(t, *i, pc, addr);
+                let (l, st) = ev.loads_stores();
+                let (br, bw) = ev.bytes_read_written();
+                acc.push(Pending { id, pc, l, st, br, bw }, t);
+            }
+        }
+        acc.flush(t);
+    }
+    Ok(acc.finish(a.into_labels()))
+}
+
+impl HeapIndex {
+    /// Every block of a trace: a pass over the chunks that hold allocations or frees,
+    /// stream by stream.
+    pub fn from_trace(r: &TraceReader) -> Result<HeapIndex, Error> {
+        let mut h = HeapIndex::default();
+        for s in r.streams() {
+            let mut it = r.events_where(s.thread, |c| c.counts.allocs > 0 || c.counts.frees > 0);
+            while let Some(ev) = it.next() {
+                let i = it.index();
+                match ev? {
+                    Event::Alloc { pc, addr, size, stack, .. } => {
+                        h.add_block(s.thread, i, addr, size, pc, stack)
+                    }
+                    Event::Realloc { pc, old, new, size, stack } => {
+                        h.free(s.thread, i, old);
+                        h.add_block(s.thread, i, new, size, pc, stack);
+                    }
+                    Event::Free { addr, .. } => h.free(s.thread, i, addr),
+                    _ => {}
+                }
+            }
+        }
+        h.finish();
+        Ok(h)
+    }
+}

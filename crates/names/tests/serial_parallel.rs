@@ -1,0 +1,210 @@
+//! Property: the chunk-parallel attribution gives exactly the serial attributor's
+//! answer, on random synthetic traces (several threads and chunks each; nested,
+//! unmatched and longjmp-skipped frames; heap blocks allocated, freed, reallocated
+//! and reused across threads; stack, heap, freed and unknown addresses).
+
+use memlens_format::{
+    AccessKind, Addr, AllocKind, Event, EventBuffer, FreeKind, Pc, RmwOp, ThreadId, TraceReader,
+    TraceWriter,
+};
+use memlens_names::{attribute_trace, attribute_trace_serial, Attribution, Granularity};
+use memlens_symbols::Symbolizer;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const STACK: u64 = 0x10_0000;
+
+/// One thread's events.
+fn stream(rng: &mut Rng, t: u32, n: usize) -> Vec<Event> {
+    let lo = 0x7f00_0000_0000 + u64::from(t) * STACK;
+    let mut evs = vec![Event::ThreadStart {
+        os_tid: 100 + t,
+        parent: None,
+        name: String::new(),
+        stack_lo: Addr(lo),
+        stack_hi: Addr(lo + STACK),
+        tls: Addr(0),
+    }];
+    // open frames: (function pc, frame pointer)
+    let mut frames: Vec<(u64, u64)> = Vec::new();
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let mut dead: Vec<(u64, u64)> = Vec::new();
+    let access = |rng: &mut Rng, addr: u64| {
+        let pc = Pc(0x40_1000 + rng.below(24) * 4);
+        match rng.below(8) {
+            0 => Event::Rmw { pc, addr: Addr(addr), size: 8, op: RmwOp::FetchAdd, value: None },
+            1 => Event::Range { pc, addr: Addr(addr), len: 24, kind: AccessKind::Write },
+            k => Event::Access {
+                pc,
+                addr: Addr(addr),
+                size: 8,
+                kind: if k % 2 == 0 { AccessKind::Read } else { AccessKind::Write },
+                atomic: false,
+                value: None,
+            },
+        }
+    };
+    while evs.len() < n {
+        match rng.below(12) {
+            0 | 1 => {
+                let below = frames.last().map_or(lo + STACK - 256, |f| f.1);
+                let rbp = below - 64 - rng.below(4) * 16;
+                let f = 0x40_0000 + rng.below(6) * 0x100;
+                let call_site = Pc(0x40_2000 + rng.below(32));
+                evs.push(Event::FuncEnter { pc: Pc(f + 4), call_site, frame: Addr(rbp) });
+                frames.push((f, rbp));
+            }
+            2 => {
+                // a matched exit, a synthesised one, or one of no open frame
+                let pc = match rng.below(4) {
+                    0 => 0,
+                    1 => 0x40_0000 + rng.below(6) * 0x100 + 8,
+                    _ => frames.last().map_or(0, |f| f.0 + 8),
+                };
+                frames.pop();
+                evs.push(Event::FuncExit { pc: Pc(pc) });
+            }
+            3 => {
+                // longjmp: an entry above some open frames, without their exits
+                if frames.len() > 2 {
+                    let keep = rng.below(frames.len() as u64) as usize;
+                    let rbp = frames[keep].1 + 16;
+                    frames.truncate(keep);
+                    let f = 0x40_0000 + rng.below(6) * 0x100;
+                    let call_site = Pc(0x40_2000);
+                    evs.push(Event::FuncEnter { pc: Pc(f + 4), call_site, frame: Addr(rbp) });
+                    frames.push((f, rbp));
+                }
+            }
+            4 => {
+                // blocks come from a small shared pool of addresses: reused over time
+                // and by other threads
+                let addr = 0x5000_0000 + rng.below(32) * 0x100;
+                let size = 16 + rng.below(15) * 16;
+                let site = Pc(0x40_3000 + rng.below(5) * 8);
+                let stack = vec![Pc(0x40_4000 + rng.below(3))];
+                evs.push(Event::Alloc {
+                    pc: site,
+                    addr: Addr(addr),
+                    size,
+                    kind: AllocKind::Malloc,
+                    stack,
+                });
+                live.push((addr, size));
+            }
+            5 if !live.is_empty() => {
+                let b = live.swap_remove(rng.below(live.len() as u64) as usize);
+                if rng.below(3) == 0 {
+                    let new = 0x5000_0000 + rng.below(32) * 0x100;
+                    let size = 16 + rng.below(15) * 16;
+                    evs.push(Event::Realloc {
+                        pc: Pc(0x40_3100),
+                        old: Addr(b.0),
+                        new: Addr(new),
+                        size,
+                        stack: Vec::new(),
+                    });
+                    live.push((new, size));
+                } else {
+                    evs.push(Event::Free {
+                        pc: Pc(0x40_3200),
+                        addr: Addr(b.0),
+                        kind: FreeKind::Free,
+                    });
+                }
+                dead.push(b);
+            }
+            6 | 7 if !live.is_empty() => {
+                let b = live[rng.below(live.len() as u64) as usize];
+                let a = b.0 + rng.below(b.1 / 8) * 8;
+                let e = access(rng, a);
+                evs.push(e);
+            }
+            8 if !dead.is_empty() => {
+                let b = dead[rng.below(dead.len() as u64) as usize];
+                let a = b.0 + rng.below(b.1 / 8) * 8;
+                let e = access(rng, a);
+                evs.push(e);
+            }
+            9 | 10 => {
+                let top = frames.last().map_or(lo + STACK - 256, |f| f.1);
+                let a = top - 128 + rng.below(40) * 8;
+                let e = access(rng, a);
+                evs.push(e);
+            }
+            _ => {
+                let a = 0x6000_0000 + rng.below(64) * 8;
+                let e = access(rng, a);
+                evs.push(e);
+            }
+        }
+    }
+    evs
+}
+
+fn write(path: &std::path::Path, rng: &mut Rng) {
+    let mut w = TraceWriter::new(std::fs::File::create(path).unwrap(), 1, 0).unwrap();
+    for t in 0..3u32 {
+        let n = 1500 + rng.below(1500) as usize;
+        let evs = stream(rng, t, n);
+        let mut buf = EventBuffer::new();
+        let chunk = 50 + rng.below(200) as usize;
+        for (i, e) in evs.iter().enumerate() {
+            buf.push(e);
+            if (i + 1) % chunk == 0 && i + 1 < evs.len() {
+                w.write_events(t, &mut buf, false).unwrap();
+            }
+        }
+        w.write_events(t, &mut buf, true).unwrap();
+    }
+    w.finish(|_| {}).unwrap();
+}
+
+type Row = (String, String, u64, u64, u64, u64, Vec<ThreadId>, Vec<(Pc, u64)>);
+
+fn rows(a: &Attribution) -> Vec<Row> {
+    a.sorted()
+        .into_iter()
+        .map(|(l, c)| {
+            let mut pcs = c.pcs.clone();
+            pcs.sort();
+            let (name, kind) = (l.display(), format!("{:?} {:?}", l.kind, l.site));
+            (name, kind, c.loads, c.stores, c.bytes_read, c.bytes_written, c.threads.clone(), pcs)
+        })
+        .collect()
+}
+
+#[test]
+fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
+    let sym = Symbolizer::new(&[]);
+    let site = |pc: Pc| format!("site{:x}", pc.0);
+    for seed in 1..=12u64 {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0x1234_5678_9abc_def1));
+        let path = std::env::temp_dir()
+            .join(format!("memlens-names-prop-{}-{seed}.trace", std::process::id()));
+        write(&path, &mut rng);
+        let r = TraceReader::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(r.stream_chunks().len() > 6, "seed {seed}: several chunks per thread");
+        for g in [Granularity::Field, Granularity::Variable] {
+            let serial = attribute_trace_serial(&r, &sym, None, &site, g).unwrap();
+            assert!(serial.labels.len() > 5, "seed {seed}");
+            for workers in [2, 3] {
+                let par = attribute_trace(&r, &sym, None, &site, workers, g).unwrap();
+                assert_eq!(rows(&par), rows(&serial), "seed {seed}, {g:?}, {workers} workers");
+            }
+        }
+    }
+}
