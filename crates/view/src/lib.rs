@@ -26,9 +26,10 @@
 mod index;
 mod place;
 mod serve;
+mod sparse;
 mod store;
 
-pub use index::{annotation_path, BuildOptions};
+pub use index::{annotation_path, BuildOptions, DEFAULT_SLACK};
 pub use place::build;
 pub use serve::{serve, ServeOptions};
 pub use store::{Index, PcWindow, TileFields, WindowSums};
@@ -36,7 +37,7 @@ pub use store::{Index, PcWindow, TileFields, WindowSums};
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the index layout changes; older indexes are rebuilt.
-pub const INDEX_VERSION: u32 = 1;
+pub const INDEX_VERSION: u32 = 2;
 /// Bytes per map cell in `cellsN.bin` and in tile responses.
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.
