@@ -30,7 +30,7 @@ mod sparse;
 mod store;
 
 pub use index::{annotation_path, BuildOptions, DEFAULT_SLACK};
-pub use place::build;
+pub use place::{build, clean, size_of_dir};
 pub use serve::{serve, ServeOptions};
 pub use store::{Index, PcWindow, TileFields, WindowSums};
 

@@ -25,3 +25,4 @@ mod rust;
 mod soak;
 mod untraced;
 mod view;
+mod view_index;
