@@ -17,8 +17,10 @@ use std::os::unix::fs::FileExt;
 /// Bytes per entry of a block index (`blocksN.bin`, `wblocksN.bin`): first bucket,
 /// byte offset in the data file, decompressed length (all `u64`).
 pub(crate) const BLOCK_ENTRY: usize = 24;
-/// A decompressed block larger than this is refused (a damaged or planted index).
-const MAX_RAW: u64 = 1 << 30;
+/// A decompressed block larger than this is refused (a damaged or planted index):
+/// two requests at once stay well within 1 GB. Real blocks are about 1 MB + 41 B
+/// per line of the working set.
+const MAX_RAW: u64 = 256 << 20;
 /// zstd level: level 1 compresses the columns about as well as 3 at twice the speed.
 const ZSTD_LEVEL: i32 = 1;
 

@@ -662,6 +662,21 @@ mod tests {
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
         let full: u64 = (0..ix.levels()).map(|l| ix.levels[l].offsets.last().unwrap() * 32).sum();
         assert!(size * 20 < full, "{size} B for {full} B of cells");
+        // A block claiming a huge decompressed size is refused, never allocated; a
+        // block whose bytes are not what its entry says fails the read, not the server.
+        let good = std::fs::read(dir.join("blocks1.bin")).unwrap();
+        let mut blocks = good.clone();
+        blocks[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        std::fs::write(dir.join("blocks1.bin"), &blocks).unwrap();
+        let e = Index::open(&dir).err().expect("a planted block size opened").to_string();
+        assert!(e.contains("damaged index") && e.contains("--reindex"), "{e}");
+        blocks[16..24].copy_from_slice(
+            &(u64::from_le_bytes(good[16..24].try_into().unwrap()) + 1).to_le_bytes(),
+        );
+        std::fs::write(dir.join("blocks1.bin"), &blocks).unwrap();
+        let e = Index::open(&dir).unwrap().tiles(1, 0, 4, false, 0..u32::MAX).unwrap_err();
+        assert!(e.to_string().contains("damaged index block"), "{e}");
+        std::fs::write(dir.join("blocks1.bin"), &good).unwrap();
         // Offsets that run backwards (planted or damaged) are refused at open, with
         // what to do, instead of underflowing later.
         let mut off = std::fs::read(dir.join("offsets0.bin")).unwrap();
