@@ -144,7 +144,7 @@ pub(crate) fn encode_bucket(
 /// A block index read back: `(first bucket, offset, raw length)` per block, then the
 /// final entry. `None` when it is not one (lengths, order, sizes).
 pub(crate) fn parse_blocks(b: &[u8], buckets: u64, file_len: u64) -> Option<Vec<[u64; 3]>> {
-    if b.len() % BLOCK_ENTRY != 0 || b.len() < BLOCK_ENTRY {
+    if !b.len().is_multiple_of(BLOCK_ENTRY) || b.len() < BLOCK_ENTRY {
         return None;
     }
     let v: Vec<[u64; 3]> = b
