@@ -150,6 +150,8 @@ struct Level {
     out: BlockWriter,
     /// Touched lines written since the last key frame.
     since_key: u64,
+    /// Over the size budget: no longer written, left out at the end.
+    dead: bool,
     woffsets: Vec<u64>,
     wrecords: u64,
     /// `None` once the level has more than [`MAX_WINDOW_RECORDS`].
@@ -274,6 +276,8 @@ struct Builder<'n> {
     access_index: HashMap<ThreadId, u64>,
     threads: FxMap<u32, u64>,
     error: Option<std::io::Error>,
+    /// The index's size budget in bytes.
+    budget: u64,
 }
 
 impl<'n> Builder<'n> {
@@ -361,6 +365,7 @@ impl<'n> Builder<'n> {
             touched0,
             pc_win0,
             win0_list,
+            budget,
             ..
         } = self;
         let (lower, upper) = levels.split_at_mut(li + 1);
@@ -402,9 +407,14 @@ impl<'n> Builder<'n> {
             let addr = if li == 0 { line_stats[id].t0.addr } else { lv.touched[&r.var].addr };
             r.var = names.elem_var(addr, line_stats[id].var);
         }
+        // A finer level already over the size budget will be left out: stop writing it
+        // (the coarsest is always kept).
+        if next.is_some() && lv.out.bytes() > *budget {
+            lv.dead = true;
+        }
         // A key frame when the touches since the last one outgrow the working set:
         // replaying a block then costs at most about twice the working set.
-        let key = lv.bucket == 0 || lv.since_key >= (ws.len() as u64).max(KEY_MIN);
+        let key = !lv.dead && (lv.bucket == 0 || lv.since_key >= (ws.len() as u64).max(KEY_MIN));
         if key {
             if let Err(e) = lv.out.cut() {
                 error.get_or_insert(e);
@@ -425,8 +435,10 @@ impl<'n> Builder<'n> {
                 rest.push((addr, ls.mask.count_ones() as u8, ls.thread, (*ins - ls.stamp) as u32));
             }
         }
-        encode_bucket(&mut lv.out, *ins, &recs, &rest);
-        lv.out.end_bucket();
+        if !lv.dead {
+            encode_bucket(&mut lv.out, *ins, &recs, &rest);
+            lv.out.end_bucket();
+        }
         lv.cells += ws.len() as u64;
         // This bucket's sums per code address.
         lv.woffsets.push(lv.wrecords);
@@ -463,7 +475,7 @@ impl<'n> Builder<'n> {
             }
         }
         lv.wrecords += (buf.len() / WINDOW_BYTES) as u64;
-        if lv.wrecords > MAX_WINDOW_RECORDS {
+        if lv.wrecords > MAX_WINDOW_RECORDS || lv.dead {
             lv.wout = None;
         }
         if let Some(w) = &mut lv.wout {
@@ -653,6 +665,10 @@ pub(crate) fn build_in(
         total_ops += s.counts.loads as u64 + s.counts.stores as u64;
         total_events += s.counts.events as u64;
     }
+    let budget = match opts.max_bytes {
+        Some(n) => n,
+        None => std::fs::metadata(trace).map_or(0, |m| m.len()) + DEFAULT_SLACK,
+    };
     // The finest bucket: as many operations as needed to stay within max_buckets.
     let fine = total_ops.div_ceil(opts.max_buckets.max(1)).max(1);
     let mut levels = Vec::new();
@@ -671,6 +687,7 @@ pub(crate) fn build_in(
             cells: 0,
             out: BlockWriter::new(f),
             since_key: 0,
+            dead: false,
             woffsets: Vec::new(),
             wrecords: 0,
             wout: Some(BlockWriter::new(wf)),
@@ -725,6 +742,7 @@ pub(crate) fn build_in(
         access_index: HashMap::new(),
         threads: FxMap::default(),
         error: None,
+        budget,
     };
     // The analysis kernels for the tables take a second pass on another core.
     let (sharing, false_sharing, heap) = std::thread::scope(|sc| {
@@ -762,13 +780,15 @@ pub(crate) fn build_in(
         let mut offsets = lv.offsets;
         offsets.push(lv.cells);
         let nb = offsets.len() as u64 - 1;
+        let dead = lv.dead;
         let (blocks, cbytes) = lv.out.finish().map_err(|e| io("write", dir, e))?;
         let p = dir.join(format!("offsets{i}.bin"));
         let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
         std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
         let p = dir.join(format!("blocks{i}.bin"));
         std::fs::write(&p, &blocks).map_err(|e| io("write", &p, e))?;
-        let cell_size = cbytes + bytes.len() as u64 + blocks.len() as u64;
+        let cell_size =
+            if dead { u64::MAX / 4 } else { cbytes + bytes.len() as u64 + blocks.len() as u64 };
         // Window metrics: kept unless the level grew too large (then the range
         // metrics come from a coarser level).
         let wp = dir.join(format!("window{i}.bin"));
@@ -930,10 +950,6 @@ pub(crate) fn build_in(
         "tables": tables,
     });
     // The size budget: the finest levels (then window sums) go first.
-    let budget = match opts.max_bytes {
-        Some(n) => n,
-        None => std::fs::metadata(trace).map_or(0, |m| m.len()) + DEFAULT_SLACK,
-    };
     fixed += serde_json::to_vec(&meta).map_or(0, |t| t.len() as u64);
     let mut level_meta = std::mem::take(&mut meta["levels"]);
     if let Some(lm) = level_meta.as_array_mut() {

@@ -83,3 +83,40 @@ fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Within a size budget the finest levels are left out, the coarser ones renumbered
+/// from 0 and served as in the full index; the coarsest always stays.
+#[test]
+fn a_size_budget_leaves_out_the_finest_levels() {
+    let addrs: Vec<u64> = (0..300_000u64).map(|i| 0x100000 + 64 * ((i * 7919) % 9000)).collect();
+    let path = trace_of("budget", &addrs);
+    let r = TraceReader::open(&path).unwrap();
+    let full_dir = crate::index_dir(&path);
+    let full =
+        crate::build(&r, &path, &full_dir, &NoNames, BuildOptions::default(), &mut |_, _| {})
+            .unwrap();
+    let nl = full["levels"].as_array().unwrap().len();
+    let small_dir = path.with_extension("small.mlview");
+    let opts = BuildOptions { max_bytes: Some(600_000), ..BuildOptions::default() };
+    let small = crate::build(&r, &path, &small_dir, &NoNames, opts, &mut |_, _| {}).unwrap();
+    let size: u64 =
+        std::fs::read_dir(&small_dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    let kept = small["levels"].as_array().unwrap().len();
+    assert!(kept < nl && kept >= 1, "{kept} of {nl} levels");
+    assert!(size <= 600_000, "{size} B");
+    let (a, b) = (crate::Index::open(&full_dir).unwrap(), crate::Index::open(&small_dir).unwrap());
+    for l in 0..kept {
+        let lf = l + nl - kept;
+        assert_eq!(small["levels"][l]["bucket"], full["levels"][lf]["bucket"]);
+        let n = small["levels"][l]["buckets"].as_u64().unwrap();
+        assert_eq!(
+            b.tiles(l, 0, n, false, 0..u32::MAX).unwrap(),
+            a.tiles(lf, 0, n, false, 0..u32::MAX).unwrap()
+        );
+    }
+    // The other files of the left-out levels are gone.
+    assert!(!small_dir.join(format!("cells{kept}.bin")).exists());
+    std::fs::remove_dir_all(&full_dir).unwrap();
+    std::fs::remove_dir_all(&small_dir).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}

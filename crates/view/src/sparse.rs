@@ -61,6 +61,11 @@ impl BlockWriter {
         }
     }
 
+    /// Compressed bytes written so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Bytes of the block being filled.
     pub(crate) fn raw_len(&self) -> usize {
         self.raw.len()
