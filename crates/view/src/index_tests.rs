@@ -120,3 +120,19 @@ fn a_size_budget_leaves_out_the_finest_levels() {
     std::fs::remove_dir_all(&small_dir).unwrap();
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A trace without memory operations still gives an index that opens and answers.
+#[test]
+fn a_trace_without_accesses_opens() {
+    let path = trace_of("empty", &[]);
+    let dir = crate::index_dir(&path);
+    let r = TraceReader::open(&path).unwrap();
+    let meta =
+        crate::build(&r, &path, &dir, &NoNames, BuildOptions::default(), &mut |_, _| {}).unwrap();
+    assert_eq!(meta["ops"], 0);
+    let ix = crate::Index::open(&dir).unwrap();
+    assert!(ix.tiles(0, 0, 10, false, 0..u32::MAX).unwrap().is_empty());
+    assert_eq!(ix.cell_count(0, 0, 10).unwrap(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}

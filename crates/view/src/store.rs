@@ -117,7 +117,7 @@ impl Index {
             let len = cells.metadata().map(|m| m.len()).unwrap_or(0);
             let nb = offsets.len().saturating_sub(1) as u64;
             let blocks = parse_blocks(&read(&format!("blocks{i}.bin"))?, nb, len);
-            let Some(blocks) = blocks.filter(|_| sorted(&offsets) && nb > 0) else {
+            let Some(blocks) = blocks.filter(|_| sorted(&offsets) && !offsets.is_empty()) else {
                 return Err(bad());
             };
             let window = match (
