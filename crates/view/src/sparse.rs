@@ -278,7 +278,8 @@ pub(crate) fn replay(
                 c[16..20].copy_from_slice(&(row as u32).to_le_bytes());
                 c[24] = l.used;
                 c[25] = l.thread;
-                c[26] = (age_left * 255 / max_age.max(1)) as u8;
+                // u128: a planted max_age cannot overflow it.
+                c[26] = (age_left as u128 * 255 / max_age.max(1) as u128) as u8;
                 match t {
                     Some(t) => {
                         c[8..12].copy_from_slice(&t.pc.to_le_bytes());
