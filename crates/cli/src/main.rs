@@ -136,6 +136,9 @@ enum Cmd {
         /// Build the index and exit.
         #[arg(long)]
         no_serve: bool,
+        /// Remove the index (TRACE.mlview/) and exit.
+        #[arg(long, conflicts_with_all = ["reindex", "no_serve", "open"])]
+        clean: bool,
         /// The trace.
         trace: PathBuf,
     },
@@ -530,8 +533,8 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Live(a) => live::live(a),
         Cmd::Probe(a) => live::probe(a),
-        Cmd::View { port, open, reindex, no_serve, trace } => {
-            view::run(view::ViewOpts { trace, port, open, reindex, no_serve })
+        Cmd::View { port, open, reindex, no_serve, clean, trace } => {
+            view::run(view::ViewOpts { trace, port, open, reindex, no_serve, clean })
         }
         Cmd::Merge { trace: Some(trace), stats, .. } => {
             let s = merge::merge_file_order(&trace, std::io::stdout().lock())?;

@@ -19,12 +19,22 @@ pub struct ViewOpts {
     pub reindex: bool,
     /// Build the index only.
     pub no_serve: bool,
+    /// Remove the index only.
+    pub clean: bool,
 }
 
 /// `memlens view`.
 pub fn run(o: ViewOpts) -> Result<i32> {
-    let r = crate::inspect::open(&o.trace)?;
     let dir = memlens_view::index_dir(&o.trace);
+    if o.clean {
+        // The trace itself need not exist any more.
+        match memlens_view::clean(&dir)? {
+            Some(n) => eprintln!("memlens: removed {} ({})", dir.display(), human_bytes(n)),
+            None => eprintln!("memlens: no index at {}", dir.display()),
+        }
+        return Ok(0);
+    }
+    let r = crate::inspect::open(&o.trace)?;
     if o.reindex || !memlens_view::is_fresh(&o.trace, &dir) {
         let names = Names::new(&r.meta().modules);
         let namer = memlens_names::TraceNamer::new(&r, &names)?;
@@ -50,12 +60,14 @@ pub fn run(o: ViewOpts) -> Result<i32> {
         .with_context(|| format!("cannot index {}", o.trace.display()))?;
         pb.finish_and_clear();
         eprintln!(
-            "memlens: indexed {} memory operations ({} cache lines, {} rows at most) in {:.2} s into {}",
+            "memlens: indexed {} memory operations ({} cache lines, {} rows at most) in {:.2} s into {} ({}, {} levels)",
             meta["ops"],
             meta["distinct_lines"],
             meta["max_rows"],
             t.elapsed().as_secs_f64(),
-            dir.display()
+            dir.display(),
+            human_bytes(memlens_view::size_of_dir(&dir)),
+            meta["levels"].as_array().map_or(0, Vec::len),
         );
     }
     if o.no_serve {
@@ -82,6 +94,15 @@ pub fn run(o: ViewOpts) -> Result<i32> {
     })?;
     drop(launcher);
     Ok(0)
+}
+
+/// `1.2 MB`-style sizes for messages.
+fn human_bytes(n: u64) -> String {
+    match n {
+        0..=9_999 => format!("{n} B"),
+        10_000..=9_999_999 => format!("{:.1} kB", n as f64 / 1e3),
+        _ => format!("{:.1} MB", n as f64 / 1e6),
+    }
 }
 
 /// Every source file the DWARF of the trace's modules names: the only files the

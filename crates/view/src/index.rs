@@ -1,6 +1,7 @@
 //! Building the index: one merged pass over the trace.
 
-use crate::{Error, CELL_BYTES, SPAN_BYTES, WINDOW_BYTES};
+use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
+use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{Heap, HeapConfig};
@@ -11,7 +12,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{BufWriter, Write};
+
 use std::path::Path;
 
 /// How the index is built.
@@ -27,11 +28,17 @@ pub struct BuildOptions {
     pub line: u64,
     /// Rows kept per table.
     pub top: usize,
+    /// Largest index in bytes (the finest levels are left out to fit; the coarsest
+    /// level always stays). `None`: the trace's size + 16 MiB.
+    pub max_bytes: Option<u64>,
 }
+
+/// What an index may take beyond the trace's own size.
+pub const DEFAULT_SLACK: u64 = 16 << 20;
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        BuildOptions { max_age: 256, max_buckets: 1 << 16, line: 64, top: 100 }
+        BuildOptions { max_age: 256, max_buckets: 1 << 16, line: 64, top: 100, max_bytes: None }
     }
 }
 
@@ -140,12 +147,21 @@ struct Level {
     win: FxMap<u32, Win>,
     offsets: Vec<u64>,
     cells: u64,
-    out: BufWriter<File>,
+    out: BlockWriter,
+    /// Touched lines written since the last key frame.
+    since_key: u64,
+    /// Over the size budget: no longer written, left out at the end.
+    dead: bool,
     woffsets: Vec<u64>,
     wrecords: u64,
     /// `None` once the level has more than [`MAX_WINDOW_RECORDS`].
-    wout: Option<BufWriter<File>>,
+    wout: Option<BlockWriter>,
 }
+
+/// A key frame at least every this many touched lines (and the working set's size).
+const KEY_MIN: u64 = 1 << 15;
+/// Window sums are compressed in blocks of about this many bytes.
+const WINDOW_BLOCK: usize = 1 << 20;
 
 #[derive(Default, Clone)]
 struct PcStat {
@@ -262,6 +278,8 @@ struct Builder<'n> {
     error: Option<std::io::Error>,
     /// Per variable, when the namer names each access.
     vars: crate::vars::VarCounts,
+    /// The index's size budget in bytes.
+    budget: u64,
 }
 
 impl<'n> Builder<'n> {
@@ -332,61 +350,101 @@ impl<'n> Builder<'n> {
         self.next_close = (self.levels[0].bucket + 1) * self.levels[0].bsize;
     }
 
-    /// Writes the cells of the current bucket of level `li`: every line of the
-    /// working set, in address order (its row), with what the bucket did to it; and
-    /// the bucket's per-code-address sums. Then hands both to the next coarser level
-    /// (its buckets are 4 finer ones).
+    /// Writes the current bucket of level `li`: the lines of the working set touched
+    /// in it, with what the bucket did to them, in address order (plus, at the start
+    /// of a block, every other line of the working set: see `sparse`); and the
+    /// bucket's per-code-address sums. Then hands both to the next coarser level (its
+    /// buckets are 4 finer ones).
     fn emit(&mut self, li: usize) {
-        let max_age = self.opts.max_age as u64;
         let Builder {
             levels,
             ws,
             line_stats,
+            line_addrs,
             names,
             ins,
-            shift,
             error,
             touched0,
             pc_win0,
             win0_list,
+            budget,
             ..
         } = self;
         let (lower, upper) = levels.split_at_mut(li + 1);
         let lv = &mut lower[li];
         let mut next = upper.first_mut();
         lv.offsets.push(lv.cells);
-        let mut buf = Vec::with_capacity(ws.len() * CELL_BYTES);
-        for (row, (&line, &id)) in ws.iter().enumerate() {
+        // The touched lines still in the working set, in address order (their rows').
+        let mut recs: Vec<TouchRec> = Vec::new();
+        let mut add = |id: u32, t: &Touch| {
             let ls = &line_stats[id as usize];
-            let t =
-                if li == 0 { ls.t0_live.then_some(ls.t0) } else { lv.touched.get(&id).copied() };
-            let age_left = max_age.saturating_sub(*ins - ls.stamp);
-            // Touched: the element the last access named; else the line's first.
-            let (t, var) = match t {
-                Some(t) => (t, names.elem_var(t.addr, ls.var)),
-                None => (Touch::default(), ls.var),
-            };
-            let touched = t.loads + t.stores > 0;
-            buf.extend_from_slice(&(line << *shift).to_le_bytes());
-            buf.extend_from_slice(&t.pc.to_le_bytes());
-            buf.extend_from_slice(&var.to_le_bytes());
-            buf.extend_from_slice(&(row as u32).to_le_bytes());
-            buf.extend_from_slice(&(t.loads.min(u16::MAX as u32) as u16).to_le_bytes());
-            buf.extend_from_slice(&(t.stores.min(u16::MAX as u32) as u16).to_le_bytes());
-            buf.push(ls.mask.count_ones() as u8);
-            buf.push(ls.thread);
-            buf.push((age_left * 255 / max_age.max(1)) as u8);
-            buf.push(u8::from(touched));
-            buf.push(t.off);
-            buf.extend_from_slice(&[0, 0, 0]);
+            if ls.live {
+                recs.push(TouchRec {
+                    addr: line_addrs[id as usize],
+                    pc: t.pc,
+                    var: id,
+                    loads: t.loads.min(u16::MAX as u32) as u16,
+                    stores: t.stores.min(u16::MAX as u32) as u16,
+                    used: ls.mask.count_ones() as u8,
+                    thread: ls.thread,
+                    off: t.off,
+                    dist: (*ins - ls.stamp) as u32,
+                });
+            }
+        };
+        if li == 0 {
+            for &id in touched0.iter() {
+                add(id, &line_stats[id as usize].t0);
+            }
+        } else {
+            for (&id, t) in lv.touched.iter() {
+                add(id, t);
+            }
+        }
+        recs.sort_unstable_by_key(|r| r.addr);
+        // Touched: the element the last access named (named in row order, as the ids
+        // are handed out in that order).
+        for r in recs.iter_mut() {
+            let id = r.var as usize;
+            let addr = if li == 0 { line_stats[id].t0.addr } else { lv.touched[&r.var].addr };
+            r.var = names.elem_var(addr, line_stats[id].var);
+        }
+        // A finer level already over the size budget will be left out: stop writing it
+        // (the coarsest is always kept).
+        if next.is_some() && lv.out.bytes() > *budget {
+            lv.dead = true;
+        }
+        // A key frame when the touches since the last one outgrow the working set:
+        // replaying a block then costs at most about twice the working set.
+        let key = !lv.dead && (lv.bucket == 0 || lv.since_key >= (ws.len() as u64).max(KEY_MIN));
+        if key {
+            if let Err(e) = lv.out.cut() {
+                error.get_or_insert(e);
+            }
+            lv.since_key = 0;
+        }
+        lv.since_key += recs.len() as u64;
+        let mut rest = Vec::new();
+        if key {
+            let mut k = 0;
+            for &id in ws.values() {
+                let addr = line_addrs[id as usize];
+                if recs.get(k).is_some_and(|r| r.addr == addr) {
+                    k += 1;
+                    continue;
+                }
+                let ls = &line_stats[id as usize];
+                rest.push((addr, ls.mask.count_ones() as u8, ls.thread, (*ins - ls.stamp) as u32));
+            }
+        }
+        if !lv.dead {
+            encode_bucket(&mut lv.out, *ins, &recs, &rest);
+            lv.out.end_bucket();
         }
         lv.cells += ws.len() as u64;
-        if let Err(e) = lv.out.write_all(&buf) {
-            error.get_or_insert(e);
-        }
         // This bucket's sums per code address.
         lv.woffsets.push(lv.wrecords);
-        buf.clear();
+        let mut buf = Vec::new();
         let mut wins = |pc: u32, w: &Win, next: &mut Option<&mut Level>| {
             buf.extend_from_slice(&w.record(pc));
             if let Some(n) = next {
@@ -419,12 +477,16 @@ impl<'n> Builder<'n> {
             }
         }
         lv.wrecords += (buf.len() / WINDOW_BYTES) as u64;
-        if lv.wrecords > MAX_WINDOW_RECORDS {
+        if lv.wrecords > MAX_WINDOW_RECORDS || lv.dead {
             lv.wout = None;
         }
         if let Some(w) = &mut lv.wout {
-            if let Err(e) = w.write_all(&buf) {
-                error.get_or_insert(e);
+            w.push(&buf);
+            w.end_bucket();
+            if w.raw_len() >= WINDOW_BLOCK {
+                if let Err(e) = w.cut() {
+                    error.get_or_insert(e);
+                }
             }
         }
         lv.bucket += 1;
@@ -606,6 +668,10 @@ pub(crate) fn build_in(
         total_ops += s.counts.loads as u64 + s.counts.stores as u64;
         total_events += s.counts.events as u64;
     }
+    let budget = match opts.max_bytes {
+        Some(n) => n,
+        None => std::fs::metadata(trace).map_or(0, |m| m.len()) + DEFAULT_SLACK,
+    };
     // The finest bucket: as many operations as needed to stay within max_buckets.
     let fine = total_ops.div_ceil(opts.max_buckets.max(1)).max(1);
     let mut levels = Vec::new();
@@ -622,10 +688,12 @@ pub(crate) fn build_in(
             win: FxMap::default(),
             offsets: Vec::new(),
             cells: 0,
-            out: BufWriter::with_capacity(1 << 20, f),
+            out: BlockWriter::new(f),
+            since_key: 0,
+            dead: false,
             woffsets: Vec::new(),
             wrecords: 0,
-            wout: Some(BufWriter::with_capacity(1 << 16, wf)),
+            wout: Some(BlockWriter::new(wf)),
         });
         if total_ops.div_ceil(bsize) <= 256 {
             break;
@@ -678,6 +746,7 @@ pub(crate) fn build_in(
         threads: FxMap::default(),
         error: None,
         vars: crate::vars::VarCounts::default(),
+        budget,
     };
     // The analysis kernels for the tables take a second pass on another core;
     // sharing and the variables go with the pass that names each access.
@@ -722,34 +791,47 @@ pub(crate) fn build_in(
     if let Some(e) = b.error.take() {
         return Err(Error::Io(format!("cannot write the index: {e}")));
     }
+    // Every level's files; which of them stay is decided by the size budget below.
     let mut level_meta = Vec::new();
+    let mut sizes = Vec::new();
     for (i, lv) in std::mem::take(&mut b.levels).into_iter().enumerate() {
         let mut offsets = lv.offsets;
         offsets.push(lv.cells);
-        lv.out.into_inner().map_err(|e| io("write", dir, e.into_error()))?;
+        let nb = offsets.len() as u64 - 1;
+        let dead = lv.dead;
+        let (blocks, cbytes) = lv.out.finish().map_err(|e| io("write", dir, e))?;
         let p = dir.join(format!("offsets{i}.bin"));
         let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-        std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+        std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
+        let p = dir.join(format!("blocks{i}.bin"));
+        std::fs::write(&p, &blocks).map_err(|e| io("write", &p, e))?;
+        let cell_size =
+            if dead { u64::MAX / 4 } else { cbytes + bytes.len() as u64 + blocks.len() as u64 };
         // Window metrics: kept unless the level grew too large (then the range
         // metrics come from a coarser level).
         let wp = dir.join(format!("window{i}.bin"));
         let mut windows = Value::Null;
+        let mut win_size = 0;
         match lv.wout {
             Some(w) => {
-                w.into_inner().map_err(|e| io("write", &wp, e.into_error()))?;
+                let (wblocks, wbytes) = w.finish().map_err(|e| io("write", &wp, e))?;
                 let mut wo = lv.woffsets;
                 wo.push(lv.wrecords);
                 let p = dir.join(format!("woffsets{i}.bin"));
                 let bytes: Vec<u8> = wo.iter().flat_map(|o| o.to_le_bytes()).collect();
-                std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+                std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
+                let p = dir.join(format!("wblocks{i}.bin"));
+                std::fs::write(&p, &wblocks).map_err(|e| io("write", &p, e))?;
                 windows = json!(lv.wrecords);
+                win_size = wbytes + bytes.len() as u64 + wblocks.len() as u64;
             }
             None => {
                 let _ = std::fs::remove_file(&wp);
             }
         }
-        level_meta.push(json!({"bucket": lv.bsize, "buckets": offsets.len() - 1,
-            "cells": lv.cells, "windows": windows}));
+        sizes.push((cell_size, win_size));
+        level_meta.push(json!({"bucket": lv.bsize, "buckets": nb,
+            "cells": lv.cells, "windows": windows, "bytes": cell_size}));
     }
     // Flame spans, one file per duration class, sorted by start.
     let mut by_level: Vec<Vec<&Span>> = Vec::new();
@@ -780,12 +862,14 @@ pub(crate) fn build_in(
     let mut order: Vec<u32> = (0..b.line_addrs.len() as u32).collect();
     order.sort_by_key(|&i| b.line_addrs[i as usize]);
     let mut bytes = Vec::with_capacity(order.len() * 8);
+    let mut line_vars = Vec::with_capacity(order.len() * 4);
     let mut bands: Vec<Value> = Vec::new();
     let mut cur: Option<(u32, usize, u64)> = None;
     for (rank, &i) in order.iter().enumerate() {
         let addr = b.line_addrs[i as usize];
         bytes.extend_from_slice(&addr.to_le_bytes());
         let var = b.line_stats[i as usize].var;
+        line_vars.extend_from_slice(&var.to_le_bytes());
         match cur {
             Some((v, r0, prev))
                 if b.names.var_list[v as usize].1 == b.names.var_list[var as usize].1
@@ -806,7 +890,11 @@ pub(crate) fn build_in(
         bands.push(json!([r0, order.len(), v]));
     }
     let p = dir.join("lines.bin");
-    std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+    std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
+    let p = dir.join("linevars.bin");
+    std::fs::write(&p, &line_vars).map_err(|e| io("write", &p, e))?;
+    let mut fixed = (bytes.len() + line_vars.len()) as u64;
+    fixed += span_levels.iter().sum::<usize>() as u64 * SPAN_BYTES as u64;
     // Per source line: pcs named once.
     let mut pcs = Vec::new();
     let mut by_src: BTreeMap<(String, String, u32), PcStat> = BTreeMap::new();
@@ -860,7 +948,7 @@ pub(crate) fn build_in(
         "false_sharing": false_sharing.render(namer, &ropts).to_json(),
         "heap": heap.render(namer, &ropts).to_json(),
     });
-    let meta = json!({
+    let mut meta = json!({
         "version": crate::INDEX_VERSION,
         "trace": trace.display().to_string(),
         "ops": end,
@@ -882,6 +970,14 @@ pub(crate) fn build_in(
         "cachesim": has_annotation,
         "tables": tables,
     });
+    // The size budget: the finest levels (then window sums) go first.
+    fixed += serde_json::to_vec(&meta).map_or(0, |t| t.len() as u64);
+    let mut level_meta = std::mem::take(&mut meta["levels"]);
+    if let Some(lm) = level_meta.as_array_mut() {
+        crate::sparse::fit(dir, lm, &sizes, budget.saturating_sub(fixed))
+            .map_err(|e| io("write", dir, e))?;
+    }
+    meta["levels"] = level_meta;
     let p = dir.join("meta.json");
     let text = serde_json::to_vec(&meta).map_err(|e| Error::Io(e.to_string()))?;
     std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
@@ -896,95 +992,5 @@ pub fn annotation_path(trace: &Path) -> std::path::PathBuf {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use memlens_analysis::NoNames;
-    use memlens_format::{EventBuffer, TraceWriter};
-
-    pub(crate) fn trace_of(name: &str, addrs: &[u64]) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("view-{name}-{}.trace", std::process::id()));
-        let mut w = TraceWriter::new(File::create(&path).unwrap(), 1, 1).unwrap();
-        let mut buf = EventBuffer::new();
-        buf.push(&Event::FuncEnter { pc: Pc(0x100), call_site: Pc(0), frame: Addr(0) });
-        for &a in addrs {
-            buf.push(&Event::Access {
-                pc: Pc(0x10),
-                addr: Addr(a),
-                size: 8,
-                kind: AccessKind::Read,
-                atomic: false,
-                value: None,
-            });
-        }
-        buf.push(&Event::FuncExit { pc: Pc(0x100) });
-        w.write_events(0, &mut buf, true).unwrap();
-        w.finish(|_| {}).unwrap();
-        path
-    }
-
-    #[test]
-    fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
-        // Ten lines touched once each, backwards, then line 9 again: with an age of 4,
-        // at most 4 lines live at once; the first line in time is the last row.
-        let addrs: Vec<u64> =
-            (0..10).rev().map(|i| 0x1000 + 64 * i).chain([0x1000 + 64 * 9]).collect();
-        let path = trace_of("ws", &addrs);
-        let dir = crate::index_dir(&path);
-        let r = TraceReader::open(&path).unwrap();
-        let opts = BuildOptions { max_age: 4, ..BuildOptions::default() };
-        let meta = crate::build(&r, &path, &dir, &NoNames, opts, &mut |_, _| {}).unwrap();
-        assert_eq!(meta["ops"], 11);
-        assert_eq!(meta["distinct_lines"], 10);
-        assert_eq!(meta["max_rows"], 4);
-        let ix = crate::Index::open(&dir).unwrap();
-        assert_eq!(ix.bucket_size(0), Some(1));
-        let tiles = ix.tiles(0, 0, 11, false, 0..u32::MAX).unwrap();
-        let rows = |b: usize| -> Vec<(u64, u32, bool)> {
-            tiles[b]
-                .1
-                .chunks_exact(crate::CELL_BYTES)
-                .map(|c| {
-                    let a = u64::from_le_bytes(c[0..8].try_into().unwrap());
-                    (a, u32::from_le_bytes(c[16..20].try_into().unwrap()), c[27] & 1 == 1)
-                })
-                .collect()
-        };
-        // After op 3: lines 9, 8, 7, 6 live, in address order; 6 was just touched.
-        let l = |i: u64| 0x1000 + 64 * i;
-        assert_eq!(
-            rows(3),
-            [(l(6), 0, true), (l(7), 1, false), (l(8), 2, false), (l(9), 3, false)]
-        );
-        // Op 4 brings line 5: line 9 (untouched for 4 entries) leaves, 5 enters on top.
-        assert_eq!(
-            rows(4),
-            [(l(5), 0, true), (l(6), 1, false), (l(7), 2, false), (l(8), 3, false)]
-        );
-        // Op 10 touches line 9 again: it re-enters below 0..2.
-        let last = rows(10);
-        assert_eq!(last.len(), 4);
-        assert_eq!(last[3], (l(9), 3, true));
-        // One frame covering all 11 operations.
-        assert_eq!(ix.spans(0, 11, 0, 10).unwrap().len(), 1);
-        assert_eq!(ix.spans(0, 11, 0, 10).unwrap()[0].end, 11);
-        // Window sums: operations 3..7 are 4 loads of 8 bytes by the one code address,
-        // at every level that answers.
-        for max in [u64::MAX, 4] {
-            let (_, w) = ix.window(3, 7, max).unwrap().unwrap();
-            assert_eq!(w.len(), 1);
-            assert_eq!((w[0].1.loads, w[0].1.stores, w[0].1.bytes), (4, 0, 32));
-        }
-        let (_, w) = ix.window(0, 11, u64::MAX).unwrap().unwrap();
-        assert_eq!(w[0].1.loads, 11);
-        // The drawing columns: bucket 4's rows and flags as in the raw cells.
-        let soa = ix.tiles_soa(0, 4, 5, false, 0..u32::MAX, crate::TileFields::Draw).unwrap();
-        let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
-        assert_eq!((u(0), u(1), u(2), u(3)), (1, 4, 0, 4), "1 bucket (4) of 4 cells");
-        assert_eq!([u(4), u(5), u(6), u(7)], [0, 1, 2, 3], "rows");
-        // Ranks in address order: lines 5, 6, 7, 8 of 0..=9.
-        assert_eq!([u(8), u(9), u(10), u(11)], [5, 6, 7, 8], "ranks");
-        assert_eq!(soa[48 + 8..48 + 12], [1, 0, 0, 0], "flags: line 5 touched");
-        std::fs::remove_dir_all(&dir).unwrap();
-        std::fs::remove_file(&path).unwrap();
-    }
-}
+#[path = "index_tests.rs"]
+pub(crate) mod tests;

@@ -28,19 +28,20 @@ mod index;
 mod live;
 mod place;
 mod serve;
+mod sparse;
 mod store;
 mod vars;
 
-pub use index::{annotation_path, BuildOptions};
+pub use index::{annotation_path, BuildOptions, DEFAULT_SLACK};
 pub use live::{serve_live, LiveBackend};
-pub use place::build;
+pub use place::{build, clean, size_of_dir};
 pub use serve::{serve, ServeOptions};
 pub use store::{Index, PcWindow, TileFields, WindowSums};
 
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the index layout changes; older indexes are rebuilt.
-pub const INDEX_VERSION: u32 = 1;
+pub const INDEX_VERSION: u32 = 2;
 /// Bytes per map cell in `cellsN.bin` and in tile responses.
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.

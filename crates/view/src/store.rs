@@ -1,6 +1,7 @@
 //! Reading an index back: metadata in memory, tiles and spans from disk per request.
 
 use crate::index::LEVEL_FACTOR;
+use crate::sparse::{block_of, parse_blocks, read_block, replay};
 use crate::{Error, CELL_BYTES, SPAN_BYTES, WINDOW_BYTES};
 use serde_json::Value;
 use std::fs::File;
@@ -9,11 +10,14 @@ use std::path::{Path, PathBuf};
 
 struct Level {
     bucket: u64,
+    /// Index of each bucket's first cell (and the total): what an answer costs.
     offsets: Vec<u64>,
     cells: File,
-    /// Per-bucket code-address metrics (`windowN.bin`, `woffsetsN.bin`); absent in
-    /// indexes written before they existed or for levels that grew too large.
-    window: Option<(Vec<u64>, File)>,
+    /// `cellsN.bin`'s zstd blocks (see `sparse`).
+    blocks: Vec<[u64; 3]>,
+    /// Per-bucket code-address metrics (`windowN.bin`, `woffsetsN.bin`, their
+    /// blocks in `wblocksN.bin`); absent for levels that grew too large.
+    window: Option<(Vec<u64>, File, Vec<[u64; 3]>)>,
 }
 
 /// What one code address did within a time window.
@@ -55,6 +59,9 @@ pub struct Index {
     spans: Vec<(File, u64)>,
     /// Distinct cache lines, sorted by address (the by-variable Y mode's rows).
     lines: Vec<u64>,
+    /// Each line's name (its first byte's), in `lines` order.
+    line_vars: Vec<u32>,
+    max_age: u64,
 }
 
 /// One flame-chart frame.
@@ -108,26 +115,25 @@ impl Index {
             let cells = File::open(&p)
                 .map_err(|e| Error::BadIndex(format!("cannot open {}: {e}", p.display())))?;
             let len = cells.metadata().map(|m| m.len()).unwrap_or(0);
-            if !sorted(&offsets)
-                || offsets.last().is_none_or(|&n| n.checked_mul(CELL_BYTES as u64) != Some(len))
-            {
+            let nb = offsets.len().saturating_sub(1) as u64;
+            let blocks = parse_blocks(&read(&format!("blocks{i}.bin"))?, nb, len);
+            let Some(blocks) = blocks.filter(|_| sorted(&offsets) && !offsets.is_empty()) else {
                 return Err(bad());
-            }
+            };
             let window = match (
                 std::fs::read(dir.join(format!("woffsets{i}.bin"))),
                 File::open(dir.join(format!("window{i}.bin"))),
+                std::fs::read(dir.join(format!("wblocks{i}.bin"))),
             ) {
-                (Ok(o), Ok(f)) => {
+                (Ok(o), Ok(f), Ok(wb)) => {
                     let o: Vec<u64> = o
                         .chunks_exact(8)
                         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
                         .collect();
                     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                    let ok = o.len() == offsets.len()
-                        && sorted(&o)
-                        && o.last()
-                            .is_some_and(|&n| n.checked_mul(WINDOW_BYTES as u64) == Some(len));
-                    ok.then_some((o, f))
+                    let wb = parse_blocks(&wb, nb, len);
+                    let ok = o.len() == offsets.len() && sorted(&o);
+                    wb.filter(|_| ok).map(|wb| (o, f, wb))
                 }
                 _ => None,
             };
@@ -135,6 +141,7 @@ impl Index {
                 bucket: lv["bucket"].as_u64().ok_or_else(bad)?.max(1),
                 offsets,
                 cells,
+                blocks,
                 window,
             });
         }
@@ -148,11 +155,28 @@ impl Index {
                 .map_err(|e| Error::BadIndex(format!("cannot open {}: {e}", p.display())))?;
             spans.push((f, n.as_u64().ok_or_else(bad)?));
         }
-        let lines = read("lines.bin")?
+        let lines: Vec<u64> = read("lines.bin")?
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
             .collect();
-        Ok(Index { dir: dir.to_path_buf(), meta_json, meta, levels, spans, lines })
+        let line_vars: Vec<u32> = read("linevars.bin")?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        if line_vars.len() != lines.len() {
+            return Err(bad());
+        }
+        let max_age = meta["max_age"].as_u64().ok_or_else(bad)?;
+        Ok(Index {
+            dir: dir.to_path_buf(),
+            meta_json,
+            meta,
+            levels,
+            spans,
+            lines,
+            line_vars,
+            max_age,
+        })
     }
 
     /// The directory.
@@ -201,32 +225,28 @@ impl Index {
         by_address: bool,
         mut f: impl FnMut(u64, &[u8; CELL_BYTES]),
     ) -> Result<(), Error> {
-        const BLOCK: u64 = 1 << 16;
         let lv =
             self.levels.get(level).ok_or_else(|| Error::Config(format!("no level {level}")))?;
         let nb = lv.offsets.len() as u64 - 1;
         let (b0, b1) = (b0.min(nb), b1.min(nb).max(b0.min(nb)));
-        let (c0, c1) = (lv.offsets[b0 as usize], lv.offsets[b1 as usize]);
-        let mut buf = vec![0u8; (c1 - c0).min(BLOCK) as usize * CELL_BYTES];
-        let (mut b, mut c) = (b0, c0);
-        while c < c1 {
-            let n = (c1 - c).min(BLOCK);
-            let buf = &mut buf[..n as usize * CELL_BYTES];
-            lv.cells
-                .read_exact_at(buf, c * CELL_BYTES as u64)
-                .map_err(|e| Error::Io(format!("cannot read tiles: {e}")))?;
-            for (k, raw) in buf.chunks_exact(CELL_BYTES).enumerate() {
-                while b + 1 < b1 && lv.offsets[b as usize + 1] <= c + k as u64 {
-                    b += 1;
-                }
-                let mut cell: [u8; CELL_BYTES] = raw.try_into().unwrap_or([0; CELL_BYTES]);
+        let line_var = |addr: u64| self.line_vars.get(self.rank(addr) as usize).copied();
+        let line_var = |addr: u64| line_var(addr).unwrap_or(0);
+        let mut k = block_of(&lv.blocks, b0);
+        // One block in memory at a time: memory does not grow with the range.
+        while b0 < b1 && k + 1 < lv.blocks.len() && lv.blocks[k][0] < b1 {
+            let raw = read_block(&lv.cells, &lv.blocks, k).map_err(Error::BadIndex)?;
+            replay(&raw, lv.blocks[k][0], b0, b1, self.max_age, &line_var, &mut |b, c| {
                 if by_address {
-                    let addr = u64::from_le_bytes(cell[0..8].try_into().unwrap_or_default());
-                    cell[16..20].copy_from_slice(&self.rank(addr).to_le_bytes());
+                    let mut c = *c;
+                    let addr = u64::from_le_bytes(c[0..8].try_into().unwrap_or_default());
+                    c[16..20].copy_from_slice(&self.rank(addr).to_le_bytes());
+                    f(b, &c);
+                } else {
+                    f(b, c);
                 }
-                f(b, &cell);
-            }
-            c += n;
+            })
+            .map_err(Error::BadIndex)?;
+            k += 1;
         }
         Ok(())
     }
@@ -387,7 +407,7 @@ impl Index {
     pub fn window(&self, t0: u64, t1: u64, max_records: u64) -> Result<Option<WindowSums>, Error> {
         let mut pick = None;
         for (li, lv) in self.levels.iter().enumerate() {
-            let Some((offs, _)) = &lv.window else { continue };
+            let Some((offs, _, _)) = &lv.window else { continue };
             let nb = offs.len() as u64 - 1;
             let (b0, b1) = ((t0 / lv.bucket).min(nb), t1.div_ceil(lv.bucket).min(nb));
             let b1 = b1.max(b0);
@@ -397,16 +417,18 @@ impl Index {
             }
         }
         let Some((li, b0, b1)) = pick else { return Ok(None) };
-        let Some((offs, f)) = &self.levels[li].window else { return Ok(None) };
-        let (r0, r1) = (offs[b0 as usize], offs[b1 as usize]);
+        let Some((offs, f, blocks)) = &self.levels[li].window else { return Ok(None) };
         let mut per: std::collections::HashMap<u32, PcWindow> = Default::default();
-        let mut r = r0;
-        while r < r1 {
-            let cnt = (r1 - r).min(1 << 16);
-            let mut buf = vec![0u8; cnt as usize * WINDOW_BYTES];
-            f.read_exact_at(&mut buf, r * WINDOW_BYTES as u64)
-                .map_err(|e| Error::Io(format!("cannot read window metrics: {e}")))?;
-            for c in buf.chunks_exact(WINDOW_BYTES) {
+        let mut k = block_of(blocks, b0);
+        while b0 < b1 && k + 1 < blocks.len() && blocks[k][0] < b1 {
+            let raw = read_block(f, blocks, k).map_err(Error::BadIndex)?;
+            let fb = blocks[k][0] as usize;
+            let (x, y) = (b0.max(blocks[k][0]) as usize, b1.min(blocks[k + 1][0]) as usize);
+            let at = |b: usize| (offs[b] - offs[fb]) as usize * WINDOW_BYTES;
+            let recs = raw.get(at(x)..at(y)).ok_or_else(|| {
+                Error::BadIndex("damaged window sums (memlens view --reindex rebuilds them)".into())
+            })?;
+            for c in recs.chunks_exact(WINDOW_BYTES) {
                 let u = |o: usize| u32::from_le_bytes(c[o..o + 4].try_into().unwrap_or_default());
                 let e = per.entry(u(0)).or_default();
                 e.loads += u(4) as u64;
@@ -416,7 +438,7 @@ impl Index {
                 e.mem += u(20) as u64;
                 e.bytes += u64::from_le_bytes(c[24..32].try_into().unwrap_or_default());
             }
-            r += cnt;
+            k += 1;
         }
         let mut v: Vec<(u32, PcWindow)> = per.into_iter().collect();
         v.sort_unstable_by_key(|x| x.0);
@@ -495,33 +517,128 @@ mod tests {
     use memlens_analysis::NoNames;
     use memlens_format::TraceReader;
 
-    /// Cells read in blocks (many blocks here) are exactly the file's, bucket by
-    /// bucket, and the drawing columns agree with them.
+    /// The working set as the viewer defines it, simulated directly (no ring, no
+    /// sparse form): per bucket of `bs` operations, every live line in address order
+    /// with `(addr, row, loads, used, age, flags, off)`.
+    fn reference(addrs: &[u64], bs: usize, max_age: u64) -> Vec<Vec<[u64; 7]>> {
+        use std::collections::{BTreeMap, HashMap};
+        let mut ins = 0u64;
+        // line → (stamp, mask)
+        let mut live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        let mut out = Vec::new();
+        for chunk in addrs.chunks(bs) {
+            let mut touch: HashMap<u64, (u64, u64)> = HashMap::new();
+            for &a in chunk {
+                let (line, off) = (a >> 6, a & 63);
+                let bits = 0xffu64 << off;
+                if let Some(e) = live.get_mut(&line) {
+                    *e = (ins, e.1 | bits);
+                } else {
+                    ins += 1;
+                    live.retain(|_, e| ins - e.0 < max_age);
+                    live.insert(line, (ins, bits));
+                }
+                let t = touch.entry(line).or_default();
+                *t = (t.0 + 1, off);
+            }
+            let cells = live
+                .iter()
+                .enumerate()
+                .map(|(row, (&line, &(stamp, mask)))| {
+                    let (loads, off) = touch.get(&line).copied().unwrap_or_default();
+                    let age = (max_age - (ins - stamp)) * 255 / max_age;
+                    let used = mask.count_ones() as u64;
+                    [line << 6, row as u64, loads, used, age, u64::from(loads > 0), off]
+                })
+                .collect();
+            out.push(cells);
+        }
+        out
+    }
+
+    fn fields(c: &[u8]) -> [u64; 7] {
+        let u = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&c[r]);
+            u64::from_le_bytes(b)
+        };
+        [u(0..8), u(16..20), u(20..22), u(24..25), u(26..27), u(27..28), u(28..29)]
+    }
+
+    /// The cells rebuilt from the sparse blocks (many blocks, many key frames, lines
+    /// entering and leaving) are exactly the working set of every bucket, read from
+    /// any bucket on; a coarse bucket is the finest bucket at its end with the touches
+    /// of its finer buckets summed; the drawing columns agree with the cells.
     #[test]
-    fn block_reads_give_the_cells_of_the_file() {
-        // 40 lines round and round: 40 cells per bucket, ~1.2 M cells in all.
-        let addrs: Vec<u64> = (0..30_000u64).map(|i| 0x10000 + 64 * (i % 40)).collect();
+    fn sparse_blocks_rebuild_the_working_set_of_every_bucket() {
+        // A hot set of 40 lines and a wandering one: lines enter, age and leave.
+        let addrs: Vec<u64> = (0..200_000u64)
+            .map(|i| {
+                if i % 3 == 0 {
+                    0x10000 + 64 * (i % 40)
+                } else {
+                    0x100000 + 64 * ((i * 7919) % 5000) + 8 * (i % 8)
+                }
+            })
+            .collect();
         let path = trace_of("blocks", &addrs);
         let dir = crate::index_dir(&path);
         let r = TraceReader::open(&path).unwrap();
-        build(&r, &path, &dir, &NoNames, BuildOptions::default(), &mut |_, _| {}).unwrap();
+        let opts = BuildOptions { max_age: 64, ..BuildOptions::default() };
+        build(&r, &path, &dir, &NoNames, opts, &mut |_, _| {}).unwrap();
         let ix = Index::open(&dir).unwrap();
-        let file = std::fs::read(dir.join("cells0.bin")).unwrap();
+        assert_eq!(ix.bucket_size(0), Some(4));
+        assert!(ix.levels[0].blocks.len() > 4, "several blocks: {}", ix.levels[0].blocks.len());
+        let want = reference(&addrs, 4, 64);
         let nb = ix.levels[0].offsets.len() as u64 - 1;
-        assert!(file.len() / CELL_BYTES > 4 << 16, "several blocks");
-        assert_eq!(ix.cell_count(0, 0, nb).unwrap() as usize, file.len() / CELL_BYTES);
+        assert_eq!(nb as usize, want.len());
         let t = ix.tiles(0, 0, nb, false, 0..u32::MAX).unwrap();
-        assert_eq!(t.len() as u64, nb);
-        assert_eq!(t.iter().flat_map(|(_, c)| c.iter().copied()).collect::<Vec<u8>>(), file);
-        for (b, c) in &t {
-            let off = &ix.levels[0].offsets;
-            assert_eq!(c.len() as u64, (off[*b as usize + 1] - off[*b as usize]) * 32);
+        let got: Vec<Vec<[u64; 7]>> =
+            t.iter().map(|(_, c)| c.chunks_exact(CELL_BYTES).map(fields).collect()).collect();
+        for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "bucket {b}");
+        }
+        assert_eq!(
+            ix.cell_count(0, 0, nb).unwrap() as usize,
+            want.iter().map(Vec::len).sum::<usize>()
+        );
+        // Any window, from inside any block.
+        for (b0, b1) in [(1, 2), (777, 1900), (nb - 3, nb), (20_000, 40_000)] {
+            let part = ix.tiles(0, b0, b1, false, 0..u32::MAX).unwrap();
+            assert_eq!(part[..], t[b0 as usize..b1 as usize], "{b0}..{b1}");
+        }
+        // Coarse levels: the working set at the bucket's end, touches summed.
+        for level in 1..ix.levels() {
+            let f = (ix.bucket_size(level).unwrap() / 4) as usize;
+            let n = ix.levels[level].offsets.len() as u64 - 1;
+            for (b, cells) in ix.tiles(level, 0, n, false, 0..u32::MAX).unwrap() {
+                let last = ((b as usize + 1) * f).min(want.len()) - 1;
+                let mut w = want[last].clone();
+                for c in w.iter_mut() {
+                    let loads: u64 = (b as usize * f..=last)
+                        .flat_map(|k| want[k].iter().filter(|x| x[0] == c[0]))
+                        .map(|x| x[2])
+                        .sum();
+                    c[2] = loads.min(u16::MAX as u64);
+                    c[5] = u64::from(loads > 0);
+                    c[6] = 0; // the offset of the last touch: checked at the finest level
+                }
+                let g: Vec<[u64; 7]> = cells
+                    .chunks_exact(CELL_BYTES)
+                    .map(|c| {
+                        let mut x = fields(c);
+                        x[6] = 0;
+                        x
+                    })
+                    .collect();
+                assert_eq!(g, w, "level {level} bucket {b}");
+            }
         }
         // A row filter keeps rows 5..10 of each bucket.
         let f = ix.tiles(0, 100, 2100, false, 5..10).unwrap();
         assert!(f.iter().all(|(_, c)| c.len() == 5 * CELL_BYTES));
         // Drawing columns across block boundaries: rows and ranks as in the cells.
-        let (b0, b1) = (1000, 4000);
+        let (b0, b1) = (1000, 40000);
         let soa = ix.tiles_soa(0, b0, b1, false, 0..u32::MAX, TileFields::Draw).unwrap();
         let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
         let nbk = (b1 - b0) as usize;
@@ -540,6 +657,26 @@ mod tests {
             assert_eq!(u(col / 4 + n + k), ix.rank(addr));
         }
         assert_eq!(soa.len(), (col + 11 * n).div_ceil(4) * 4);
+        // Small beside the table of every cell it stands for.
+        let size: u64 =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+        let full: u64 = (0..ix.levels()).map(|l| ix.levels[l].offsets.last().unwrap() * 32).sum();
+        assert!(size * 20 < full, "{size} B for {full} B of cells");
+        // A block claiming a huge decompressed size is refused, never allocated; a
+        // block whose bytes are not what its entry says fails the read, not the server.
+        let good = std::fs::read(dir.join("blocks1.bin")).unwrap();
+        let mut blocks = good.clone();
+        blocks[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        std::fs::write(dir.join("blocks1.bin"), &blocks).unwrap();
+        let e = Index::open(&dir).err().expect("a planted block size opened").to_string();
+        assert!(e.contains("damaged index") && e.contains("--reindex"), "{e}");
+        blocks[16..24].copy_from_slice(
+            &(u64::from_le_bytes(good[16..24].try_into().unwrap()) + 1).to_le_bytes(),
+        );
+        std::fs::write(dir.join("blocks1.bin"), &blocks).unwrap();
+        let e = Index::open(&dir).unwrap().tiles(1, 0, 4, false, 0..u32::MAX).unwrap_err();
+        assert!(e.to_string().contains("damaged index block"), "{e}");
+        std::fs::write(dir.join("blocks1.bin"), &good).unwrap();
         // Offsets that run backwards (planted or damaged) are refused at open, with
         // what to do, instead of underflowing later.
         let mut off = std::fs::read(dir.join("offsets0.bin")).unwrap();

@@ -28,3 +28,4 @@ mod rust;
 mod soak;
 mod untraced;
 mod view;
+mod view_index;

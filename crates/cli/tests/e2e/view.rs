@@ -186,7 +186,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// Kills the `memlens view` server when the test ends, even on failure.
-struct Server(Child);
+pub(crate) struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -601,7 +601,7 @@ fn viewer_draws_a_coarse_frame_first_then_the_fine_one() {
 }
 
 /// One raw GET with the given header lines; returns (status, lower-cased head, body).
-fn get_raw(port: u16, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
+pub(crate) fn get_raw(port: u16, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n").unwrap();
@@ -618,7 +618,7 @@ fn get_raw(port: u16, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
 }
 
 /// `memlens view --port 0 [args] TRACE` in the background: (server, port, token).
-fn serve_in_background(
+pub(crate) fn serve_in_background(
     trace: &Path,
     args: &[&str],
     path_env: Option<&Path>,
