@@ -240,11 +240,11 @@ struct AnalyzeArgs {
     /// Only these threads (memlens thread indices; repeat or comma-separate).
     #[arg(long, value_delimiter = ',')]
     thread: Vec<u32>,
-    /// Only accesses made by functions matching these globs.
-    #[arg(long, value_delimiter = ',')]
+    /// Only accesses made by functions matching these globs (comma-separated; `!glob` excludes).
+    #[arg(long, value_name = "GLOBS")]
     function: Vec<String>,
-    /// Only accesses made by code in source files matching these globs.
-    #[arg(long, value_delimiter = ',')]
+    /// Only accesses made by code of source files matching these globs (comma-separated; `!glob` excludes).
+    #[arg(long, value_name = "GLOBS")]
     file: Vec<String>,
     /// Only accesses to global variables matching these globs.
     #[arg(long, value_delimiter = ',')]
@@ -449,10 +449,10 @@ fn real_main() -> Result<i32> {
                 }
                 let mut code = filter::FilterSpec::default();
                 if let Some(f) = &a.functions {
-                    code.add_list(f, false);
+                    code.add_list(f, false)?;
                 }
                 if let Some(f) = &a.files {
-                    code.add_list(f, true);
+                    code.add_list(f, true)?;
                 }
                 return dbi::run(dbi::DbiOpts {
                     output: a.output,
@@ -473,13 +473,13 @@ fn real_main() -> Result<i32> {
             }
             let mut filter = filter::FilterSpec::default();
             if let Some(f) = &a.functions {
-                filter.add_list(f, false);
+                filter.add_list(f, false)?;
             }
             if let Some(f) = &a.files {
-                filter.add_list(f, true);
+                filter.add_list(f, true)?;
             }
             if let Some(p) = &a.filter_file {
-                filter.add_dinamite_json(p)?;
+                filter::DinamiteFilter::add_dinamite_json(&mut filter, p)?;
             }
             record::run(record::RecordOpts {
                 output: a.output,

@@ -13,6 +13,7 @@ mod dbi_fidelity;
 mod errors;
 mod export;
 mod fidelity;
+mod filters;
 mod limits;
 mod live;
 mod live_probes;
