@@ -8,7 +8,7 @@ use std::process::Command;
 
 /// Builds tests/programs/filtered as a project with sources under `src/` (compiled
 /// from the project root, so the debug info says `src/main.cpp`).
-fn build_project(cc: Cc, dir: &Path) -> PathBuf {
+pub(crate) fn build_project(cc: Cc, dir: &Path) -> PathBuf {
     let root = programs().join("filtered");
     for sub in ["src", "lib"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();

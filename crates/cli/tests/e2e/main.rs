@@ -24,5 +24,6 @@ mod paths;
 mod record;
 mod rust;
 mod soak;
+mod tables;
 mod untraced;
 mod view;
