@@ -1,5 +1,9 @@
 //! The `memlens` command line: the only crate that knows clap.
 
+// Doc comments on the argument types are clap's help text (`PROG[:ARGS]`, `<pid>`),
+// not rustdoc markup.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 mod allocdefs;
 mod analyze;
 mod cc;
