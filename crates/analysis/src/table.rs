@@ -8,7 +8,7 @@
 
 use crate::names::Namer;
 use serde_json::{Map, Value};
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 /// One row: column key to value.
 pub type Row = Map<String, Value>;
@@ -212,6 +212,99 @@ impl fmt::Display for Table {
     }
 }
 
+/// The widest line of a text table.
+pub const MAX_WIDTH: usize = 120;
+
+/// Text columns are not shortened below this many characters.
+const MIN_NAME_WIDTH: usize = 12;
+
+/// Lays a text table out: right-aligned (number) columns first, then left-aligned
+/// (name) columns in their order, the widest names shortened with `…` until no line
+/// is wider than [`MAX_WIDTH`] (paths lose their start, other names their end).
+pub fn layout(headers: &[&str], align: &[Align], rows: &[Vec<String>]) -> String {
+    let mut order: Vec<usize> = (0..headers.len()).filter(|&i| align[i] == Align::Right).collect();
+    order.extend((0..headers.len()).filter(|&i| align[i] == Align::Left));
+    let len = |s: &str| s.chars().count();
+    let mut widths: Vec<usize> = order.iter().map(|&i| len(headers[i])).collect();
+    for row in rows {
+        for (w, &i) in widths.iter_mut().zip(&order) {
+            *w = (*w).max(row.get(i).map_or(0, |c| len(c)));
+        }
+    }
+    let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * w.len().saturating_sub(1);
+    while total(&widths) > MAX_WIDTH {
+        let widest = (0..order.len())
+            .filter(|&k| align[order[k]] == Align::Left && widths[k] > MIN_NAME_WIDTH)
+            .max_by_key(|&k| widths[k]);
+        let Some(k) = widest else { break };
+        widths[k] -= 1;
+    }
+    let mut out = String::new();
+    let mut emit = |cells: &dyn Fn(usize) -> String| {
+        let mut line = String::new();
+        for (k, &i) in order.iter().enumerate() {
+            if k > 0 {
+                line.push_str("  ");
+            }
+            let v = shorten(&cells(i), widths[k]);
+            let pad = widths[k].saturating_sub(len(&v));
+            if align[i] == Align::Right {
+                line.extend(std::iter::repeat_n(' ', pad));
+                line.push_str(&v);
+            } else {
+                line.push_str(&v);
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    };
+    emit(&|i| headers[i].to_string());
+    for row in rows {
+        emit(&|i| row.get(i).cloned().unwrap_or_default());
+    }
+    out
+}
+
+/// `s` in at most `w` characters, `…` marking what was cut.
+fn shorten(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        return s.to_string();
+    }
+    let keep = w.saturating_sub(1);
+    if s.contains('/') {
+        let tail: String = s.chars().skip(n - keep).collect();
+        format!("…{tail}")
+    } else {
+        let head: String = s.chars().take(keep).collect();
+        format!("{head}…")
+    }
+}
+
+/// `text` broken at spaces into lines of at most [`MAX_WIDTH`] characters after `indent`.
+pub fn wrap(text: &str, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let w = line.chars().count();
+        if w > 0 && w + 1 + word.chars().count() + indent.len() > MAX_WIDTH {
+            out.push_str(indent);
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(indent);
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
 fn write_section(f: &mut fmt::Formatter<'_>, s: &Section) -> fmt::Result {
     if !s.title.is_empty() {
         writeln!(f, "{}", s.title)?;
@@ -223,48 +316,13 @@ fn write_section(f: &mut fmt::Formatter<'_>, s: &Section) -> fmt::Result {
             s.columns.iter().map(|c| lookup(r, &c.key).map(cell_text).unwrap_or_default()).collect()
         })
         .collect();
-    let mut widths: Vec<usize> = s.columns.iter().map(|c| c.header.chars().count()).collect();
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut line = String::new();
-    let emit = |f: &mut fmt::Formatter<'_>, line: &mut String, vals: &[&str]| -> fmt::Result {
-        line.clear();
-        for (k, (c, v)) in s.columns.iter().zip(vals).enumerate() {
-            if k > 0 {
-                line.push_str("  ");
-            }
-            let pad = widths[k].saturating_sub(v.chars().count());
-            let last = k + 1 == s.columns.len();
-            match c.align {
-                Align::Right => {
-                    line.extend(std::iter::repeat_n(' ', pad));
-                    line.push_str(v);
-                }
-                Align::Left => {
-                    line.push_str(v);
-                    if !last {
-                        line.extend(std::iter::repeat_n(' ', pad));
-                    }
-                }
-            }
-        }
-        writeln!(f, "{}", line.trim_end())
-    };
     if !s.columns.is_empty() {
         let headers: Vec<&str> = s.columns.iter().map(|c| c.header.as_str()).collect();
-        emit(f, &mut line, &headers)?;
-        for row in &cells {
-            let vals: Vec<&str> = row.iter().map(String::as_str).collect();
-            emit(f, &mut line, &vals)?;
-        }
+        let align: Vec<Align> = s.columns.iter().map(|c| c.align).collect();
+        f.write_str(&layout(&headers, &align, &cells))?;
     }
     for n in &s.notes {
-        let mut t = String::new();
-        let _ = write!(t, "  {n}");
-        writeln!(f, "{t}")?;
+        f.write_str(&wrap(n, "  "))?;
     }
     Ok(())
 }
@@ -298,12 +356,32 @@ mod tests {
         s.rows.push(row! {"name" => "D1", "misses" => serde_json::json!({"D1": 12})});
         s.rows.push(row! {"name" => "LL", "misses" => serde_json::json!({"D1": 3456})});
         let t = Table { sections: vec![s] };
-        assert_eq!(
-            t.to_text(),
-            "Cache levels\nlevel  D1 misses\nD1            12\nLL          3456\n"
-        );
+        assert_eq!(t.to_text(), "Cache levels\nD1 misses  level\n       12  D1\n     3456  LL\n");
         assert_eq!(t.to_json()["levels"][1]["misses"]["D1"], 3456);
         assert_eq!(t.json_rows().count(), 2);
         assert_eq!(cell_text(&serde_json::json!(0.5)), "0.5000");
+    }
+
+    #[test]
+    fn wide_tables_fit_with_names_last() {
+        let long = format!("/very/long/path/{}/file.c:12", "dir/".repeat(40));
+        let name = "f".repeat(200);
+        let rows = vec![vec![long.clone(), "7".into(), name.clone()]];
+        let t = layout(
+            &["where", "count", "function"],
+            &[Align::Left, Align::Right, Align::Left],
+            &rows,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines.iter().all(|l| l.chars().count() <= MAX_WIDTH), "{t}");
+        assert!(lines[0].starts_with("count  where"), "{t}");
+        assert!(lines[1].starts_with("    7  …"), "{t}");
+        assert!(lines[1].contains("/file.c:12  ffff"), "{t}");
+        assert!(lines[1].ends_with("f…"), "{t}");
+        let w = wrap(&"word ".repeat(60), "  ");
+        assert!(
+            w.lines().all(|l| l.chars().count() <= MAX_WIDTH && l.starts_with("  word")),
+            "{w}"
+        );
     }
 }

@@ -132,30 +132,45 @@ impl<K: Kernel> Kernel for Roi<K> {
     }
 }
 
+/// The code `--function`/`--file` select in every module of the trace, as pc ranges
+/// (pcs are return addresses: instruction + 1). Same meaning as `record`'s filters.
 fn code_ranges(
     names: &Names,
     r: &TraceReader,
     o: &AnalyzeOpts,
 ) -> Result<Vec<std::ops::Range<Pc>>> {
+    let mut spec = memlens_symbols::CodeFilter::default();
+    for g in &o.functions {
+        spec.add_list(g, false)?;
+    }
+    for g in &o.files {
+        spec.add_list(g, true)?;
+    }
+    if spec.is_empty() {
+        return Ok(Vec::new());
+    }
+    let labels = spec.labels();
+    let mut matched = vec![false; labels.len()];
     let mut out = Vec::new();
     for m in &r.meta().modules {
         let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
-        for g in &o.functions {
-            for f in syms.functions_matching(g) {
-                let rg = f.range();
-                // symbol ranges are runtime addresses; pcs are return addresses
-                out.push(Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1));
-            }
+        let sel = syms.select_code(&spec)?;
+        for (a, b) in matched.iter_mut().zip(&sel.matched) {
+            *a |= b;
         }
-        for g in &o.files {
-            for rg in syms.source_file_ranges(g).unwrap_or_default() {
-                out.push(Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1));
-            }
-        }
+        out.extend(sel.ranges.iter().map(|rg| Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1)));
     }
-    if out.is_empty() && (!o.functions.is_empty() || !o.files.is_empty()) {
-        bail!("no code matches the --function/--file filters (see `memlens report --by function`)");
+    if out.is_empty() {
+        bail!(
+            "{} select no code of the traced program (see `memlens report --by function`)",
+            labels.join(", ").replace("--functions", "--function").replace("--files", "--file")
+        );
     }
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|l| l.replace("--functions", "--function").replace("--files", "--file"))
+        .collect();
+    crate::filter::warn_unmatched(&labels, &matched, "the traced program");
     Ok(out)
 }
 
@@ -164,11 +179,13 @@ fn data_ranges(
     r: &TraceReader,
     o: &AnalyzeOpts,
 ) -> Result<Vec<std::ops::Range<Addr>>> {
+    let globs =
+        o.variables.iter().map(|g| memlens_symbols::Glob::new(g)).collect::<Result<Vec<_>, _>>()?;
     let mut out = Vec::new();
     for m in &r.meta().modules {
         let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
         for v in syms.static_variables() {
-            if o.variables.iter().any(|g| crate::filter::glob(g, &v.name)) {
+            if globs.iter().any(|g| g.is_match(&v.name)) {
                 let start = v.start.0;
                 out.push(Addr(start)..Addr(start + v.size.max(1)));
             }

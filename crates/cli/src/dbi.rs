@@ -109,31 +109,11 @@ fn check_filter(spec: &str) -> Result<()> {
     Ok(())
 }
 
-/// `--functions` / `--files` as `exe:0xA-0xB` filter items (link-time addresses of
-/// the selected functions, adjacent ones joined).
+/// `--functions` / `--files` as `exe:0xA-0xB` filter items (link-time instruction
+/// addresses of the selected code).
 fn code_filter(exe: &Path, spec: &crate::filter::FilterSpec) -> Result<String> {
-    let text = crate::filter::code_ranges(exe, spec)?;
-    let mut ranges: Vec<(u64, u64)> = text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.rsplitn(3, '\t').collect();
-            let hex = |x: &str| u64::from_str_radix(x, 16).ok();
-            Some((hex(f.get(1)?)?, hex(f.first()?)?))
-        })
-        .filter(|(a, b)| a < b)
-        .collect();
-    ranges.sort_unstable();
-    let mut joined: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in ranges {
-        match joined.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => joined.push((a, b)),
-        }
-    }
-    if joined.is_empty() {
-        bail!("--functions/--files select no function of {} (is it built with -g?)", exe.display());
-    }
-    Ok(joined.iter().map(|(a, b)| format!("exe:{a:#x}-{b:#x}")).collect::<Vec<_>>().join(","))
+    let ranges = crate::filter::code_ranges(exe, spec)?;
+    Ok(ranges.iter().map(|(a, b)| format!("exe:{a:#x}-{b:#x}")).collect::<Vec<_>>().join(","))
 }
 
 /// Runs the program under QEMU with the plugin and returns the exit code to use.

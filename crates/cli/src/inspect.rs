@@ -160,6 +160,8 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         writeln!(out)?;
         return Ok(());
     }
+    let stdout = out;
+    let mut out: Vec<u8> = Vec::new();
     writeln!(out, "trace       {}", path.display())?;
     writeln!(out, "program     {} (pid {})", m.argv.join(" "), h.pid)?;
     writeln!(
@@ -247,7 +249,30 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
             if s["complete"] == true { "" } else { "  (stream incomplete)" }
         )?;
     }
+    let mut stdout = stdout;
+    for l in String::from_utf8_lossy(&out).lines() {
+        stdout.write_all(fit_line(l).as_bytes())?;
+    }
     Ok(())
+}
+
+/// An `info` line in 120 columns: a path loses its start (`…`), a sentence wraps
+/// under its value column.
+fn fit_line(l: &str) -> String {
+    use memlens_analysis::table::MAX_WIDTH;
+    let n = l.chars().count();
+    if n <= MAX_WIDTH {
+        return format!("{l}\n");
+    }
+    let key: String = l.chars().take(12).collect();
+    let rest: String = l.chars().skip(12).collect();
+    if rest.contains('/') {
+        let tail: String = rest.chars().skip(rest.chars().count() - (MAX_WIDTH - 13)).collect();
+        format!("{key}…{tail}\n")
+    } else {
+        let wrapped = memlens_analysis::table::wrap(&rest, "            ");
+        format!("{key}{}", &wrapped[12..])
+    }
 }
 
 fn counts(r: &TraceReader) -> Result<Counts> {
@@ -286,33 +311,20 @@ struct Row {
     c: PcCounts,
 }
 
+/// A report table: numbers right-aligned first, names last, at most 120 columns.
 fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
-    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.len());
-        }
-    }
-    let line = |out: &mut dyn Write, cells: &[String]| -> std::io::Result<()> {
-        let n = cells.len();
-        for (i, c) in cells.iter().enumerate() {
-            // numbers right-aligned, text left-aligned, last column unpadded
-            let numeric = c.parse::<f64>().is_ok();
-            if i + 1 == n && !numeric {
-                write!(out, "{c}")?;
-            } else if numeric {
-                write!(out, "{c:>width$}  ", width = w[i])?;
+    use memlens_analysis::table::{layout, Align};
+    let align: Vec<Align> = (0..header.len())
+        .map(|i| {
+            let numeric = rows.iter().filter_map(|r| r.get(i)).filter(|c| !c.is_empty());
+            if numeric.clone().count() > 0 && numeric.clone().all(|c| c.parse::<f64>().is_ok()) {
+                Align::Right
             } else {
-                write!(out, "{c:<width$}  ", width = w[i])?;
+                Align::Left
             }
-        }
-        writeln!(out)
-    };
-    line(out, &header.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
-    for r in rows {
-        line(out, r)?;
-    }
-    Ok(())
+        })
+        .collect();
+    out.write_all(layout(header, &align, rows).as_bytes())
 }
 
 /// `memlens report`.

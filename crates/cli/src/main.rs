@@ -1,5 +1,9 @@
 //! The `memlens` command line: the only crate that knows clap.
 
+// Doc comments on the argument types are clap's help text (`PROG[:ARGS]`, `<pid>`),
+// not rustdoc markup.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 mod allocdefs;
 mod analyze;
 mod cc;
@@ -256,11 +260,11 @@ struct AnalyzeArgs {
     /// Only these threads (memlens thread indices; repeat or comma-separate).
     #[arg(long, value_delimiter = ',')]
     thread: Vec<u32>,
-    /// Only accesses made by functions matching these globs.
-    #[arg(long, value_delimiter = ',')]
+    /// Only accesses made by functions matching these globs (comma-separated; `!glob` excludes).
+    #[arg(long, value_name = "GLOBS")]
     function: Vec<String>,
-    /// Only accesses made by code in source files matching these globs.
-    #[arg(long, value_delimiter = ',')]
+    /// Only accesses made by code of source files matching these globs (comma-separated; `!glob` excludes).
+    #[arg(long, value_name = "GLOBS")]
     file: Vec<String>,
     /// Only accesses to global variables matching these globs.
     #[arg(long, value_delimiter = ',')]
@@ -579,10 +583,10 @@ fn record_cmd(a: RecordArgs, output: PathBuf) -> Result<i32> {
         }
         let mut code = filter::FilterSpec::default();
         if let Some(f) = &a.functions {
-            code.add_list(f, false);
+            code.add_list(f, false)?;
         }
         if let Some(f) = &a.files {
-            code.add_list(f, true);
+            code.add_list(f, true)?;
         }
         return dbi::run(dbi::DbiOpts {
             output: output.clone(),
@@ -603,13 +607,13 @@ fn record_cmd(a: RecordArgs, output: PathBuf) -> Result<i32> {
     }
     let mut filter = filter::FilterSpec::default();
     if let Some(f) = &a.functions {
-        filter.add_list(f, false);
+        filter.add_list(f, false)?;
     }
     if let Some(f) = &a.files {
-        filter.add_list(f, true);
+        filter.add_list(f, true)?;
     }
     if let Some(p) = &a.filter_file {
-        filter.add_dinamite_json(p)?;
+        filter::DinamiteFilter::add_dinamite_json(&mut filter, p)?;
     }
     record::run(record::RecordOpts {
         output: output.clone(),

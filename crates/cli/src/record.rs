@@ -319,7 +319,12 @@ pub fn run(opts: RecordOpts) -> Result<i32> {
     }
     cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
     if !opts.filter.is_empty() {
-        let ranges = crate::filter::code_ranges(&exe, &opts.filter)?;
+        // The runtime checks event pcs, which are return addresses (instruction + 1).
+        let exe_abs = std::fs::canonicalize(&exe)?;
+        let ranges: String = crate::filter::code_ranges(&exe_abs, &opts.filter)?
+            .iter()
+            .map(|(a, b)| format!("{}\t{:x}\t{:x}\n", exe_abs.display(), a + 1, b + 1))
+            .collect();
         let f = tmp.path.join("filter.txt");
         std::fs::write(&f, ranges)?;
         cmd.env("MEMLENS_FILTER", &f);

@@ -1,11 +1,11 @@
 //! QEMU user-mode plugin behind `memlens record --dbi`: traces an unmodified x86-64
 //! program into the same trace format as the compiled path.
 //!
-//! - Every guest instruction in the traced code (see [`filter`]) gets a memory
-//!   callback; each access is encoded with the format's [`Encoder`] into a buffer of
+//! - Every guest instruction in the traced code (see `filter`) gets a memory
+//!   callback; each access is encoded with the format's `Encoder` into a buffer of
 //!   the calling host thread, which in linux-user is the guest thread (one vCPU per
 //!   guest thread). Full buffers (about 1 MiB) go to a writer thread that compresses
-//!   them with [`ChunkEncoder`] and appends them to the trace.
+//!   them with `ChunkEncoder` and appends them to the trace.
 //! - QEMU 7.2 splits 16-byte SSE accesses into two 8-byte ones; two adjacent halves
 //!   from one SSE/VEX instruction are merged back. An atomic read-modify-write
 //!   arrives once, flagged read+write, and becomes an RMW event whose operation is
@@ -36,7 +36,7 @@
 //!   at the block its return lands on.
 //! - A forked child (seen by the syscall-return callback of `fork`/`clone` without
 //!   `CLONE_VM`) writes its own trace `<trace>.<pid>`, as in the compiled path.
-//! - `--order=atomic`: see [`order`].
+//! - `--order=atomic`: see `order`.
 //!
 //! Configured by the environment of the QEMU process (`memlens record --dbi` sets it
 //! and removes it from the guest's): `MEMLENS_OUTPUT`, `MEMLENS_ZSTD_LEVEL`,

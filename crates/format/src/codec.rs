@@ -1111,7 +1111,7 @@ impl Counted {
 /// (pc, size, kind) once per chunk. Reused from chunk to chunk (one per decoding
 /// thread); empty between scans.
 ///
-/// It also folds loops: the slot and start of the last [`RING`] accesses are kept,
+/// It also folds loops: the slot and start of the last `RING` accesses are kept,
 /// and when an access meets its (pc, tag) again within them, and the bytes that
 /// follow repeat the bytes since then, every repetition is counted at once. The
 /// fast path's decoding depends only on the bytes and the running code address,

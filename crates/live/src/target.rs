@@ -199,7 +199,7 @@ impl Held {
 }
 
 /// Forks a child that waits on a pipe, then execs `path` with `args` (`args[0]` is
-/// argv[0]). Probes created for its PID meanwhile are in place at its first
+/// `argv[0]`). Probes created for its PID meanwhile are in place at its first
 /// instruction: uprobes survive exec and are installed as the new image is mapped.
 pub fn launch_held(path: &Path, args: &[String]) -> Result<Held> {
     let cpath = CString::new(path.as_os_str().as_bytes())

@@ -51,6 +51,14 @@ pub enum Error {
     /// No module with this id was given to the symbolizer.
     #[error("unknown module id {0}")]
     UnknownModule(u32),
+    /// A filter glob is malformed.
+    #[error("bad glob '{pattern}': {reason}; write `*`, `?`, `[abc]`, `{{a,b}}`, and `\\[` for a literal `[`")]
+    Glob {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -34,7 +34,9 @@
 //!   [`HeapType::source`] says which.
 //! - [`TypeLayout`] maps an offset inside a typed object to a member path;
 //!   [`FunctionFrame`] lists a function's frame-base-relative locals.
-//! - [`glob_match`] and [`path_glob_match`] implement the filter globs (`*`, `?`).
+//! - [`Glob`] (on `globset`) is the one filter glob; [`CodeFilter`] and
+//!   [`ModuleSymbols::select_code`] give `record` and `analyze` one meaning of
+//!   `--functions`/`--files`.
 //!
 //! All addresses are runtime addresses, [`Pc`] for code and [`Addr`] for data; a
 //! [`Module`] with bias 0 makes them file addresses. PCs are treated as return
@@ -72,6 +74,7 @@ mod glob;
 mod heaptype;
 mod layout;
 mod module;
+mod select;
 mod srcline;
 mod symbolizer;
 
@@ -82,11 +85,12 @@ pub use dyntls::TlsBlock;
 pub use elf::{module_from_elf_bytes, module_from_file, patch_pad, TlsSegment};
 pub use error::Error;
 pub use frame::{FrameBase, FunctionFrame, LocalPiece, LocalVariable};
-pub use glob::{glob_match, path_glob_match};
+pub use glob::{glob_match, path_glob_match, split_glob_list, Glob};
 pub use heaptype::{HeapType, TypeSource};
 pub use layout::{MemberPath, TypeLayout};
 pub use memlens_format::{Addr, Module, Pc, Segment};
 pub use module::{DebugSearch, ModuleFiles, ModuleSymbols, StaticVariable};
+pub use select::{CodeFilter, CodeSelection};
 pub use symbolizer::Symbolizer;
 
 #[cfg(test)]

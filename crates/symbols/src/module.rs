@@ -14,7 +14,7 @@ use crate::demangle::{demangle, strip_params};
 use crate::dwarf::{self, Units, R};
 use crate::elf::{self, RawSymbol, SymKind, TlsSegment};
 use crate::frame::{self, FunctionFrame, SubprogramRange};
-use crate::glob::{glob_match, path_glob_match};
+use crate::glob::Glob;
 use crate::heaptype::{self, FrameVerdict, HeapType, Parents, TypeSource};
 use crate::layout::LayoutCache;
 use crate::srcline::{self, TypeIndex};
@@ -372,21 +372,23 @@ impl ModuleSymbols {
 
     /// Function symbols whose demangled name, demangled name without the parameter list
     /// (`ns::Foo::bar`), or raw symbol name matches the glob `pattern`.
-    pub fn functions_matching(&self, pattern: &str) -> Vec<&FunctionSymbol> {
+    pub fn functions_matching(&self, pattern: &Glob) -> Vec<&FunctionSymbol> {
         self.functions
             .iter()
             .filter(|f| {
-                glob_match(pattern, &f.name)
-                    || glob_match(pattern, strip_params(&f.name))
-                    || glob_match(pattern, &f.raw_name)
+                pattern.is_match(&f.name)
+                    || pattern.is_match(strip_params(&f.name))
+                    || pattern.is_match(&f.raw_name)
             })
             .collect()
     }
 
-    /// Code ranges (from the DWARF line tables) whose source file matches `pattern`
-    /// (see [`path_glob_match`]), sorted and merged. Code inlined from a header counts
-    /// as the header's. Empty without DWARF.
-    pub fn source_file_ranges(&self, pattern: &str) -> Result<Vec<CodeRange>, Error> {
+    /// Code ranges (from the DWARF line tables) of the source files matching `pattern`
+    /// (see [`Glob::is_path_match`]), sorted and merged. An instruction belongs to
+    /// every file of its inlined frame chain, so code a header inlined into `main.c`
+    /// counts for both, and every access `report --by line` puts on a line of a
+    /// matching file is inside. Empty without DWARF.
+    pub fn source_file_ranges(&self, pattern: &Glob) -> Result<Vec<CodeRange>, Error> {
         let Some(units) = self.units()? else { return Ok(Vec::new()) };
         let bias = self.module.bias;
         let in_module = |a: u64| {
@@ -397,6 +399,12 @@ impl ModuleSymbols {
         for (uid, unit) in units.units.iter().enumerate() {
             let Some(program) = unit.line_program.clone() else { continue };
             let mut matches: HashMap<u64, bool> = HashMap::new();
+            // Inlined frames name files of this unit's file table: walk the frames
+            // only in units where one of those files matches.
+            let header = program.header();
+            let unit_matches = header.file_names().iter().any(|f| {
+                units.file_path(uid, header, f).is_some_and(|p| pattern.is_path_match(&p))
+            });
             let mut rows = program.rows();
             let mut prev: Option<(u64, bool)> = None;
             loop {
@@ -419,8 +427,15 @@ impl ModuleSymbols {
                 let m = *matches.entry(row.file_index()).or_insert_with(|| {
                     row.file(header)
                         .and_then(|f| units.file_path(uid, header, f))
-                        .is_some_and(|p: String| path_glob_match(pattern, &p))
+                        .is_some_and(|p: String| pattern.is_path_match(&p))
                 });
+                let m = m
+                    || (unit_matches && {
+                        let loc = self.frames(Pc(row.address() + bias + 1));
+                        loc.frames
+                            .iter()
+                            .any(|f| f.file.as_deref().is_some_and(|p| pattern.is_path_match(p)))
+                    });
                 prev = Some((row.address(), m));
             }
         }
@@ -428,11 +443,12 @@ impl ModuleSymbols {
     }
 
     /// Runtime addresses where execution enters source line `line` of the files matching
-    /// `pattern` (see [`path_glob_match`]), for live probes: the first address of each
+    /// `pattern` (see [`Glob::is_path_match`]), for live probes: the first address of each
     /// run of instructions the line table gives to that line. Of several rows at one
     /// address (location views: gcc puts `is_stmt` rows of several lines there), the
     /// last one owns the instruction. Sorted, deduplicated; empty without DWARF.
     pub fn line_addresses(&self, pattern: &str, line: u64) -> Result<Vec<Pc>, Error> {
+        let glob = Glob::new(pattern)?;
         let Some(units) = self.units()? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for (uid, unit) in units.units.iter().enumerate() {
@@ -463,7 +479,7 @@ impl ModuleSymbols {
                 let m = *matches.entry(row.file_index()).or_insert_with(|| {
                     row.file(header)
                         .and_then(|f| units.file_path(uid, header, f))
-                        .is_some_and(|p: String| path_glob_match(pattern, &p))
+                        .is_some_and(|p: String| glob.is_path_match(&p))
                 });
                 pending = Some((row.address(), m, row.line().map_or(0, |l| l.get())));
             }
@@ -477,6 +493,7 @@ impl ModuleSymbols {
     /// address where execution enters it (the live GUI marks these lines as
     /// instrumentable). Sorted by line; empty without DWARF.
     pub fn code_lines(&self, pattern: &str) -> Result<Vec<(u64, Pc)>, Error> {
+        let glob = Glob::new(pattern)?;
         let Some(units) = self.units()? else { return Ok(Vec::new()) };
         let mut first: HashMap<u64, u64> = HashMap::new();
         for (uid, unit) in units.units.iter().enumerate() {
@@ -494,7 +511,7 @@ impl ModuleSymbols {
                 let m = *matches.entry(row.file_index()).or_insert_with(|| {
                     row.file(header)
                         .and_then(|f| units.file_path(uid, header, f))
-                        .is_some_and(|p: String| path_glob_match(pattern, &p))
+                        .is_some_and(|p: String| glob.is_path_match(&p))
                 });
                 if m {
                     let a = row.address() + self.module.bias;

@@ -101,7 +101,7 @@ fn a_filter_selecting_nothing_is_refused() {
     let dir = scratch("badglob");
     let exe = build(Cc::Gcc, "counts.c", &dir, &[]);
     let trace = dir.join("t.trace");
-    for glob in ["[", "no_such_function_*"] {
+    for (glob, err) in [("[", "bad glob '['"), ("no_such_function_*", "select no function")] {
         let out = Command::new(memlens())
             .args(["record", "-q", "--functions", glob, "-o"])
             .arg(&trace)
@@ -109,7 +109,8 @@ fn a_filter_selecting_nothing_is_refused() {
             .arg(&exe)
             .output()
             .unwrap();
-        one_line_error(&out, "select no function");
+        one_line_error(&out, err);
+        assert_eq!(out.status.code(), Some(2));
         assert!(stderr(&out).contains(glob), "{}", stderr(&out));
         assert!(stdout(&out).is_empty(), "the program must not run: {}", stdout(&out));
     }

@@ -241,18 +241,24 @@ fn filters_and_pie_bias() {
     assert_eq!(s.data_name(Addr(sym(&syms, "arr") + bias + 28)).unwrap().display(), "arr[7]");
 
     let ms = s.module_symbols(0).unwrap();
-    let found = ms.functions_matching("tou?h");
+    let found = ms.functions_matching(&memlens_symbols::Glob::new("tou?h").unwrap());
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].start, Pc(touch));
-    assert!(ms.functions_matching("*").len() > 3);
-    assert!(ms.functions_matching("nonexistent*").is_empty());
+    assert!(ms.functions_matching(&memlens_symbols::Glob::new("*").unwrap()).len() > 3);
+    assert!(ms.functions_matching(&memlens_symbols::Glob::new("nonexistent*").unwrap()).is_empty());
 
-    let ranges = ms.source_file_ranges("prog.c").unwrap();
+    let ranges = ms.source_file_ranges(&memlens_symbols::Glob::new("prog.c").unwrap()).unwrap();
     assert!(!ranges.is_empty());
     assert!(ranges.iter().any(|r| r.contains_return_address(Pc(touch + 1))));
     assert!(ranges.iter().all(|r| r.start.0 >= bias && r.start < r.end));
-    assert_eq!(ranges, ms.source_file_ranges("*/prog.c").unwrap());
-    assert!(ms.source_file_ranges("other.c").unwrap().is_empty());
+    assert_eq!(
+        ranges,
+        ms.source_file_ranges(&memlens_symbols::Glob::new("*/prog.c").unwrap()).unwrap()
+    );
+    assert!(ms
+        .source_file_ranges(&memlens_symbols::Glob::new("other.c").unwrap())
+        .unwrap()
+        .is_empty());
     let static_vars = ms.static_variables();
     assert!(static_vars.iter().any(|v| &*v.name == "cfg" && v.size == 24));
 }

@@ -89,10 +89,14 @@ fn cpp_names() {
             }
 
             let ms = s.module_symbols(0).unwrap();
-            let m = ms.functions_matching("ns::Foo::*");
+            let m = ms.functions_matching(&memlens_symbols::Glob::new("ns::Foo::*").unwrap());
             assert!(m.iter().any(|f| f.start == Pc(bar)), "{cxx} {opt}");
-            assert!(!ms.functions_matching("ns::Foo::bar").is_empty());
-            assert!(!ms.functions_matching("_ZN2ns*").is_empty());
+            assert!(!ms
+                .functions_matching(&memlens_symbols::Glob::new("ns::Foo::bar").unwrap())
+                .is_empty());
+            assert!(!ms
+                .functions_matching(&memlens_symbols::Glob::new("_ZN2ns*").unwrap())
+                .is_empty());
 
             let name = |a: u64| s.data_name(Addr(a)).map(|n| n.display());
             let count = sym(&syms, "_ZN2ns3Foo5countE");

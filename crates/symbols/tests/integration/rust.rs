@@ -65,6 +65,12 @@ fn rust_names() {
     assert!(names.contains(&"prog::PAIR.b[3]".to_owned()), "{names:?}");
 
     let ms = s.module_symbols(0).unwrap();
-    assert!(ms.functions_matching("prog::*").iter().any(|f| &*f.name == "prog::work"));
-    assert!(!ms.source_file_ranges("prog.rs").unwrap().is_empty());
+    assert!(ms
+        .functions_matching(&memlens_symbols::Glob::new("prog::*").unwrap())
+        .iter()
+        .any(|f| &*f.name == "prog::work"));
+    assert!(!ms
+        .source_file_ranges(&memlens_symbols::Glob::new("prog.rs").unwrap())
+        .unwrap()
+        .is_empty());
 }

@@ -15,7 +15,7 @@ fn self_symbolization() {
     // Find the load bias from a function whose runtime address we know.
     let file_module = module_from_file(&exe, 0).unwrap();
     let ms = ModuleSymbols::load(&file_module, &DebugSearch::default()).unwrap();
-    let marker = ms.functions_matching("*::marker_function");
+    let marker = ms.functions_matching(&memlens_symbols::Glob::new("*::marker_function").unwrap());
     assert_eq!(marker.len(), 1, "{marker:?}");
     let runtime = marker_function as *const () as u64;
     let bias = runtime - marker[0].start.0;
