@@ -27,6 +27,7 @@ mod paths;
 mod record;
 mod rust;
 mod soak;
+mod stream;
 mod tables;
 mod untraced;
 mod view;
