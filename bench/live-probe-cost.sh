@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Per-hit cost of memlens live kernel probes (uprobes): a program calls an empty
-# function CALLS times (default 1M) and times the loop itself; the probed runs minus
-# the unprobed one, divided by CALLS, is the cost of one hit.
+# Per-hit cost of memlens live probes: a program calls an empty function CALLS times
+# (default 1M) and times the loop itself; the probed runs minus the unprobed one,
+# divided by CALLS, is the cost of one hit. Kernel probes (uprobes) on a plain gcc
+# build; pad probes (in-process) on the same program built with memlens cc.
 #   bench/live-probe-cost.sh [CALLS]        (needs root or CAP_PERFMON; MEMLENS=path)
 set -euo pipefail
 calls=${1:-1000000}
@@ -14,7 +15,7 @@ cat > "$dir/empty.c" <<'C'
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-__attribute__((noipa)) void empty(void) {}
+__attribute__((noipa)) void empty(void) { __asm__ volatile(""); }
 int main(int argc, char **argv) {
     long n = atol(argv[1]);
     struct timespec a, b;
@@ -43,3 +44,11 @@ echo "calls: $calls ($(nproc) CPUs, kernel $(uname -r))"
 echo "no probe:     $((base / calls)) ns/call"
 echo "count probe:  $(((count - base) / calls)) ns/hit  (uprobe)"
 echo "timer probe:  $(((timer - base) / calls)) ns/hit  (uprobe + uretprobe, sampled; ${lost:-lost:?})"
+# pads: the memlens-built program (noinline: clang ignores noipa)
+MEMLENS_QUIET=1 "$memlens" cc -O1 -g -Dnoipa=noinline "$dir/empty.c" -o "$dir/empty-ml"
+pbase=$(best "$dir/empty-ml" "$calls")
+pcount=$(best "$memlens" live --no-gui --probe count:empty -- "$dir/empty-ml" "$calls")
+ptimer=$(best "$memlens" live --no-gui --probe timer:empty -- "$dir/empty-ml" "$calls")
+echo "memlens-built, no probe: $((pbase / calls)) ns/call"
+echo "count probe:  $(((pcount - pbase) / calls)) ns/hit  (pad)"
+echo "timer probe:  $(((ptimer - pbase) / calls)) ns/hit  (pad, entry and return)"
