@@ -498,6 +498,10 @@ pub struct StreamChunk {
 /// Events decoded per batch: small enough to stay in the L1/L2 cache.
 pub const BATCH: usize = 1024;
 
+/// Events per [`Decoder::decode_columns`] call of [`ChunkDecoder::decode_columns`]:
+/// the vectors grow by this much at a time.
+const COLUMN_BATCH: usize = 1 << 16;
+
 /// Decodes chunks into batches of events, reusing its buffers from one chunk to
 /// the next; one per decoding thread.
 #[derive(Default)]
@@ -536,6 +540,30 @@ impl ChunkDecoder {
                     self.batch.clear();
                     return Err(Error::Decode { chunk_offset: ci.offset, source: e });
                 }
+            }
+        }
+    }
+
+    /// Reads, verifies and decodes one whole chunk into `out` (appended; see
+    /// [`crate::codec::Columns`]), its events numbered by their index in the
+    /// stream. Returns how many events were appended. A corrupt chunk is an
+    /// error, with the events before the damage in `out`.
+    pub fn decode_columns(
+        &mut self,
+        r: &TraceReader,
+        c: &StreamChunk,
+        out: &mut crate::codec::Columns,
+    ) -> Result<usize, Error> {
+        let ci = r.chunk_of(c)?;
+        r.read_chunk_into(ci, &mut self.buf)?;
+        let mut dec = Decoder::new(&self.buf.raw[..]);
+        dec.set_seq(c.first_index);
+        let mut n = 0;
+        loop {
+            match dec.decode_columns(out, COLUMN_BATCH) {
+                Ok(0) => return Ok(n),
+                Ok(k) => n += k,
+                Err(e) => return Err(Error::Decode { chunk_offset: ci.offset, source: e }),
             }
         }
     }

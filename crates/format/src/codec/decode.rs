@@ -35,6 +35,9 @@ pub struct Decoder<B: AsRef<[u8]>> {
     pub(super) failed: bool,
     /// The op-stream length prefix is missing or too large.
     pub(super) bad_layout: bool,
+    /// Events decoded so far (by `next`, `next_batch`, `decode_columns`): the
+    /// number in the chunk of the next one.
+    pub(super) seq: u64,
 }
 
 impl<B: AsRef<[u8]>> Decoder<B> {
@@ -50,6 +53,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             pred: Box::default(),
             failed: false,
             bad_layout: false,
+            seq: 0,
         };
         d.layout();
         d
@@ -78,6 +82,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     pub fn reset(&mut self, buf: B) {
         self.buf = buf;
         self.failed = false;
+        self.seq = 0;
         self.pred.reset();
         self.layout();
     }
@@ -191,6 +196,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 break;
             }
         }
+        self.seq += out.len() as u64;
         Ok(out.len())
     }
 
@@ -285,10 +291,12 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         if self.failed || self.at_end()? {
             return Ok(None);
         }
-        if let Some(e) = self.fast_access() {
-            return Ok(Some(e));
-        }
-        self.next_slow()
+        let e = match self.fast_access() {
+            Some(e) => Some(e),
+            None => self.next_slow()?,
+        };
+        self.seq += u64::from(e.is_some());
+        Ok(e)
     }
 
     #[inline(never)]

@@ -32,12 +32,14 @@
 //! - `0x70` thread start: os tid, parent+1, stack low, stack high, thread pointer, name.
 //! - `0x71..` other thread and control events, see [`Tag`].
 
+mod columns;
 mod decode;
 mod encode;
 mod tally;
 #[cfg(test)]
 mod tests;
 
+pub use columns::Columns;
 pub use decode::Decoder;
 pub use encode::Encoder;
 pub use tally::{AccessTally, Counted};
