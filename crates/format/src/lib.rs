@@ -58,7 +58,7 @@ pub use event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 pub use meta::{EndStatus, MetaRecord};
 pub use reader::{
     ChunkDecoder, ChunkIndex, Skipped, StreamChunk, StreamEvents, StreamInfo, TraceMeta,
-    TraceReader, Truncation, BATCH,
+    TraceReader, Truncation, BATCH, COLUMN_BATCH,
 };
 pub use types::{Addr, Module, Pc, Segment, ThreadId};
 pub use writer::{count, realloc_counts, EventBuffer, TraceWriter};

@@ -1,7 +1,7 @@
 //! The column decoder equals the event decoder on real recordings: every chunk of
 //! a multi-chunk, multi-thread program, a call-heavy one, an allocating one and a
-//! `--values` recording decodes to the same events through `ChunkDecoder::decode`
-//! and `ChunkDecoder::decode_columns`, numbered by their index in the stream.
+//! `--values` recording decodes to the same events through `ChunkDecoder::decode`,
+//! `ChunkDecoder::decode_columns` and `ChunkDecoder::for_columns`, numbered by their index in the stream.
 
 use crate::util::*;
 use memlens_format::codec::Columns;
@@ -27,6 +27,10 @@ fn compare(trace: &Path) -> (usize, usize, usize) {
         let n = dec.decode_columns(&r, &c, &mut cols).unwrap();
         assert_eq!(n, want.len(), "{}: chunk {}", trace.display(), c.chunk);
         assert_eq!(cols.to_events(), want, "{}: chunk {}", trace.display(), c.chunk);
+        // in cache-sized batches: the same events
+        let mut batched = Vec::new();
+        dec.for_columns(&r, &c, |b| batched.extend(b.to_events())).unwrap();
+        assert_eq!(batched, want, "{}: chunk {} in batches", trace.display(), c.chunk);
         rows += cols.len();
         other += cols.other.len();
         values += cols.kind.iter().filter(|&&k| k & Columns::VALUE != 0).count();
