@@ -151,6 +151,17 @@ const KIND_OF: [u8; 256] = {
 };
 const NOT_PLAIN: u8 = 0xff;
 
+/// Per tag byte: an access's size in bytes (a table load is cheaper than the shift).
+const SIZE_OF: [u64; 256] = {
+    let mut s = [0u64; 256];
+    let mut t = 0;
+    while t < 256 {
+        s[t] = 1 << (t & 7);
+        t += 1;
+    }
+    s
+};
+
 /// The varint at the start of the little-endian word `w` and its length, when it
 /// is at most 8 bytes long (longer ones take the general path). One and two
 /// bytes (a loop's strides) take a branch each; longer ones are gathered
@@ -253,36 +264,49 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             )
         };
         let mut k = 0;
-        while k < max && pos <= op_lim && spos <= side_lim {
-            let w = word(pos);
-            let t = w as u8;
-            let kd = KIND_OF[t as usize];
-            if kd == NOT_PLAIN {
-                break;
+        'runs: while k < max && pos <= op_lim && spos <= side_lim {
+            // an event takes at most 9 op and 8 side bytes: this many are in
+            // bounds without a check each
+            let stop = k + ((op_lim - pos) / 9).min((side_lim - spos) / 8).min(max - k - 1) + 1;
+            while k < stop {
+                let w = word(pos);
+                let t = w as u8;
+                if KIND_OF[t as usize] == NOT_PLAIN {
+                    break 'runs;
+                }
+                // the pc's first 7 bytes are in `w`; a longer one is read again
+                let (dpc, n1) = match varint8(w >> 8) {
+                    Some((d, n)) if n < 8 => (d, n),
+                    _ => match varint8(word(pos + 1)) {
+                        Some(v) => v,
+                        None => break 'runs,
+                    },
+                };
+                let Some((da, n2)) = varint8(word(spos)) else { break 'runs };
+                pos += 1 + n1;
+                spos += n2;
+                pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                let s = &mut last[slot(pc)];
+                *s = s.wrapping_add(unzigzag(da) as u64);
+                // SAFETY: k < max (see above). The tag goes in the kind column;
+                // the pass below derives kind, size and seq from it, out of this
+                // loop, which keeps its pointers in registers.
+                unsafe {
+                    pcs.add(k).write(pc);
+                    addrs.add(k).write(*s);
+                    kinds.add(k).write(t);
+                }
+                k += 1;
             }
-            // the pc's first 7 bytes are in `w`; a longer one is read again
-            let (dpc, n1) = match varint8(w >> 8) {
-                Some((d, n)) if n < 8 => (d, n),
-                _ => match varint8(word(pos + 1)) {
-                    Some(v) => v,
-                    None => break,
-                },
-            };
-            let Some((da, n2)) = varint8(word(spos)) else { break };
-            pos += 1 + n1;
-            spos += n2;
-            pc = pc.wrapping_add(unzigzag(dpc) as u64);
-            let s = &mut last[slot(pc)];
-            *s = s.wrapping_add(unzigzag(da) as u64);
-            // SAFETY: k < max (see above)
+        }
+        for i in 0..k {
+            // SAFETY: rows below k of `kinds` were written above; i < k <= max.
             unsafe {
-                seq.add(k).write(first + k as u64);
-                pcs.add(k).write(pc);
-                addrs.add(k).write(*s);
-                sizes.add(k).write(1 << (t & 7));
-                kinds.add(k).write(kd);
+                let t = *kinds.add(i) as usize;
+                kinds.add(i).write(KIND_OF[t]);
+                sizes.add(i).write(SIZE_OF[t]);
+                seq.add(i).write(first + i as u64);
             }
-            k += 1;
         }
         // SAFETY: rows row..row + k of every column were written above.
         unsafe {
