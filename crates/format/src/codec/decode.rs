@@ -42,7 +42,7 @@ pub struct Decoder<B: AsRef<[u8]>> {
 
 impl<B: AsRef<[u8]>> Decoder<B> {
     /// A decoder over one decompressed chunk payload (borrowed or owned): the
-    /// layout of [`join`]. A payload holding only the length and the op stream
+    /// layout of [`join`](super::join). A payload holding only the length and the op stream
     /// (see `PayloadBuf::decode_ops`) is enough for [`Decoder::scan_counts`].
     pub fn new(buf: B) -> Decoder<B> {
         let mut d = Decoder {

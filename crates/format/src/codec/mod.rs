@@ -31,6 +31,10 @@
 //! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
 //! - `0x70` thread start: os tid, parent+1, stack low, stack high, thread pointer, name.
 //! - `0x71..` other thread and control events, see [`Tag`].
+//!
+//! The code by role: `encode.rs` ([`Encoder`]), `decode.rs` ([`Decoder`]'s events),
+//! `columns.rs` ([`Columns`], [`Decoder::decode_columns`]), `tally.rs` (the counts
+//! kernels' [`Decoder::scan_counts`]).
 
 mod columns;
 mod decode;
