@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${CARGO_TARGET_DIR:-$PWD/target}
-cargo build --release -j2 -p memlens -p memlens-rt -p memlens-analysis --example read_bench
+# two builds: `--example` would limit the first to examples (no memlens binary)
+cargo build --release -j2 -p memlens -p memlens-rt
+cargo build --release -j2 -p memlens-analysis --example read_bench
 M=$T/release/memlens
 W=$(mktemp -d /tmp/memlens-read-bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT

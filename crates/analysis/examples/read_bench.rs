@@ -12,7 +12,7 @@ use memlens_analysis::ShardKernel;
 use memlens_analysis::{
     counts::Counts, drive_chunks, drive_counts, drive_serial, ChunkKernel, Kernel,
 };
-use memlens_format::{Event, ThreadId, TraceReader};
+use memlens_format::{ChunkDecoder, Event, ThreadId, TraceReader};
 use std::time::Instant;
 
 /// Counts events and touches each one cheaply, so decoding cannot be optimised away.
@@ -95,7 +95,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let line = |what: &str, (secs, cpu): (f64, f64), n: f64, unit: &str| {
         println!(
-            "{what:<20} {secs:>8.3} s wall {:>8.1} M {unit}/s   {cpu:>8.2} s CPU {:>8.1} M {unit}/CPU-s",
+            "{what:<24} {secs:>8.3} s wall {:>8.1} M {unit}/s   {cpu:>8.2} s CPU {:>8.1} M {unit}/CPU-s",
             n / secs / 1e6,
             n / cpu.max(0.01) / 1e6
         );
@@ -103,6 +103,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (s, (n1, c1)) = time(reps, || drive_serial(&r, Decode::default(), |_| {}).unwrap());
     line("decode, 1 core", s, events, "events");
+    // the same pass through the column decoder, in batches of COLUMN_BATCH
+    let (s, (n3, c3)) = time(reps, || {
+        let mut dec = ChunkDecoder::new();
+        let (mut n, mut check) = (0u64, 0u64);
+        for c in r.stream_chunks() {
+            dec.for_columns(&r, &c, |cols| {
+                n += cols.events() as u64;
+                check = cols.pc.iter().fold(check, |a, &pc| a.wrapping_add(pc));
+                for (_, e) in &cols.other {
+                    if let Some(pc) = e.pc() {
+                        check = check.wrapping_add(pc.0);
+                    }
+                }
+            })
+            .unwrap();
+        }
+        (n, check)
+    });
+    line("decode, 1 core (columns)", s, events, "events");
+    assert_eq!((n1, c1), (n3, c3), "the column decoder saw other events");
     let (s, (n2, c2)) = time(reps, || drive_chunks(&r, Decode::default(), cores, |_| {}).unwrap());
     line(&format!("decode, {cores} cores"), s, events, "events");
     assert_eq!((n1, c1), (n2, c2), "parallel decode saw other events");

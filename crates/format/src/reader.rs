@@ -498,6 +498,10 @@ pub struct StreamChunk {
 /// Events decoded per batch: small enough to stay in the L1/L2 cache.
 pub const BATCH: usize = 1024;
 
+/// Events per batch of [`ChunkDecoder::for_columns`]: its columns (about 33
+/// bytes an event) stay in the L2 cache.
+pub const COLUMN_BATCH: usize = 4096;
+
 /// Decodes chunks into batches of events, reusing its buffers from one chunk to
 /// the next; one per decoding thread.
 #[derive(Default)]
@@ -505,6 +509,7 @@ pub struct ChunkDecoder {
     buf: PayloadBuf,
     batch: Vec<Event>,
     tally: crate::codec::AccessTally,
+    cols: crate::codec::Columns,
 }
 
 impl ChunkDecoder {
@@ -536,6 +541,58 @@ impl ChunkDecoder {
                     self.batch.clear();
                     return Err(Error::Decode { chunk_offset: ci.offset, source: e });
                 }
+            }
+        }
+    }
+
+    /// Reads, verifies and decodes one whole chunk into `out` (appended; see
+    /// [`crate::codec::Columns`]), its events numbered by their index in the
+    /// stream. Returns how many events were appended. A corrupt chunk is an
+    /// error, with the events before the damage in `out`.
+    pub fn decode_columns(
+        &mut self,
+        r: &TraceReader,
+        c: &StreamChunk,
+        out: &mut crate::codec::Columns,
+    ) -> Result<usize, Error> {
+        let ci = r.chunk_of(c)?;
+        r.read_chunk_into(ci, &mut self.buf)?;
+        let mut dec = Decoder::new(&self.buf.raw[..]);
+        dec.set_seq(c.first_index);
+        let mut n = 0;
+        loop {
+            match dec.decode_columns(out, 1 << 16) {
+                Ok(0) => return Ok(n),
+                Ok(k) => n += k,
+                Err(e) => return Err(Error::Decode { chunk_offset: ci.offset, source: e }),
+            }
+        }
+    }
+
+    /// Like [`ChunkDecoder::decode_columns`], but in batches of at most
+    /// [`COLUMN_BATCH`] events handed to `f` (the same [`crate::codec::Columns`],
+    /// cleared between batches, so it stays in the cache). A corrupt chunk is an
+    /// error after the events before the damage were handed to `f`.
+    pub fn for_columns(
+        &mut self,
+        r: &TraceReader,
+        c: &StreamChunk,
+        mut f: impl FnMut(&crate::codec::Columns),
+    ) -> Result<(), Error> {
+        let ci = r.chunk_of(c)?;
+        r.read_chunk_into(ci, &mut self.buf)?;
+        let mut dec = Decoder::new(&self.buf.raw[..]);
+        dec.set_seq(c.first_index);
+        loop {
+            self.cols.clear();
+            let res = dec.decode_columns(&mut self.cols, COLUMN_BATCH);
+            if !self.cols.is_empty() {
+                f(&self.cols);
+            }
+            match res {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(Error::Decode { chunk_offset: ci.offset, source: e }),
             }
         }
     }

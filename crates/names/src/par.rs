@@ -29,6 +29,7 @@ use crate::{
     Granularity, HeapIndex, HeapShape, Interner, Kind, Label, LabelCounts, Maps, ModulePages,
     OpenFrame, SiteNamer, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
 };
+use memlens_format::codec::Columns;
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
 use memlens_symbols::{HeapType, Symbolizer};
 use std::sync::Arc;
@@ -265,78 +266,62 @@ impl<'a> Worker<'a> {
             tepoch: e,
             fepoch: e,
         };
-        let mut index = c.first_index;
         let sym = self.sh.sym;
-        dec.decode(r, c, |evs| {
-            for ev in evs {
-                let (pc, addr, l, s, br, bw) = match *ev {
-                    Event::Access { pc, addr, size, kind, .. } => {
-                        let w = kind == memlens_format::AccessKind::Write;
-                        let n = u64::from(size);
-                        (
-                            pc,
-                            addr,
-                            u64::from(!w),
-                            u64::from(w),
-                            if w { 0 } else { n },
-                            if w { n } else { 0 },
-                        )
-                    }
-                    Event::Range { pc, addr, len, kind } => {
-                        let w = kind == memlens_format::AccessKind::Write;
-                        (
-                            pc,
-                            addr,
-                            u64::from(!w),
-                            u64::from(w),
-                            if w { 0 } else { len },
-                            if w { len } else { 0 },
-                        )
-                    }
-                    Event::Rmw { pc, addr, size, op, .. } => {
-                        let w = u64::from(op.stores());
-                        let n = u64::from(size);
-                        (pc, addr, 1, w, n, w * n)
-                    }
-                    Event::FuncEnter { pc, call_site, frame } => {
-                        let func = self.fs.get(sym, pc);
-                        cur.st.enter(OpenFrame { pc, rbp: frame.0, func, call_site });
-                        if !cur.exists {
+        // loads, stores and ranges come as columns, the rest (calls, threads,
+        // atomics) beside them; `seq` is the event's index in the stream
+        dec.for_columns(r, c, |cols| {
+            let mut other = cols.other.iter().peekable();
+            for i in 0..=cols.len() {
+                let next = cols.seq.get(i).copied().unwrap_or(u64::MAX);
+                while let Some((index, ev)) = other.next_if(|(s, _)| *s < next) {
+                    match *ev {
+                        Event::Rmw { pc, addr, size, op, .. } => {
+                            let w = u64::from(op.stores());
+                            let n = u64::from(size);
+                            let id = match self.dense.get(addr.0) {
+                                Some((_, _, id)) if id != UNSEEN && id != NOT_GLOBAL => id,
+                                _ => self.label(&cur, *index, pc, addr),
+                            };
+                            let p = Pending { id, pc, l: 1, st: w, br: n, bw: w * n };
+                            self.acc.push(p, cur.thread);
+                        }
+                        Event::FuncEnter { pc, call_site, frame } => {
+                            let func = self.fs.get(sym, pc);
+                            cur.st.enter(OpenFrame { pc, rbp: frame.0, func, call_site });
+                            if !cur.exists {
+                                cur.exists = true;
+                                cur.tepoch = self.epoch();
+                            }
+                            cur.fepoch = self.epoch();
+                        }
+                        Event::FuncExit { pc } => {
+                            let func = self.fs.get(sym, pc);
+                            if cur.exists {
+                                cur.st.exit(func);
+                            }
+                            cur.fepoch = self.epoch();
+                        }
+                        Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
+                            cur.st.start(stack_lo.0, stack_hi.0, tls.0);
                             cur.exists = true;
                             cur.tepoch = self.epoch();
+                            cur.fepoch = cur.tepoch;
                         }
-                        cur.fepoch = self.epoch();
-                        index += 1;
-                        continue;
+                        _ => {}
                     }
-                    Event::FuncExit { pc } => {
-                        let func = self.fs.get(sym, pc);
-                        if cur.exists {
-                            cur.st.exit(func);
-                        }
-                        cur.fepoch = self.epoch();
-                        index += 1;
-                        continue;
-                    }
-                    Event::ThreadStart { stack_lo, stack_hi, tls, .. } => {
-                        cur.st.start(stack_lo.0, stack_hi.0, tls.0);
-                        cur.exists = true;
-                        cur.tepoch = self.epoch();
-                        cur.fepoch = cur.tepoch;
-                        index += 1;
-                        continue;
-                    }
-                    _ => {
-                        index += 1;
-                        continue;
-                    }
-                };
+                }
+                if i == cols.len() {
+                    break;
+                }
+                let (pc, addr, n) = (Pc(cols.pc[i]), Addr(cols.addr[i]), cols.size[i]);
+                let w = cols.kind[i] & Columns::WRITE != 0;
+                let (l, st) = (u64::from(!w), u64::from(w));
+                let (br, bw) = if w { (0, n) } else { (n, 0) };
                 let id = match self.dense.get(addr.0) {
                     Some((_, _, id)) if id != UNSEEN && id != NOT_GLOBAL => id,
-                    _ => self.label(&cur, index, pc, addr),
+                    _ => self.label(&cur, next, pc, addr),
                 };
-                self.acc.push(Pending { id, pc, l, st: s, br, bw }, cur.thread);
-                index += 1;
+                self.acc.push(Pending { id, pc, l, st, br, bw }, cur.thread);
             }
         })?;
         self.acc.flush(c.thread);

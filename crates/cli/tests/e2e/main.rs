@@ -8,6 +8,7 @@ mod analysis;
 mod annotate;
 mod builds;
 mod calls;
+mod columns;
 mod damaged;
 mod dbi;
 mod dbi_fidelity;

@@ -1,0 +1,112 @@
+//! Speed of decoding alone, without reading or decompressing: every event chunk
+//! is decompressed into memory first, then decoded on one core REPS times
+//! (median) by [`Decoder::next_batch`] (events) and [`Decoder::decode_columns`].
+//!
+//! ```sh
+//! cargo run --release -p memlens-format --example decode_bench -- TRACE [REPS]
+//! ```
+//! Prints, per way, the median wall and CPU time and M events per CPU-second
+//! (CPU time: on a shared machine wall time says little).
+
+use memlens_format::codec::{Columns, Decoder};
+use memlens_format::{ChunkKind, Event, PayloadBuf, TraceReader, BATCH};
+use std::time::Instant;
+
+/// User + system CPU seconds of this process so far, from /proc.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    f.get(10..12).map_or(0.0, |v| (v[0] + v[1]) / 100.0)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().ok_or("usage: decode_bench TRACE [REPS]")?;
+    let reps: usize = args.next().map_or(Ok(3), |s| s.parse())?;
+    let r = TraceReader::open(&path)?;
+    let mut chunks = Vec::new();
+    let mut b = PayloadBuf::new();
+    let mut dec_times = Vec::new();
+    for _ in 0..reps {
+        chunks.clear();
+        let (t, c) = (Instant::now(), cpu_secs());
+        for sc in r.stream_chunks() {
+            let ci = &r.chunks()[sc.chunk];
+            if ci.header.kind == ChunkKind::Events {
+                r.read_chunk_into(ci, &mut b)?;
+                chunks.push(b.raw().to_vec());
+            }
+        }
+        dec_times.push((t.elapsed().as_secs_f64(), cpu_secs() - c));
+    }
+    let events = u64::from(r.totals().events) as f64;
+    let bytes: usize = chunks.iter().map(|c| c.len()).sum();
+    println!(
+        "{path}: {} events, {} chunks, {:.2} raw bytes/event, median of {reps}",
+        events,
+        chunks.len(),
+        bytes as f64 / events
+    );
+    let line = |what: &str, t: &[(f64, f64)]| {
+        let w = median(t.iter().map(|x| x.0).collect());
+        let c = median(t.iter().map(|x| x.1).collect());
+        println!(
+            "{what:<24} {w:>7.3} s wall {:>7.1} M/s   {c:>7.2} s CPU {:>7.1} M/CPU-s",
+            events / w / 1e6,
+            events / c.max(0.01) / 1e6
+        );
+    };
+    line("read+decompress", &dec_times);
+
+    let mut times = Vec::new();
+    let mut check_ev = 0u64;
+    let mut batch = Vec::new();
+    for _ in 0..reps {
+        let (t, c) = (Instant::now(), cpu_secs());
+        check_ev = 0;
+        for raw in &chunks {
+            let mut d = Decoder::new(&raw[..]);
+            while d.next_batch(&mut batch, BATCH)? > 0 {
+                for e in &batch {
+                    if let Event::Access { addr, .. } = e {
+                        check_ev = check_ev.wrapping_add(addr.0);
+                    }
+                }
+            }
+        }
+        times.push((t.elapsed().as_secs_f64(), cpu_secs() - c));
+    }
+    line("events (next_batch)", &times);
+
+    let mut times = Vec::new();
+    let mut check_col = 0u64;
+    let mut cols = Columns::new();
+    for _ in 0..reps {
+        let (t, c) = (Instant::now(), cpu_secs());
+        check_col = 0;
+        for raw in &chunks {
+            let mut d = Decoder::new(&raw[..]);
+            loop {
+                cols.clear();
+                if d.decode_columns(&mut cols, 4 * BATCH)? == 0 {
+                    break;
+                }
+                for (i, a) in cols.addr.iter().enumerate() {
+                    if cols.kind[i] & Columns::RANGE == 0 {
+                        check_col = check_col.wrapping_add(*a);
+                    }
+                }
+            }
+        }
+        times.push((t.elapsed().as_secs_f64(), cpu_secs() - c));
+    }
+    line("columns (decode_columns)", &times);
+    assert_eq!(check_ev, check_col, "the two decoders saw other addresses");
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! Batch decoding into columns: [`Columns`] and [`Decoder::decode_columns`].
+//!
+//! Loads, stores and ranges (nearly every event) go into plain vectors, one per
+//! field, that an Arrow buffer can wrap without copying; every other event is kept
+//! whole beside them with its number in the chunk. The hot loop decodes a plain
+//! access without building an [`Event`]: bounds are checked once per event for the
+//! longest encoding it takes, and varints are read eight bytes at a time.
+
+use super::{slot, tag, DecodeError, Decoder};
+use crate::event::{AccessKind, Event};
+use crate::types::{Addr, Pc};
+use crate::varint::unzigzag;
+
+/// Decoded events in columns: row `i` of `seq`, `pc`, `addr`, `size` and `kind`
+/// is one load, store or range ([`Event::Access`] or [`Event::Range`]); every other
+/// event (atomic read-modify-writes, fences, calls, allocations, thread events...)
+/// is in `other`. Both are in stream order; `seq` numbers merge them back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// The event's number: in the chunk, from 0 ([`Decoder::set_seq`] moves the start).
+    pub seq: Vec<u64>,
+    /// Code address.
+    pub pc: Vec<u64>,
+    /// Data address.
+    pub addr: Vec<u64>,
+    /// Bytes accessed: 1, 2, 4, 8 or 16, or a range's length.
+    pub size: Vec<u64>,
+    /// [`Columns::WRITE`], [`Columns::ATOMIC`], [`Columns::RANGE`], [`Columns::VALUE`] bits.
+    pub kind: Vec<u8>,
+    /// Loaded or stored values (`memlens record --values`): empty when no access
+    /// so far had one, else one per row (0 where `kind` lacks [`Columns::VALUE`]).
+    pub value: Vec<u64>,
+    /// The other events, each with its number (as in `seq`).
+    pub other: Vec<(u64, Event)>,
+}
+
+impl Columns {
+    /// [`Columns::kind`] bit: a store (else a load).
+    pub const WRITE: u8 = 1;
+    /// [`Columns::kind`] bit: an atomic load or store.
+    pub const ATOMIC: u8 = 2;
+    /// [`Columns::kind`] bit: a byte range (`memcpy`, `memset`...); `size` is its length.
+    pub const RANGE: u8 = 4;
+    /// [`Columns::kind`] bit: the access's value is in [`Columns::value`].
+    pub const VALUE: u8 = 8;
+
+    /// Empty columns.
+    pub fn new() -> Columns {
+        Columns::default()
+    }
+
+    /// Rows (loads, stores and ranges).
+    pub fn len(&self) -> usize {
+        self.pc.len()
+    }
+
+    /// No rows and no other events.
+    pub fn is_empty(&self) -> bool {
+        self.pc.is_empty() && self.other.is_empty()
+    }
+
+    /// Events of both kinds.
+    pub fn events(&self) -> usize {
+        self.pc.len() + self.other.len()
+    }
+
+    /// Empties every column (keeping the allocations).
+    pub fn clear(&mut self) {
+        self.seq.clear();
+        self.pc.clear();
+        self.addr.clear();
+        self.size.clear();
+        self.kind.clear();
+        self.value.clear();
+        self.other.clear();
+    }
+
+    /// Row `i` as the event it was decoded from.
+    pub fn event(&self, i: usize) -> Event {
+        let (pc, addr, size, k) = (self.pc[i], self.addr[i], self.size[i], self.kind[i]);
+        let kind = if k & Columns::WRITE != 0 { AccessKind::Write } else { AccessKind::Read };
+        if k & Columns::RANGE != 0 {
+            return Event::Range { pc: Pc(pc), addr: Addr(addr), len: size, kind };
+        }
+        Event::Access {
+            pc: Pc(pc),
+            addr: Addr(addr),
+            size: size as u8,
+            kind,
+            atomic: k & Columns::ATOMIC != 0,
+            value: (k & Columns::VALUE != 0).then(|| self.value[i]),
+        }
+    }
+
+    /// Every event in stream order with its number: rows and `other` merged by `seq`.
+    pub fn to_events(&self) -> Vec<(u64, Event)> {
+        let mut out = Vec::with_capacity(self.events());
+        let mut o = self.other.iter().peekable();
+        for i in 0..self.len() {
+            while let Some((s, e)) = o.next_if(|(s, _)| *s < self.seq[i]) {
+                out.push((*s, e.clone()));
+            }
+            out.push((self.seq[i], self.event(i)));
+        }
+        out.extend(o.cloned());
+        out
+    }
+
+    /// Appends one row.
+    fn push_row(&mut self, seq: u64, pc: u64, addr: u64, size: u64, k: u8, value: Option<u64>) {
+        if let Some(v) = value {
+            // the value column starts at the first value, zero-filled behind it
+            self.value.resize(self.pc.len(), 0);
+            self.value.push(v);
+        }
+        self.seq.push(seq);
+        self.pc.push(pc);
+        self.addr.push(addr);
+        self.size.push(size);
+        self.kind.push(k);
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.seq.reserve(n);
+        self.pc.reserve(n);
+        self.addr.reserve(n);
+        self.size.reserve(n);
+        self.kind.reserve(n);
+    }
+}
+
+/// Per tag byte: the [`Columns::kind`] bits of a plain load or store without
+/// value (size codes 0..=4), or `NOT_PLAIN`.
+const KIND_OF: [u8; 256] = {
+    let mut k = [NOT_PLAIN; 256];
+    let mut t = 0;
+    while t <= tag::ACCESS_MAX as usize {
+        if t as u8 & tag::ACCESS_VALUE == 0 && t & 7 <= 4 {
+            let mut v = 0;
+            if t as u8 & tag::ACCESS_WRITE != 0 {
+                v |= Columns::WRITE;
+            }
+            if t as u8 & tag::ACCESS_ATOMIC != 0 {
+                v |= Columns::ATOMIC;
+            }
+            k[t] = v;
+        }
+        t += 1;
+    }
+    k
+};
+const NOT_PLAIN: u8 = 0xff;
+
+/// Per tag byte: an access's size in bytes (a table load is cheaper than the shift).
+const SIZE_OF: [u64; 256] = {
+    let mut s = [0u64; 256];
+    let mut t = 0;
+    while t < 256 {
+        s[t] = 1 << (t & 7);
+        t += 1;
+    }
+    s
+};
+
+/// The varint at the start of the little-endian word `w` and its length, when it
+/// is at most 8 bytes long (longer ones take the general path). One and two
+/// bytes (a loop's strides) take a branch each; longer ones are gathered
+/// without a branch per byte.
+#[inline(always)]
+fn varint8(w: u64) -> Option<(u64, usize)> {
+    if w & 0x80 == 0 {
+        return Some((w & 0x7f, 1));
+    }
+    if w & 0x8000 == 0 {
+        return Some(((w & 0x7f) | ((w >> 1) & 0x3f80), 2));
+    }
+    let stops = !w & 0x8080_8080_8080_8080;
+    if stops == 0 {
+        return None;
+    }
+    let bits = stops.trailing_zeros() + 1;
+    let x = w & (u64::MAX >> (64 - bits)) & 0x7f7f_7f7f_7f7f_7f7f;
+    // gather the 7-bit groups: pairs, then quads, then all eight
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+    Some((x, bits as usize / 8))
+}
+
+impl<B: AsRef<[u8]>> Decoder<B> {
+    /// Numbers the next event `seq` (e.g. the chunk's first index in its stream,
+    /// so [`Columns::seq`] holds stream indices).
+    pub fn set_seq(&mut self, seq: u64) {
+        self.seq = seq;
+    }
+
+    /// Decodes up to `max` events, appending them to `out` (not cleared: a chunk
+    /// can be decoded whole into one [`Columns`] by calling until 0). Returns how
+    /// many were decoded; 0 at the end of the chunk. On an error, the events
+    /// decoded before it are in `out`. Decodes exactly what [`Decoder::next`] does.
+    pub fn decode_columns(&mut self, out: &mut Columns, max: usize) -> Result<usize, DecodeError> {
+        if self.failed {
+            return Ok(0);
+        }
+        out.reserve(max);
+        let mut n = 0;
+        let res = loop {
+            n += self.columns_fast(out, max - n);
+            if n == max {
+                break Ok(());
+            }
+            match self.at_end() {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(e),
+            }
+            match self.column_slow(out) {
+                Ok(()) => n += 1,
+                Err(e) => break Err(e),
+            }
+        };
+        if !out.value.is_empty() {
+            out.value.resize(out.pc.len(), 0);
+        }
+        res.map(|()| n)
+    }
+
+    /// Plain loads and stores while every byte they may need is present, at most
+    /// `max` (room for them reserved); returns how many.
+    #[inline(always)]
+    fn columns_fast(&mut self, out: &mut Columns, max: usize) -> usize {
+        let buf = self.buf.as_ref();
+        // tag and an 8-byte pc varint in the ops, an 8-byte address varint in the
+        // side stream: checked once per event, then read unchecked
+        let (Some(op_lim), Some(side_lim)) = (self.end.checked_sub(9), buf.len().checked_sub(8))
+        else {
+            return 0;
+        };
+        if self.end > buf.len() {
+            return 0;
+        }
+        let row = out.pc.len();
+        let room = (out.seq.capacity() - out.seq.len())
+            .min(out.pc.capacity() - row)
+            .min(out.addr.capacity() - out.addr.len())
+            .min(out.size.capacity() - out.size.len())
+            .min(out.kind.capacity() - out.kind.len());
+        let max = max.min(room);
+        let b = buf.as_ptr();
+        // SAFETY (reads): `at + 8 <= buf.len()` at every call below.
+        let word = |at: usize| unsafe { u64::from_le((b.add(at) as *const u64).read_unaligned()) };
+        let (mut pos, mut spos) = (self.pos, self.spos);
+        let mut pc = self.pred.prev_pc;
+        let last = &mut self.pred.last;
+        let first = self.seq;
+        // SAFETY (writes): rows row..row + max are within every column's capacity.
+        let (seq, pcs, addrs, sizes, kinds) = unsafe {
+            (
+                out.seq.as_mut_ptr().add(out.seq.len()),
+                out.pc.as_mut_ptr().add(row),
+                out.addr.as_mut_ptr().add(out.addr.len()),
+                out.size.as_mut_ptr().add(out.size.len()),
+                out.kind.as_mut_ptr().add(out.kind.len()),
+            )
+        };
+        let mut k = 0;
+        'runs: while k < max && pos <= op_lim && spos <= side_lim {
+            // an event takes at most 9 op and 8 side bytes: this many are in
+            // bounds without a check each
+            let stop = k + ((op_lim - pos) / 9).min((side_lim - spos) / 8).min(max - k - 1) + 1;
+            while k < stop {
+                let w = word(pos);
+                let t = w as u8;
+                if KIND_OF[t as usize] == NOT_PLAIN {
+                    break 'runs;
+                }
+                // the pc's first 7 bytes are in `w`; a longer one is read again
+                let (dpc, n1) = match varint8(w >> 8) {
+                    Some((d, n)) if n < 8 => (d, n),
+                    _ => match varint8(word(pos + 1)) {
+                        Some(v) => v,
+                        None => break 'runs,
+                    },
+                };
+                let Some((da, n2)) = varint8(word(spos)) else { break 'runs };
+                pos += 1 + n1;
+                spos += n2;
+                pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                let s = &mut last[slot(pc)];
+                *s = s.wrapping_add(unzigzag(da) as u64);
+                // SAFETY: k < max (see above). The tag goes in the kind column;
+                // the pass below derives kind, size and seq from it, out of this
+                // loop, which keeps its pointers in registers.
+                unsafe {
+                    pcs.add(k).write(pc);
+                    addrs.add(k).write(*s);
+                    kinds.add(k).write(t);
+                }
+                k += 1;
+            }
+        }
+        for i in 0..k {
+            // SAFETY: rows below k of `kinds` were written above; i < k <= max.
+            unsafe {
+                let t = *kinds.add(i) as usize;
+                kinds.add(i).write(KIND_OF[t]);
+                sizes.add(i).write(SIZE_OF[t]);
+                seq.add(i).write(first + i as u64);
+            }
+        }
+        // SAFETY: rows row..row + k of every column were written above.
+        unsafe {
+            out.seq.set_len(out.seq.len() + k);
+            out.pc.set_len(row + k);
+            out.addr.set_len(out.addr.len() + k);
+            out.size.set_len(out.size.len() + k);
+            out.kind.set_len(out.kind.len() + k);
+        }
+        self.pos = pos;
+        self.spos = spos;
+        self.pred.prev_pc = pc;
+        self.seq += k as u64;
+        k
+    }
+
+    /// One event off the fast path, into its place in `out`.
+    #[inline(never)]
+    fn column_slow(&mut self, out: &mut Columns) -> Result<(), DecodeError> {
+        let seq = self.seq;
+        let Some(ev) = self.next_slow()? else { return Ok(()) };
+        self.seq += 1;
+        match ev {
+            Event::Access { pc, addr, size, kind: k, atomic, value } => {
+                let mut bits = if k == AccessKind::Write { Columns::WRITE } else { 0 };
+                if atomic {
+                    bits |= Columns::ATOMIC;
+                }
+                if value.is_some() {
+                    bits |= Columns::VALUE;
+                }
+                out.push_row(seq, pc.0, addr.0, u64::from(size), bits, value);
+            }
+            Event::Range { pc, addr, len, kind: k } => {
+                let w = if k == AccessKind::Write { Columns::WRITE } else { 0 };
+                out.push_row(seq, pc.0, addr.0, len, Columns::RANGE | w, None);
+            }
+            ev => out.other.push((seq, ev)),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! The column decoder ([`Decoder::decode_columns`]) decodes exactly what the event
+//! decoder ([`Decoder::next`]) does, event for event, error for error, on random
+//! streams: loops of a few code addresses over strided and scattered addresses
+//! (varints of every length), mixed with every other kind of event, whole or cut.
+
+use memlens_format::codec::{self, Columns, Decoder, Encoder};
+use memlens_format::*;
+use proptest::prelude::*;
+
+/// A code address near a few bases (short pc deltas), or anywhere.
+fn arb_pc() -> impl Strategy<Value = Pc> {
+    prop_oneof![
+        4 => (0u64..3, 0u64..64).prop_map(|(b, o)| Pc(0x40_1000 + b * 0x1_0000 + o * 4)),
+        1 => any::<u64>().prop_map(Pc),
+    ]
+}
+
+/// A data address: small, page-sized, heap-like and full-width magnitudes, so
+/// deltas take 1 to 10 bytes.
+fn arb_addr() -> impl Strategy<Value = Addr> {
+    prop_oneof![
+        3 => (0u64..64).prop_map(|i| Addr(0x7f00_0000_1000 + 8 * i)),
+        2 => (0u64..1 << 20).prop_map(|i| Addr(0x5555_0000_0000 + i * 8)),
+        1 => (0u32..64).prop_flat_map(|b| 0u64..=u64::MAX >> b).prop_map(Addr),
+    ]
+}
+
+fn arb_kind() -> impl Strategy<Value = AccessKind> {
+    prop_oneof![Just(AccessKind::Read), Just(AccessKind::Write)]
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        12 => (arb_pc(), arb_addr(), 0u32..5, arb_kind(), any::<bool>()).prop_map(
+            |(pc, addr, lg, kind, atomic)| Event::Access {
+                pc,
+                addr,
+                size: 1 << lg,
+                kind,
+                atomic,
+                value: None
+            }
+        ),
+        1 => (arb_pc(), arb_addr(), 0u32..5, arb_kind(), any::<u64>()).prop_map(
+            |(pc, addr, lg, kind, v)| Event::Access {
+                pc,
+                addr,
+                size: 1 << lg,
+                kind,
+                atomic: false,
+                value: Some(v)
+            }
+        ),
+        1 => (arb_pc(), arb_addr(), any::<u64>(), arb_kind())
+            .prop_map(|(pc, addr, len, kind)| Event::Range { pc, addr, len, kind }),
+        1 => (arb_pc(), arb_addr(), 0u32..5, 0u8..9, proptest::option::of(any::<u64>()))
+            .prop_map(|(pc, addr, lg, op, value)| Event::Rmw {
+                pc,
+                addr,
+                size: 1 << lg,
+                op: RmwOp::from_u8(op).unwrap(),
+                value
+            }),
+        1 => (arb_pc(), arb_pc(), arb_addr())
+            .prop_map(|(pc, call_site, frame)| Event::FuncEnter { pc, call_site, frame }),
+        1 => arb_pc().prop_map(|pc| Event::FuncExit { pc }),
+        1 => (arb_pc(), arb_addr(), any::<u64>(), proptest::collection::vec(arb_pc(), 0..4))
+            .prop_map(|(pc, addr, size, stack)| Event::Alloc {
+                pc,
+                addr,
+                size,
+                kind: AllocKind::Malloc,
+                stack
+            }),
+        1 => (arb_pc(), arb_addr()).prop_map(|(pc, addr)| Event::Free {
+            pc,
+            addr,
+            kind: FreeKind::Free
+        }),
+        1 => any::<u64>().prop_map(Event::Clock),
+        1 => Just(Event::ThreadExit),
+    ]
+}
+
+/// Random events, with loops: runs of one body repeated (the common case).
+fn arb_stream() -> impl Strategy<Value = Vec<Event>> {
+    proptest::collection::vec(
+        (proptest::collection::vec(arb_event(), 1..8), 1usize..40, 0u64..3),
+        0..30,
+    )
+    .prop_map(|parts| {
+        let mut out = Vec::new();
+        for (body, reps, stride) in parts {
+            for r in 0..reps as u64 {
+                for e in &body {
+                    let mut e = e.clone();
+                    if let Event::Access { addr, .. } = &mut e {
+                        addr.0 = addr.0.wrapping_add(r * stride * 8);
+                    }
+                    out.push(e);
+                }
+            }
+        }
+        out
+    })
+}
+
+/// What `next` yields: the events with their numbers, and the error that ended them.
+fn by_next(raw: &[u8]) -> (Vec<(u64, Event)>, Option<codec::DecodeError>) {
+    let mut d = Decoder::new(raw);
+    let mut out = Vec::new();
+    loop {
+        match d.next() {
+            Ok(Some(e)) => out.push((out.len() as u64, e)),
+            Ok(None) => return (out, None),
+            Err(e) => return (out, Some(e)),
+        }
+    }
+}
+
+/// What `decode_columns` yields in batches of at most `max`.
+fn by_columns(raw: &[u8], max: usize) -> (Vec<(u64, Event)>, Option<codec::DecodeError>) {
+    let mut d = Decoder::new(raw);
+    let mut cols = Columns::new();
+    let mut err = None;
+    loop {
+        let before = cols.events();
+        match d.decode_columns(&mut cols, max) {
+            Ok(0) => break,
+            Ok(n) => {
+                assert!(n <= max, "{n} events in a batch of {max}");
+                assert_eq!(cols.events() - before, n, "count returned");
+            }
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    // the columns stay aligned
+    let n = cols.pc.len();
+    for len in [cols.seq.len(), cols.addr.len(), cols.size.len(), cols.kind.len()] {
+        assert_eq!(len, n);
+    }
+    assert!(cols.value.is_empty() || cols.value.len() == n);
+    (cols.to_events(), err)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn columns_equal_next(evs in arb_stream(), max in 1usize..5000, cut in any::<usize>(), side_cut in any::<usize>()) {
+        let mut enc = Encoder::new();
+        let mut s = codec::Streams::new();
+        for e in &evs {
+            enc.push(&mut s, e);
+        }
+        let whole = s.to_raw();
+        let (want, err) = by_next(&whole);
+        prop_assert_eq!(err, None);
+        prop_assert_eq!(want.iter().map(|x| &x.1).collect::<Vec<_>>(), evs.iter().collect::<Vec<_>>());
+        prop_assert_eq!(by_columns(&whole, max), (want, None));
+        // cut in the op stream, or the side stream: the same events, then the same error
+        let ops = &s.ops[..cut % (s.ops.len() + 1)];
+        let side = &s.side[..side_cut % (s.side.len() + 1)];
+        for (o, sd) in [(ops, &s.side[..]), (&s.ops[..], side)] {
+            let mut raw = Vec::new();
+            codec::join(o, sd, &mut raw);
+            prop_assert_eq!(by_columns(&raw, max), by_next(&raw));
+        }
+    }
+
+    #[test]
+    fn garbage_decodes_alike(bytes in proptest::collection::vec(any::<u8>(), 0..400), max in 1usize..64) {
+        prop_assert_eq!(by_columns(&bytes, max), by_next(&bytes));
+    }
+}
+
+/// `seq` numbers start where [`Decoder::set_seq`] says, and a chunk's events
+/// come back from [`Columns::to_events`] in order.
+#[test]
+fn seq_starts_at_set_seq() {
+    let mut enc = Encoder::new();
+    let mut s = codec::Streams::new();
+    let evs = [
+        Event::FuncEnter { pc: Pc(0x1000), call_site: Pc(0x2000), frame: Addr(0x7ff0) },
+        Event::Access {
+            pc: Pc(0x1004),
+            addr: Addr(0x5000),
+            size: 4,
+            kind: AccessKind::Write,
+            atomic: false,
+            value: None,
+        },
+        Event::FuncExit { pc: Pc(0x1008) },
+    ];
+    for e in &evs {
+        enc.push(&mut s, e);
+    }
+    let raw = s.to_raw();
+    let mut d = Decoder::new(&raw[..]);
+    d.set_seq(100);
+    let mut cols = Columns::new();
+    assert_eq!(d.decode_columns(&mut cols, 10).unwrap(), 3);
+    assert_eq!(cols.seq, [101]);
+    assert_eq!((cols.pc[0], cols.addr[0], cols.size[0], cols.kind[0]), (0x1004, 0x5000, 4, 1));
+    assert_eq!(cols.other.iter().map(|o| o.0).collect::<Vec<_>>(), [100, 102]);
+    let back: Vec<Event> = cols.to_events().into_iter().map(|x| x.1).collect();
+    assert_eq!(back, evs);
+}
