@@ -65,6 +65,8 @@ const EMPTY: Slot = Slot {
 static SLOTS: [Slot; MAX] = [EMPTY; MAX];
 /// Any probe inserted (the hot path looks no further when not).
 static ON: AtomicBool = AtomicBool::new(false);
+/// Slots ever taken (the hot path looks at no more).
+static USED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 /// The executable's load bias.
 static BIAS: AtomicU64 = AtomicU64::new(0);
 
@@ -75,7 +77,8 @@ pub(crate) fn hit(pad_end: u64) -> u16 {
     if !ON.load(Relaxed) {
         return 0;
     }
-    for (i, s) in SLOTS.iter().enumerate() {
+    let used = USED.load(Relaxed).min(MAX);
+    for (i, s) in SLOTS[..used].iter().enumerate() {
         if s.pad_end.load(Relaxed) == pad_end {
             match s.kind.load(Relaxed) {
                 COUNT => {
@@ -352,10 +355,12 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     } else {
         return Err("no 5-byte NOP pad there (was the program built with memlens cc?)");
     };
-    let slot = SLOTS
+    let (i, slot) = SLOTS
         .iter()
-        .find(|s| s.kind.compare_exchange(FREE, u8::MAX, Acquire, Relaxed).is_ok())
+        .enumerate()
+        .find(|(_, s)| s.kind.compare_exchange(FREE, u8::MAX, Acquire, Relaxed).is_ok())
         .ok_or("too many probes")?;
+    USED.fetch_max(i + 1, Relaxed);
     slot.id.store(id, Relaxed);
     slot.orig.store(orig, Relaxed);
     slot.count.store(0, Relaxed);
