@@ -543,7 +543,7 @@ impl<'a> Worker<'a> {
 }
 
 /// Names every access of `r` on `threads` worker threads. The result equals
-/// [`attribute_trace_serial`]'s.
+/// [`attribute_trace_serial`](crate::attribute_trace_serial)'s.
 pub fn attribute_trace(
     r: &TraceReader,
     sym: &Symbolizer,
