@@ -364,6 +364,12 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
     if let Some(every) = o.follow {
         return crate::follow::follow(&o, every);
     }
+    offline(&o)
+}
+
+/// The analysis of the trace as it is on disk now (also `--follow`'s final result
+/// for the kernels that name each access, whose namer reads the whole trace's heap).
+pub(crate) fn offline(o: &AnalyzeOpts) -> Result<()> {
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
     let namer = memlens_names::TraceNamer::lazy(&r, &names);

@@ -62,9 +62,16 @@ pub fn follow(o: &AnalyzeOpts, every: Every) -> Result<()> {
         "counts" => {
             run(o, every, Live::merged(path, roi(filter.clone(), o.roi, Counts::default())))
         }
-        "sharing" if chunked => run(o, every, Live::chunks(path, filter.apply(Sharing::default()))),
         "sharing" => {
-            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, Sharing::default())))
+            // Snapshots name data by address; the final result is the offline run on
+            // the finished trace, whose namer names each access (one namer, issue 23)
+            // and needs the whole trace's heap index.
+            follow_loop(
+                o,
+                every,
+                Live::merged(path, roi(filter.clone(), o.roi, Sharing::default())),
+            )?;
+            analyze::offline(o)
         }
         "false-sharing" => {
             let fs = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
