@@ -373,8 +373,8 @@ pub(crate) fn offline(o: &AnalyzeOpts) -> Result<()> {
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
     let namer = memlens_names::TraceNamer::lazy(&r, &names);
-    let filter = build_filter(&names, &r, &o)?;
-    let opts = render_opts(&o);
+    let filter = build_filter(&names, &r, o)?;
+    let opts = render_opts(o);
     let table = match o.kernel.as_str() {
         // counts are sums: without a window or ROI (which follow event order) every
         // core decodes and counts chunks
@@ -403,12 +403,12 @@ pub(crate) fn offline(o: &AnalyzeOpts) -> Result<()> {
         }
         "cachesim" => {
             let cur = CurrentVariable::default();
-            let k = CacheSim::new(cache_config(&o)?)?.with_variables(cur.clone());
+            let k = CacheSim::new(cache_config(o)?)?.with_variables(cur.clone());
             let (mut rep, names) = run_named(&r, &namer, cur, k, filter, o.roi)?;
             if let Some(n) = names {
                 rep.set_variables(n);
             }
-            write_annotation(&o, &rep)?;
+            write_annotation(o, &rep)?;
             rep.render(&namer, &opts)
         }
         "reuse" => {

@@ -460,20 +460,15 @@ fn real_main() -> Result<i32> {
         Cmd::Cxx { args } => cc::main(cc::Lang::Cxx, args),
         Cmd::Cargo { args } => rust::cargo(args),
         Cmd::Record(mut a) => {
-            let tmp = crate::cc::TempDir::new()?;
-            let keep = a.output.is_some() || a.sink.is_none();
             let output = match &a.sink {
                 Some(s) => {
-                    let out = sink::local_path(a.output.as_deref(), &tmp.path);
                     let prog = a.cmd.first().map(String::as_str).unwrap_or("program");
-                    sink::start(s, &out, prog, keep, a.quiet)?;
-                    out
+                    sink::start(s, a.output.as_deref(), prog, a.quiet)?
                 }
                 None => a.output.take().unwrap_or_else(|| PathBuf::from("memlens.trace")),
             };
             let code = record_cmd(a, output);
             sink::finish();
-            drop(tmp);
             code
         }
         Cmd::Collect { listen, output } => sink::collect(&listen, &output),

@@ -27,20 +27,27 @@ struct Active {
     thread: JoinHandle<(Result<(), memlens_stream::Error>, u64, u64)>,
     local: Option<PathBuf>,
     quiet: bool,
+    /// Holds the trace when there is no local copy; removed with it.
+    _tmp: Option<crate::cc::TempDir>,
 }
 
 static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
 
-/// Where the recording writes its trace when `--sink` is given: `-o` when given
-/// (a local copy), else a file in the private directory `tmp`.
-pub fn local_path(output: Option<&Path>, tmp: &Path) -> PathBuf {
-    output.map(Path::to_path_buf).unwrap_or_else(|| tmp.join("memlens.trace"))
-}
-
-/// Connects to the collector and starts sending `trace` as it grows. An
-/// unreachable collector is an error before the program runs.
-pub fn start(sink: &str, trace: &Path, prog: &str, keep: bool, quiet: bool) -> Result<()> {
+/// Connects to the collector and starts sending the recording's trace as it grows;
+/// returns where the recording writes it: `output` when given (a local copy), else a
+/// file in a private temporary directory removed by [`finish`]. An unreachable
+/// collector is an error before the program runs.
+pub fn start(sink: &str, output: Option<&Path>, prog: &str, quiet: bool) -> Result<PathBuf> {
     let addr = parse(sink)?;
+    let tmp = match output {
+        Some(_) => None,
+        None => Some(crate::cc::TempDir::new()?),
+    };
+    let trace = match (output, &tmp) {
+        (Some(o), _) => o.to_path_buf(),
+        (None, Some(t)) => t.path.join("memlens.trace"),
+        (None, None) => unreachable!("a temporary directory without -o"),
+    };
     let name = Path::new(prog).file_name().map(|n| n.to_string_lossy().into_owned());
     let mut sender =
         Sender::connect(&addr, name.as_deref().unwrap_or("program")).with_context(|| {
@@ -49,15 +56,15 @@ pub fn start(sink: &str, trace: &Path, prog: &str, keep: bool, quiet: bool) -> R
             )
         })?;
     let done = Arc::new(AtomicBool::new(false));
-    let (d, path) = (done.clone(), trace.to_path_buf());
+    let (d, path) = (done.clone(), trace.clone());
     let thread = std::thread::spawn(move || {
         let r = sender.run(&path, &d);
         (r, sender.chunks, sender.bytes)
     });
-    let local = keep.then(|| trace.to_path_buf());
+    let local = output.map(Path::to_path_buf);
     *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) =
-        Some(Active { addr, done, thread, local, quiet });
-    Ok(())
+        Some(Active { addr, done, thread, local, quiet, _tmp: tmp });
+    Ok(trace)
 }
 
 /// Ends the sending (the recording is over and its header final) and says how it
