@@ -7,7 +7,6 @@
 
 use crate::live_probes::{vaddr, Live, Target, N};
 use crate::util::*;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -131,22 +130,7 @@ fn pads_come_and_go_while_eight_threads_call_the_function() {
 fn launch_inserts_pad_probes_before_main() {
     let dir = scratch("live-pads-launch");
     let exe = build_padded(&dir);
-    let stream = dir.join("stream.jsonl");
-    let o = Command::new(memlens())
-        .args(["live", "--probe", "count:work", "--probe", "timer:rec", "--json-stream"])
-        .arg(&stream)
-        .args(["--every", "50ms", "--"])
-        .arg(&exe)
-        .args(["--once", "500"])
-        .env("XDG_RUNTIME_DIR", &dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).starts_with("once "), "{}", stdout(&o));
-    let text = std::fs::read_to_string(&stream).unwrap();
-    // the last snapshot taken while the target ran holds the pads' values
-    let snaps: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let last = snaps.last().unwrap();
+    let last = &crate::live_probes::launch_once(&dir, &exe);
     assert_eq!(last["final"], true);
     assert_eq!(last["exit_code"], 0);
     let probes = last["probes"].as_array().unwrap();

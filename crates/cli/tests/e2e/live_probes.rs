@@ -336,6 +336,25 @@ fn eight_threads_while_probes_come_and_go() {
     t.finish();
 }
 
+/// `memlens live --probe count:work --probe timer:rec -- EXE --once 500`: its last
+/// JSON snapshot.
+pub(crate) fn launch_once(dir: &Path, exe: &Path) -> Value {
+    let stream = dir.join("stream.jsonl");
+    let o = Command::new(memlens())
+        .args(["live", "--probe", "count:work", "--probe", "timer:rec", "--json-stream"])
+        .arg(&stream)
+        .args(["--every", "50ms", "--"])
+        .arg(exe)
+        .args(["--once", "500"])
+        .env("XDG_RUNTIME_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("once "), "{}", stdout(&o));
+    let text = std::fs::read_to_string(&stream).unwrap();
+    serde_json::from_str(text.lines().last().unwrap()).unwrap()
+}
+
 #[test]
 fn launch_counts_from_the_first_call_and_ends_with_a_final_snapshot() {
     if unsupported() {
@@ -343,20 +362,7 @@ fn launch_counts_from_the_first_call_and_ends_with_a_final_snapshot() {
     }
     let dir = scratch("live-launch");
     let exe = build_probed(&dir);
-    let stream = dir.join("stream.jsonl");
-    let o = Command::new(memlens())
-        .args(["live", "--probe", "count:work", "--probe", "timer:rec", "--json-stream"])
-        .arg(&stream)
-        .args(["--every", "50ms", "--"])
-        .arg(&exe)
-        .args(["--once", "500"])
-        .env("XDG_RUNTIME_DIR", &dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).starts_with("once "), "{}", stdout(&o));
-    let text = std::fs::read_to_string(&stream).unwrap();
-    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let last = launch_once(&dir, &exe);
     assert_eq!(last["final"], true);
     assert_eq!(last["reason"], "target exited");
     assert_eq!(last["exit_code"], 0);
