@@ -84,6 +84,8 @@ const END: u8 = b'E';
 pub struct Sender {
     sock: TcpStream,
     name: String,
+    /// Wall clock at connection: the recording's trace header starts after it.
+    since_ns: u64,
     /// Chunks sent.
     pub chunks: u64,
     /// Bytes sent.
@@ -96,7 +98,10 @@ impl Sender {
     pub fn connect(addr: &str, name: &str) -> Result<Sender, Error> {
         let sock = TcpStream::connect(addr).map_err(io(format!("cannot connect to {addr}")))?;
         let _ = sock.set_nodelay(true);
-        let mut s = Sender { sock, name: name.to_string(), chunks: 0, bytes: 0 };
+        let since_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut s = Sender { sock, name: name.to_string(), since_ns, chunks: 0, bytes: 0 };
         s.sock.write_all(MAGIC).map_err(io("sending"))?;
         Ok(s)
     }
@@ -117,6 +122,22 @@ impl Sender {
     /// Sends the trace at `path` as it grows, until `done` is set (the recording
     /// ended and its header is final), then the final header and the end mark.
     pub fn run(&mut self, path: &Path, done: &AtomicBool) -> Result<(), Error> {
+        // A trace left at `path` by an earlier run is not this one: wait for the
+        // recording's own (a new file whose header started after we did).
+        loop {
+            let fresh = File::open(path)
+                .ok()
+                .and_then(|f| read_at(&f, 0, HEADER_SIZE).ok())
+                .and_then(|h| FileHeader::decode(&h).ok())
+                .is_some_and(|h| h.start_ns >= self.since_ns);
+            if fresh {
+                break;
+            }
+            if done.load(SeqCst) {
+                return Err(Error::Trace(format!("{}: no trace was written", path.display())));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let mut tail = TraceTail::new(path);
         let file = || File::open(path).map_err(io(format!("cannot read {}", path.display())));
         let mut f: Option<File> = None;

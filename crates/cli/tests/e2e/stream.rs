@@ -74,6 +74,11 @@ fn streamed_traces_equal_the_local_copy_and_programs_arrive_together() {
     let c = Collector::start(&inbox);
     let sink = format!("tcp://{}", c.addr);
     let local = dir.join("local.trace");
+    // an earlier trace at the -o path is not what the next run sends
+    let o =
+        run_memlens(&["record", "-q", "-o", local.to_str().unwrap(), "--", exe.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let old_pid = info(&local)["pid"].as_u64().unwrap();
     // one with a local copy, two without, all at once
     let spawn = |out: Option<&Path>| {
         let mut cmd = Command::new(memlens());
@@ -96,6 +101,7 @@ fn streamed_traces_equal_the_local_copy_and_programs_arrive_together() {
     assert!(!dir.join("memlens.trace").exists(), "no local copy without -o");
     let want = report(&local, "variable");
     let pid = info(&local)["pid"].as_u64().unwrap();
+    assert_ne!(pid, old_pid);
     let same = got.iter().find(|p| p.to_str().unwrap().ends_with(&format!("-{pid}.trace")));
     let same = same.expect("the -o run's trace, named after its pid");
     assert_eq!(report(same, "variable"), want, "the collected trace reads as the local one");
