@@ -144,6 +144,8 @@ pub(crate) struct PadProbe {
     ids: Vec<u32>,
     timer: bool,
     location: String,
+    /// The probed functions' entries (ELF addresses), for the GUI's source lines.
+    points: Vec<u64>,
     /// Last values read, kept when the target is gone.
     last: Mutex<Values>,
 }
@@ -173,7 +175,8 @@ impl PadProbe {
             }
         }
         let location = format!("{} (pad)", crate::count::describe(target, points));
-        Ok(PadProbe { control, ids, timer, location, last: Mutex::new((0, 0, 0, 0)) })
+        let points = points.iter().map(|p| p.vaddr).collect();
+        Ok(PadProbe { control, ids, timer, location, points, last: Mutex::new((0, 0, 0, 0)) })
     }
 }
 
@@ -190,6 +193,10 @@ impl Drop for PadProbe {
 impl Probe for PadProbe {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn points(&self) -> Vec<u64> {
+        self.points.clone()
     }
 
     fn values(&self) -> Map<String, Value> {

@@ -1,10 +1,16 @@
 // memlens live: the source browser over a running collector. No module-specific
 // code: the columns and the menu come from what each module registers. No
 // innerHTML: every text from the program goes in through textContent.
+
 'use strict';
 (() => {
   const token = new URLSearchParams(location.search).get('token') || '';
   const $ = (id) => document.getElementById(id);
+  // Sources of the toolchain, the system, and library crates (memlens's own runtime
+  // among them, in a memlens-built program): not the program's own files.
+  const isSystem = (p) =>
+    p.startsWith('/usr/') || p.startsWith('/rustc/') || p.startsWith('/rust/') ||
+    p.includes('/.cargo/registry/') || p.includes('/.cargo/git/') || p.includes('/rustlib/');
   const el = (tag, cls, text) => {
     const e = document.createElement(tag);
     if (cls) e.className = cls;
@@ -61,8 +67,9 @@
           dd = v;
         }
         const det = el('details');
-        // System headers start folded: the program's own files are what one probes.
-        det.open = !(parent === $('tree') && label.startsWith('usr'));
+        // System headers and library crates start folded: the program's own files
+        // are what one probes.
+        det.open = !(parent === $('tree') && isSystem('/' + label + '/'));
         det.append(el('summary', null, label + '/'));
         render(dd, det);
         parent.append(det);
@@ -366,9 +373,9 @@
       const files = await call({ cmd: 'files' });
       buildTree(files);
       await poll();
-      // Open where the first probe is, else the first file outside /usr.
+      // Open where the first probe is, else the program's first own file.
       const probed = probes().find((p) => p.lines && p.lines.length);
-      const first = probed ? probed.lines[0][0] : files.find((f) => !f.startsWith('/usr/'));
+      const first = probed ? probed.lines[0][0] : files.find((f) => !isSystem(f));
       if (first) await openFile(first);
       S.ready = true;
       setTimeout(loop, POLL_MS);
