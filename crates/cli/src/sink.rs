@@ -39,14 +39,13 @@ static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
 /// collector is an error before the program runs.
 pub fn start(sink: &str, output: Option<&Path>, prog: &str, quiet: bool) -> Result<PathBuf> {
     let addr = parse(sink)?;
-    let tmp = match output {
-        Some(_) => None,
-        None => Some(crate::cc::TempDir::new()?),
-    };
-    let trace = match (output, &tmp) {
-        (Some(o), _) => o.to_path_buf(),
-        (None, Some(t)) => t.path.join("memlens.trace"),
-        (None, None) => unreachable!("a temporary directory without -o"),
+    let (tmp, trace) = match output {
+        Some(o) => (None, o.to_path_buf()),
+        None => {
+            let t = crate::cc::TempDir::new()?;
+            let p = t.path.join("memlens.trace");
+            (Some(t), p)
+        }
     };
     let name = Path::new(prog).file_name().map(|n| n.to_string_lossy().into_owned());
     let mut sender =
