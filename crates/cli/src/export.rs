@@ -12,12 +12,18 @@ use std::path::{Path, PathBuf};
 pub enum ExportFormat {
     /// Chrome trace-event JSON for ui.perfetto.dev and chrome://tracing.
     Perfetto,
+    /// Perfetto's native protobuf trace with interned names (ui.perfetto.dev,
+    /// trace_processor): several times smaller than the JSON.
+    PerfettoPb,
     /// speedscope's JSON (one evented profile per thread).
     Speedscope,
     /// Spall's JSON (trace-event array).
     Spall,
     /// cachegrind.out per source line (cg_annotate, KCachegrind).
     Cachegrind,
+    /// callgrind.out: per-line costs and the call graph with inclusive costs
+    /// (KCachegrind, callgrind_annotate).
+    Callgrind,
     /// DHAT's JSON per allocation site (dh_view.html).
     Dhat,
 }
@@ -41,9 +47,11 @@ pub struct ExportOpts {
 fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
     PathBuf::from(match f {
         ExportFormat::Perfetto => "memlens.perfetto.json".to_string(),
+        ExportFormat::PerfettoPb => "memlens.perfetto-trace".to_string(),
         ExportFormat::Speedscope => "memlens.speedscope.json".to_string(),
         ExportFormat::Spall => "memlens.spall.json".to_string(),
         ExportFormat::Cachegrind => format!("cachegrind.out.{pid}"),
+        ExportFormat::Callgrind => format!("callgrind.out.{pid}"),
         ExportFormat::Dhat => "dhat.json".to_string(),
     })
 }
@@ -80,11 +88,13 @@ pub fn export(o: ExportOpts) -> Result<()> {
     };
     let s = match o.format {
         ExportFormat::Perfetto => memlens_export::perfetto(&r, &namer, out),
+        ExportFormat::PerfettoPb => memlens_export::perfetto_pb(&r, &namer, out),
         ExportFormat::Speedscope => memlens_export::speedscope(&r, &namer, out),
         ExportFormat::Spall => memlens_export::spall(&r, &namer, out),
         ExportFormat::Cachegrind => {
             memlens_export::cachegrind(&r, &namer, &CachegrindOpts { cache }, out)
         }
+        ExportFormat::Callgrind => memlens_export::callgrind(&r, &namer, out),
         ExportFormat::Dhat => memlens_export::dhat(&r, &namer, out),
     }?;
     if let Some(f) = file {
@@ -94,6 +104,10 @@ pub fn export(o: ExportOpts) -> Result<()> {
         let what = match o.format {
             ExportFormat::Cachegrind => format!(
                 "{} source lines in {} functions, {} memory operations",
+                s.calls, s.frames, s.operations
+            ),
+            ExportFormat::Callgrind => format!(
+                "{} calls, {} functions with costs, {} memory operations",
                 s.calls, s.frames, s.operations
             ),
             ExportFormat::Dhat => {

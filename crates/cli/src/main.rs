@@ -159,8 +159,8 @@ enum Cmd {
         #[arg(long, requires = "trace")]
         stats: bool,
     },
-    /// Write a trace in another tool's format: perfetto, speedscope, spall,
-    /// cachegrind, dhat (see docs/export.md)
+    /// Write a trace in another tool's format: perfetto, perfetto-pb, speedscope,
+    /// spall, cachegrind, callgrind, dhat (see docs/export.md)
     Export(ExportArgs),
 }
 
@@ -169,8 +169,9 @@ struct ExportArgs {
     /// Output format.
     #[arg(long, value_enum)]
     format: export::ExportFormat,
-    /// Output file (`-`: stdout). Default: memlens.perfetto.json, memlens.speedscope.json,
-    /// memlens.spall.json, cachegrind.out.<pid> or dhat.json.
+    /// Output file (`-`: stdout). Default: memlens.perfetto.json, memlens.perfetto-trace,
+    /// memlens.speedscope.json, memlens.spall.json, cachegrind.out.<pid>,
+    /// callgrind.out.<pid> or dhat.json.
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// cachegrind: add D1mr D1mw DLmr DLmw from a cache simulation (default geometry).

@@ -3,10 +3,14 @@
 //!
 //! - [`perfetto`]: Chrome trace-event JSON (`traceEvents`, `B`/`E` per thread) for
 //!   ui.perfetto.dev and chrome://tracing.
+//! - [`perfetto_pb`]: the same calls in Perfetto's native protobuf trace, with
+//!   interned names (several times smaller than the JSON).
 //! - [`spall`]: Spall's JSON (the trace-event array) for spall-web.
 //! - [`speedscope`]: speedscope's file format, one `evented` profile per thread.
 //! - [`cachegrind`]: `cachegrind.out` per source line (`Ir Dr Dw`, plus
 //!   `D1mr D1mw DLmr DLmw` with a cache simulation) for cg_annotate and KCachegrind.
+//! - [`callgrind`]: `callgrind.out` with per-line costs (`Dr Dw Rb Wb`) and the
+//!   call graph with inclusive costs, for KCachegrind and callgrind_annotate.
 //! - [`dhat`]: DHAT's JSON (`dhatFileVersion` 2, heap mode) for dh_view.html.
 //!
 //! Time is counted in memory operations, not seconds: a trace has no wall clock.
@@ -45,13 +49,17 @@
 #![deny(missing_docs)]
 
 mod cachegrind;
+mod callgrind;
 mod dhat;
 mod frames;
+mod perfetto_pb;
 mod speedscope;
 mod trace_events;
 
 pub use cachegrind::{cachegrind, CachegrindOpts};
+pub use callgrind::callgrind;
 pub use dhat::dhat;
+pub use perfetto_pb::perfetto_pb;
 pub use speedscope::speedscope;
 pub use trace_events::{perfetto, spall};
 

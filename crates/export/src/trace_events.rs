@@ -36,10 +36,11 @@ pub fn spall(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Result<Su
     write(r, namer, out, Flavour::Spall)
 }
 
+/// A thread's open calls and its nudged clock (shared with the protobuf export).
 #[derive(Default)]
-struct ThreadState {
-    tid: u32,
-    stack: Vec<u32>,
+pub(crate) struct ThreadState {
+    pub tid: u32,
+    pub stack: Vec<u32>,
     named: bool,
     // ns of the thread's last B/E + 1: the earliest its next one may have
     next_ns: u64,
@@ -48,7 +49,7 @@ struct ThreadState {
 impl ThreadState {
     /// The timestamp of the thread's next B/E at `ops` memory operations, as µs
     /// with three decimals.
-    fn ts(&mut self, ops: u64) -> Ts {
+    pub fn ts(&mut self, ops: u64) -> Ts {
         let ns = (ops.saturating_mul(1000)).max(self.next_ns);
         self.next_ns = ns + 1;
         Ts(ns)
@@ -57,7 +58,7 @@ impl ThreadState {
 
 /// A timestamp in ns, printed in µs.
 #[derive(Clone, Copy)]
-struct Ts(u64);
+pub(crate) struct Ts(pub u64);
 
 impl std::fmt::Display for Ts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

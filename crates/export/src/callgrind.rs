@@ -1,0 +1,268 @@
+//! `callgrind.out`: per-line costs and the call graph with inclusive costs, for
+//! KCachegrind and `callgrind_annotate`.
+//!
+//! Events (`events: Dr Dw Rb Wb`): loads and stores as `memlens report` counts
+//! them, and the bytes they read and wrote. All threads are summed, as callgrind
+//! does without `--separate-threads`.
+//!
+//! - Self costs go to the line and function that `Namer::code` gives the
+//!   access's code address (so they equal `memlens report --by line/function`).
+//! - Each call (a `FuncEnter`/`FuncExit` pair) becomes a `cfn=`/`calls=` record
+//!   in its caller's block, at the line of its call site, carrying the memory
+//!   operations its thread made while the call was open (callees included). As in
+//!   callgrind, a recursive call's cost is also in its caller's call cost, so the
+//!   inclusive cost of a recursive function counts inner levels again
+//!   (KCachegrind's cycle detection folds them).
+//!
+//! Counters are kept per code address and per (caller, call site, callee) while
+//! the trace streams by, then named and written with name compression
+//! (`fl=(1) file`, later `fl=(1)`).
+
+use crate::frames::Frames;
+use crate::{DynNamer, Error, Summary};
+use memlens_format::{Event, Pc, TraceReader};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufWriter, Write};
+
+/// Dr Dw Rb Wb.
+type Costs = [u64; 4];
+
+fn add(a: &mut Costs, b: &Costs) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
+
+fn sub(a: &Costs, b: &Costs) -> Costs {
+    std::array::from_fn(|i| a[i] - b[i])
+}
+
+/// One open call of a thread.
+struct Open {
+    frame: u32,
+    site: Pc,
+    /// The thread's counters at the entry.
+    at: Costs,
+}
+
+/// Calls of one callee from one call site of one caller.
+#[derive(Default)]
+struct CallCost {
+    count: u64,
+    inclusive: Costs,
+}
+
+/// A function's block: self costs per line, calls per (line, callee frame).
+#[derive(Default)]
+struct Block {
+    lines: BTreeMap<u32, Costs>,
+    calls: BTreeMap<(u32, u32), CallCost>,
+}
+
+/// Name compression: `(id) name` the first time, `(id)` after.
+#[derive(Default)]
+struct Compressed {
+    ids: HashMap<String, usize>,
+}
+
+impl Compressed {
+    fn name(&mut self, s: &str) -> String {
+        if let Some(i) = self.ids.get(s) {
+            return format!("({i})");
+        }
+        let i = self.ids.len() + 1;
+        self.ids.insert(s.to_string(), i);
+        // a newline would end the line early
+        format!("({i}) {}", s.replace('\n', " "))
+    }
+}
+
+fn file_name(f: &str) -> &str {
+    if f.is_empty() {
+        "???"
+    } else {
+        f
+    }
+}
+
+/// Writes per-line costs and the call graph in callgrind's output format.
+pub fn callgrind(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Result<Summary, Error> {
+    let mut frames = Frames::new(namer);
+    let mut by_pc: HashMap<Pc, Costs> = HashMap::new();
+    let mut calls: HashMap<(u32, Pc, u32), CallCost> = HashMap::new();
+    let mut total: Costs = [0; 4];
+    let mut sum = Summary::default();
+    let close = |o: Open, now: &Costs, stack: &[Open], calls: &mut HashMap<_, CallCost>| {
+        // a call with no recorded caller (the thread's outermost) has no call record
+        if let Some(caller) = stack.last() {
+            let c = calls.entry((caller.frame, o.site, o.frame)).or_default();
+            c.count += 1;
+            add(&mut c.inclusive, &sub(now, &o.at));
+        }
+    };
+    for s in r.streams() {
+        sum.threads += 1;
+        let mut now: Costs = [0; 4];
+        let mut stack: Vec<Open> = Vec::new();
+        for ev in r.events(s.thread) {
+            let ev = ev?;
+            match &ev {
+                Event::FuncEnter { pc, call_site, .. } => {
+                    let frame = frames.of(*pc);
+                    stack.push(Open { frame, site: *call_site, at: now });
+                    sum.calls += 1;
+                }
+                Event::FuncExit { .. } => {
+                    // An exit without a recorded entry (tracing began inside it) is dropped.
+                    if let Some(o) = stack.pop() {
+                        close(o, &now, &stack, &mut calls);
+                    }
+                }
+                Event::ThreadExit => {
+                    while let Some(o) = stack.pop() {
+                        close(o, &now, &stack, &mut calls);
+                    }
+                }
+                e => {
+                    let Some(pc) = e.pc() else { continue };
+                    let (l, st) = e.loads_stores();
+                    if l + st == 0 {
+                        continue;
+                    }
+                    let (br, bw) = e.bytes_read_written();
+                    let c = [l, st, br, bw];
+                    add(&mut now, &c);
+                    add(by_pc.entry(pc).or_default(), &c);
+                }
+            }
+        }
+        while let Some(o) = stack.pop() {
+            close(o, &now, &stack, &mut calls);
+        }
+        add(&mut total, &now);
+    }
+
+    // (file, function) -> block; BTreeMaps give a stable, sorted file.
+    let mut blocks: BTreeMap<(String, String), Block> = BTreeMap::new();
+    for (pc, c) in &by_pc {
+        let n = namer.code(*pc);
+        let b = blocks.entry((file_name(&n.file).to_string(), n.function)).or_default();
+        add(b.lines.entry(n.line).or_default(), c);
+    }
+    let fname = |frames: &Frames<'_>, f: u32| -> (String, String) {
+        let fr = frames.get(f);
+        let name: String = serde_json::from_str(&fr.json_name).unwrap_or_default();
+        (file_name(&fr.file).to_string(), name)
+    };
+    for ((caller, site, callee), c) in calls {
+        // a return address: its call instruction is the byte before
+        let line = if site.0 == 0 { 0 } else { namer.code(Pc(site.0 - 1)).line };
+        let b = blocks.entry(fname(&frames, caller)).or_default();
+        let e = b.calls.entry((line, callee)).or_default();
+        e.count += c.count;
+        add(&mut e.inclusive, &c.inclusive);
+    }
+
+    let mut out = BufWriter::new(out);
+    writeln!(out, "# callgrind format")?;
+    writeln!(out, "version: 1")?;
+    writeln!(out, "creator: memlens")?;
+    writeln!(out, "pid: {}", r.header().pid)?;
+    writeln!(out, "cmd: {}", crate::command(r).replace('\n', " "))?;
+    writeln!(out, "positions: line")?;
+    writeln!(out, "event: Dr : loads")?;
+    writeln!(out, "event: Dw : stores")?;
+    writeln!(out, "event: Rb : bytes read")?;
+    writeln!(out, "event: Wb : bytes written")?;
+    writeln!(out, "events: Dr Dw Rb Wb")?;
+    let (mut fl, mut fnames) = (Compressed::default(), Compressed::default());
+    let costs = |c: &Costs| format!("{} {} {} {}", c[0], c[1], c[2], c[3]);
+    for ((file, func), b) in &blocks {
+        writeln!(out, "\nfl={}", fl.name(file))?;
+        writeln!(out, "fn={}", fnames.name(func))?;
+        sum.frames += 1;
+        for (line, c) in &b.lines {
+            writeln!(out, "{line} {}", costs(c))?;
+        }
+        for ((line, callee), c) in &b.calls {
+            let (cfile, cfunc) = fname(&frames, *callee);
+            writeln!(out, "cfl={}", fl.name(&cfile))?;
+            writeln!(out, "cfn={}", fnames.name(&cfunc))?;
+            writeln!(out, "calls={} {}", c.count, frames.get(*callee).line)?;
+            writeln!(out, "{line} {}", costs(&c.inclusive))?;
+        }
+    }
+    writeln!(out, "\ntotals: {}", costs(&total))?;
+    out.flush()?;
+    sum.operations = total[0] + total[1];
+    Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+    use memlens_analysis::{CodeName, DataName, Namer};
+    use memlens_format::Addr;
+
+    /// pc → line pc & 0xff in `f.c`, function `f<pc >> 8>`.
+    struct ByPc;
+    impl Namer for ByPc {
+        fn code(&self, pc: Pc) -> CodeName {
+            CodeName {
+                function: format!("f{}", pc.0 >> 8),
+                file: "/src/f.c".into(),
+                line: (pc.0 & 0xff) as u32,
+            }
+        }
+        fn data(&self, _: Addr) -> Option<DataName> {
+            None
+        }
+    }
+
+    fn call(pc: u64, site: u64) -> Event {
+        Event::FuncEnter { pc: Pc(pc), call_site: Pc(site), frame: Addr(0) }
+    }
+
+    #[test]
+    fn calls_carry_inclusive_costs_at_their_call_site() {
+        // f1 (entry line 1) calls f2 twice from line 5 and f3 once from line 6;
+        // f3 calls f2 from line 9 (in f3).
+        let t0 = vec![
+            call(0x101, 0),
+            wr(0x102, 0x1000),
+            call(0x201, 0x106), // return address: line 6, call on line 5
+            rd(0x203, 0x1000),
+            rd(0x203, 0x1008),
+            exit(),
+            call(0x201, 0x106),
+            rd(0x203, 0x1000),
+            exit(),
+            call(0x301, 0x107),
+            wr(0x304, 0x2000),
+            call(0x201, 0x30a),
+            rd(0x203, 0x1000),
+            exit(),
+            exit(),
+            exit(),
+            exit(), // stray: dropped
+        ];
+        let t1 = vec![call(0x301, 0), wr(0x304, 0x2000)]; // open at the end: closed there
+        let r = trace(&[(0, t0), (1, t1)]);
+        let mut out = Vec::new();
+        let s = callgrind(&r, &ByPc, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let body = text.split_once("events: Dr Dw Rb Wb\n").unwrap().1;
+        assert_eq!(
+            body,
+            "\nfl=(1) /src/f.c\nfn=(1) f1\n2 0 1 0 8\n\
+             cfl=(1)\ncfn=(2) f2\ncalls=2 1\n5 3 0 24 0\n\
+             cfl=(1)\ncfn=(3) f3\ncalls=1 1\n6 1 1 8 8\n\
+             \nfl=(1)\nfn=(2)\n3 4 0 32 0\n\
+             \nfl=(1)\nfn=(3)\n4 0 2 0 16\n\
+             cfl=(1)\ncfn=(2)\ncalls=1 1\n9 1 0 8 0\n\
+             \ntotals: 4 3 32 24\n"
+        );
+        assert_eq!((s.threads, s.calls, s.frames, s.operations), (2, 6, 3, 7));
+    }
+}

@@ -1,0 +1,405 @@
+//! Perfetto's native protobuf trace (`Trace { repeated TracePacket packet = 1; }`),
+//! for ui.perfetto.dev and trace_processor.
+//!
+//! The same calls and timestamps as the JSON export ([`crate::perfetto`]): events in
+//! the merged global order, `timestamp` = memory operations of all threads before
+//! the event × 1000 ns, nudged 1 ns past the thread's previous event.
+//!
+//! Layout, chosen for size:
+//! - sequence 1 carries the process's `TrackDescriptor` (pid, command line);
+//! - each thread has its own `trusted_packet_sequence_id` (2 + memlens thread
+//!   index). Its first packet clears the incremental state
+//!   (`SEQ_INCREMENTAL_STATE_CLEARED`), describes the thread's track (pid, tid,
+//!   `T<n> <name>`) and sets `trace_packet_defaults.track_event_defaults.track_uuid`
+//!   so no event repeats its track; every later packet is `SEQ_NEEDS_INCREMENTAL_STATE`.
+//! - a function's name is interned (`InternedData.event_names`, iid = the frame's
+//!   index + 1) in the first packet of the sequence that uses it; slices then
+//!   carry only `name_iid`. A `SLICE_END` carries nothing but its type.
+//!
+//! Each packet is encoded as it is made and written as one `packet` field, so the
+//! file streams like the JSON export.
+//!
+//! Messages are hand-written `prost` structs holding only the fields memlens
+//! writes, with the field numbers of perfetto's `protos/perfetto/trace/*.proto`.
+
+use crate::frames::{thread_label, Frames, ThreadIds};
+use crate::trace_events::ThreadState;
+use crate::{DynNamer, Error, Summary};
+use memlens_analysis::Merged;
+use memlens_format::{Event, ThreadId, TraceReader};
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{BufWriter, Write};
+
+/// `TracePacket` (protos/perfetto/trace/trace_packet.proto).
+#[derive(Clone, PartialEq, Message)]
+struct TracePacket {
+    #[prost(uint64, optional, tag = "8")]
+    timestamp: Option<u64>,
+    #[prost(uint32, optional, tag = "10")]
+    trusted_packet_sequence_id: Option<u32>,
+    #[prost(message, optional, tag = "11")]
+    track_event: Option<TrackEvent>,
+    #[prost(message, optional, tag = "12")]
+    interned_data: Option<InternedData>,
+    /// `SequenceFlags` bits.
+    #[prost(uint32, optional, tag = "13")]
+    sequence_flags: Option<u32>,
+    #[prost(message, optional, tag = "59")]
+    trace_packet_defaults: Option<TracePacketDefaults>,
+    #[prost(message, optional, tag = "60")]
+    track_descriptor: Option<TrackDescriptor>,
+    #[prost(bool, optional, tag = "87")]
+    first_packet_on_sequence: Option<bool>,
+}
+
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+
+/// `TracePacketDefaults` (trace_packet_defaults.proto).
+#[derive(Clone, PartialEq, Message)]
+struct TracePacketDefaults {
+    #[prost(message, optional, tag = "11")]
+    track_event_defaults: Option<TrackEventDefaults>,
+}
+
+/// `TrackEventDefaults` (track_event/track_event.proto).
+#[derive(Clone, PartialEq, Message)]
+struct TrackEventDefaults {
+    #[prost(uint64, optional, tag = "11")]
+    track_uuid: Option<u64>,
+}
+
+/// `TrackDescriptor` (track_event/track_descriptor.proto).
+#[derive(Clone, PartialEq, Message)]
+struct TrackDescriptor {
+    #[prost(uint64, optional, tag = "1")]
+    uuid: Option<u64>,
+    #[prost(message, optional, tag = "3")]
+    process: Option<ProcessDescriptor>,
+    #[prost(message, optional, tag = "4")]
+    thread: Option<ThreadDescriptor>,
+    /// `ChildTracksOrdering`.
+    #[prost(int32, optional, tag = "11")]
+    child_ordering: Option<i32>,
+    #[prost(int32, optional, tag = "12")]
+    sibling_order_rank: Option<i32>,
+}
+
+const CHILD_ORDERING_EXPLICIT: i32 = 3;
+
+/// `ProcessDescriptor` (track_event/process_descriptor.proto).
+#[derive(Clone, PartialEq, Message)]
+struct ProcessDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pid: Option<i32>,
+    #[prost(string, repeated, tag = "2")]
+    cmdline: Vec<String>,
+    #[prost(string, optional, tag = "6")]
+    process_name: Option<String>,
+}
+
+/// `ThreadDescriptor` (track_event/thread_descriptor.proto).
+#[derive(Clone, PartialEq, Message)]
+struct ThreadDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pid: Option<i32>,
+    #[prost(int32, optional, tag = "2")]
+    tid: Option<i32>,
+    #[prost(string, optional, tag = "5")]
+    thread_name: Option<String>,
+}
+
+/// `TrackEvent` (track_event/track_event.proto).
+#[derive(Clone, PartialEq, Message)]
+struct TrackEvent {
+    /// `Type`.
+    #[prost(int32, optional, tag = "9")]
+    r#type: Option<i32>,
+    #[prost(uint64, optional, tag = "10")]
+    name_iid: Option<u64>,
+}
+
+const TYPE_SLICE_BEGIN: i32 = 1;
+const TYPE_SLICE_END: i32 = 2;
+
+/// `InternedData` (interned_data/interned_data.proto).
+#[derive(Clone, PartialEq, Message)]
+struct InternedData {
+    #[prost(message, repeated, tag = "2")]
+    event_names: Vec<EventName>,
+}
+
+/// `EventName` (track_event/track_event.proto).
+#[derive(Clone, PartialEq, Message)]
+struct EventName {
+    #[prost(uint64, optional, tag = "1")]
+    iid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    name: Option<String>,
+}
+
+const PROCESS_UUID: u64 = 1;
+const PROCESS_SEQUENCE: u32 = 1;
+
+fn thread_uuid(t: ThreadId) -> u64 {
+    2 + u64::from(t.0)
+}
+
+fn sequence(t: ThreadId) -> u32 {
+    t.0.saturating_add(2)
+}
+
+/// Writes `Trace.packet` fields one at a time.
+struct PacketWriter<W: Write> {
+    out: BufWriter<W>,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> PacketWriter<W> {
+    fn write(&mut self, p: &TracePacket) -> std::io::Result<()> {
+        self.buf.clear();
+        // Trace.packet: field 1, length-delimited
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut self.buf);
+        p.encode_length_delimited(&mut self.buf).map_err(std::io::Error::other)?;
+        self.out.write_all(&self.buf)
+    }
+}
+
+/// What a thread's sequence has sent.
+struct Sequence {
+    state: ThreadState,
+    /// Frames whose name this sequence has interned.
+    interned: Vec<bool>,
+}
+
+/// Writes the call stacks of every thread as a Perfetto protobuf trace.
+pub fn perfetto_pb(
+    r: &TraceReader,
+    namer: DynNamer<'_>,
+    out: impl Write,
+) -> Result<Summary, Error> {
+    let pid = r.header().pid;
+    let mut w = PacketWriter { out: BufWriter::with_capacity(1 << 16, out), buf: Vec::new() };
+    let argv = r.meta().argv.clone();
+    w.write(&TracePacket {
+        trusted_packet_sequence_id: Some(PROCESS_SEQUENCE),
+        timestamp: Some(0),
+        track_descriptor: Some(TrackDescriptor {
+            uuid: Some(PROCESS_UUID),
+            process: Some(ProcessDescriptor {
+                pid: Some(pid as i32),
+                process_name: Some(crate::command(r)),
+                cmdline: argv,
+            }),
+            // threads in memlens order (creation order), as the JSON's thread_sort_index
+            child_ordering: Some(CHILD_ORDERING_EXPLICIT),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })?;
+    let mut frames = Frames::new(namer);
+    // raw names of frames, decoded once from the frames' JSON literals
+    let mut names: Vec<String> = Vec::new();
+    let mut tids = ThreadIds::new();
+    let mut seqs: HashMap<ThreadId, Sequence> = HashMap::new();
+    let mut now = 0u64;
+    let mut sum = Summary::default();
+    let describe = |t: ThreadId, tid: u32, label: String, first: bool, ts: u64| TracePacket {
+        timestamp: Some(ts),
+        trusted_packet_sequence_id: Some(sequence(t)),
+        sequence_flags: Some(if first {
+            SEQ_INCREMENTAL_STATE_CLEARED
+        } else {
+            SEQ_NEEDS_INCREMENTAL_STATE
+        }),
+        first_packet_on_sequence: first.then_some(true),
+        trace_packet_defaults: first.then(|| TracePacketDefaults {
+            track_event_defaults: Some(TrackEventDefaults { track_uuid: Some(thread_uuid(t)) }),
+        }),
+        track_descriptor: Some(TrackDescriptor {
+            uuid: Some(thread_uuid(t)),
+            thread: Some(ThreadDescriptor {
+                pid: Some(pid as i32),
+                tid: Some(tid as i32),
+                thread_name: Some(label),
+            }),
+            sibling_order_rank: Some(t.0 as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let slice = |t: ThreadId, ts: u64, ty: i32, name_iid: Option<u64>| TracePacket {
+        timestamp: Some(ts),
+        trusted_packet_sequence_id: Some(sequence(t)),
+        sequence_flags: Some(SEQ_NEEDS_INCREMENTAL_STATE),
+        track_event: Some(TrackEvent { r#type: Some(ty), name_iid }),
+        ..Default::default()
+    };
+    for ev in Merged::new(r)? {
+        let ev = ev?;
+        let t = ev.thread;
+        let seq = match seqs.entry(t) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                sum.threads += 1;
+                let (os_tid, name) = match &ev.event {
+                    Event::ThreadStart { os_tid, name, .. } => (*os_tid, name.as_str()),
+                    _ => (0, ""),
+                };
+                let tid = tids.tid(t.0, os_tid);
+                let ts = now.saturating_mul(1000);
+                w.write(&describe(t, tid, thread_label(t.0, name), true, ts))?;
+                let mut state = ThreadState::default();
+                state.tid = tid;
+                v.insert(Sequence { state, interned: Vec::new() })
+            }
+        };
+        let st = &mut seq.state;
+        match &ev.event {
+            Event::FuncEnter { pc, .. } => {
+                let f = frames.of(*pc);
+                st.stack.push(f);
+                sum.calls += 1;
+                let ts = st.ts(now).0;
+                let mut p = slice(t, ts, TYPE_SLICE_BEGIN, Some(u64::from(f) + 1));
+                let fi = f as usize;
+                if seq.interned.len() <= fi {
+                    seq.interned.resize(fi + 1, false);
+                }
+                if !seq.interned[fi] {
+                    seq.interned[fi] = true;
+                    while names.len() < frames.list.len() {
+                        let j = &frames.list[names.len()].json_name;
+                        names.push(serde_json::from_str(j).unwrap_or_default());
+                    }
+                    p.interned_data = Some(InternedData {
+                        event_names: vec![EventName {
+                            iid: Some(u64::from(f) + 1),
+                            name: Some(names[fi].clone()),
+                        }],
+                    });
+                }
+                w.write(&p)?;
+            }
+            Event::FuncExit { .. } => {
+                // An exit without a recorded entry (tracing began inside it) is dropped.
+                if st.stack.pop().is_some() {
+                    w.write(&slice(t, st.ts(now).0, TYPE_SLICE_END, None))?;
+                }
+            }
+            Event::ThreadExit => {
+                for _ in 0..st.stack.len() {
+                    w.write(&slice(t, st.ts(now).0, TYPE_SLICE_END, None))?;
+                }
+                st.stack.clear();
+            }
+            Event::ThreadName(n) => {
+                let ts = now.saturating_mul(1000);
+                w.write(&describe(t, st.tid, thread_label(t.0, n), false, ts))?;
+            }
+            e => {
+                let (l, s) = e.loads_stores();
+                now += l + s;
+            }
+        }
+    }
+    // Close what is still open, threads in a fixed order.
+    let mut open: Vec<_> = seqs.into_iter().collect();
+    open.sort_by_key(|(t, _)| *t);
+    for (t, mut seq) in open {
+        for _ in 0..seq.state.stack.len() {
+            let ts = seq.state.ts(now).0;
+            w.write(&slice(t, ts, TYPE_SLICE_END, None))?;
+        }
+    }
+    w.out.flush()?;
+    sum.operations = now;
+    sum.frames = frames.list.len() as u64;
+    Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+    use memlens_analysis::NoNames;
+
+    #[derive(Clone, PartialEq, Message)]
+    struct Trace {
+        #[prost(message, repeated, tag = "1")]
+        packet: Vec<TracePacket>,
+    }
+
+    #[test]
+    fn slices_per_thread_with_names_interned_once_per_sequence() {
+        let r = trace(&[
+            (
+                0,
+                vec![
+                    start(100, "main"),
+                    enter(0x10),
+                    wr(1, 0x1000),
+                    enter(0x20),
+                    rd(2, 0x1000),
+                    exit(),
+                    enter(0x20),
+                    exit(),
+                    exit(),
+                    exit(), // stray: dropped
+                    enter(0x30),
+                ],
+            ),
+            (1, vec![start(101, "worker"), enter(0x20), wr(3, 0x2000), exit()]),
+        ]);
+        let mut out = Vec::new();
+        let s = perfetto_pb(&r, &NoNames, &mut out).unwrap();
+        assert_eq!((s.threads, s.calls, s.operations, s.frames), (2, 5, 3, 3));
+        let t = Trace::decode(out.as_slice()).unwrap();
+        let p = &t.packet;
+        let process = p[0].track_descriptor.as_ref().unwrap().process.as_ref().unwrap();
+        assert_eq!(process.pid, Some(42));
+        // per sequence: (ts, type, name_iid, interned names) of the track events
+        let mut seqs: HashMap<u32, Vec<(u64, i32, u64, Vec<String>)>> = HashMap::new();
+        let mut first: HashMap<u32, u32> = HashMap::new();
+        for q in &p[1..] {
+            let seq = q.trusted_packet_sequence_id.unwrap();
+            first.entry(seq).or_insert_with(|| q.sequence_flags.unwrap());
+            if let Some(d) = &q.track_descriptor {
+                let th = d.thread.as_ref().unwrap();
+                assert_eq!(d.uuid, Some(u64::from(seq)));
+                let want = if seq == 2 { (100, "T0 main") } else { (101, "T1 worker") };
+                assert_eq!((th.tid, th.thread_name.as_deref()), (Some(want.0), Some(want.1)));
+                continue;
+            }
+            assert_eq!(q.sequence_flags, Some(SEQ_NEEDS_INCREMENTAL_STATE));
+            let e = q.track_event.as_ref().unwrap();
+            let names = q.interned_data.iter().flat_map(|i| &i.event_names);
+            let names = names.map(|n| n.name.clone().unwrap()).collect();
+            let ev = (q.timestamp.unwrap(), e.r#type.unwrap(), e.name_iid.unwrap_or(0), names);
+            seqs.entry(seq).or_default().push(ev);
+        }
+        assert_eq!(first, HashMap::from([(2, 1), (3, 1)]));
+        let e = |ts: u64, ty: i32, iid: u64, n: &[&str]| {
+            (ts, ty, iid, n.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            seqs[&2],
+            [
+                e(0, TYPE_SLICE_BEGIN, 1, &["0x10"]),
+                e(1000, TYPE_SLICE_BEGIN, 2, &["0x20"]),
+                e(2000, TYPE_SLICE_END, 0, &[]),
+                e(2001, TYPE_SLICE_BEGIN, 2, &[]), // interned already
+                e(2002, TYPE_SLICE_END, 0, &[]),
+                e(2003, TYPE_SLICE_END, 0, &[]),
+                e(2004, TYPE_SLICE_BEGIN, 3, &["0x30"]),
+                e(3000, TYPE_SLICE_END, 0, &[]), // closed at the end
+            ]
+        );
+        // the other sequence interns 0x20 for itself
+        assert_eq!(
+            seqs[&3],
+            [e(2000, TYPE_SLICE_BEGIN, 2, &["0x20"]), e(3000, TYPE_SLICE_END, 0, &[])]
+        );
+    }
+}
