@@ -5,14 +5,22 @@
 //! them, and the bytes they read and wrote. All threads are summed, as callgrind
 //! does without `--separate-threads`.
 //!
-//! - Self costs go to the line and function that `Namer::code` gives the
-//!   access's code address (so they equal `memlens report --by line/function`).
+//! - Self costs go to the function of the innermost open call, as callgrind
+//!   does, at the file and line that `Namer::code` gives the access's code
+//!   address (`fi=` when that is another file: inlined code). Outside any
+//!   recorded call they go to the code address's own function. Without inlining
+//!   this is `memlens report --by function`; with it, report names the inlined
+//!   function and callgrind its caller, so that every operation is inside the
+//!   inclusive cost of each function on the stack when it happened.
 //! - Each call (a `FuncEnter`/`FuncExit` pair) becomes a `cfn=`/`calls=` record
 //!   in its caller's block, at the line of its call site, carrying the memory
-//!   operations its thread made while the call was open (callees included). As in
-//!   callgrind, a recursive call's cost is also in its caller's call cost, so the
-//!   inclusive cost of a recursive function counts inner levels again
-//!   (KCachegrind's cycle detection folds them).
+//!   operations its thread made while the call was open (callees included).
+//! - A recursive call (its function already open on the thread) is counted in
+//!   `calls=` but carries no cost: its operations are already in the outermost
+//!   open call of that function. So a function's inclusive cost — the sum of the
+//!   costs of the calls to it, as callgrind_annotate and KCachegrind add them —
+//!   is the memory operations made while it was on the stack, each counted once,
+//!   never above 100 %. (callgrind itself counts every level again.)
 //!
 //! Counters are kept per code address and per (caller, call site, callee) while
 //! the trace streams by, then named and written with name compression
@@ -52,11 +60,46 @@ struct CallCost {
     inclusive: Costs,
 }
 
-/// A function's block: self costs per line, calls per (line, callee frame).
+/// The call records, and per frame how many calls of it the current thread has
+/// open.
+#[derive(Default)]
+struct Calls {
+    by_key: HashMap<(u32, Pc, u32), CallCost>,
+    open: Vec<u32>,
+}
+
+impl Calls {
+    fn enter(&mut self, frame: u32) {
+        let f = frame as usize;
+        if self.open.len() <= f {
+            self.open.resize(f + 1, 0);
+        }
+        self.open[f] += 1;
+    }
+
+    fn close(&mut self, o: Open, now: &Costs, caller: Option<&Open>) {
+        let n = &mut self.open[o.frame as usize];
+        *n -= 1;
+        let recursive = *n > 0;
+        // a call with no recorded caller (the thread's outermost) has no call record
+        if let Some(caller) = caller {
+            let c = self.by_key.entry((caller.frame, o.site, o.frame)).or_default();
+            c.count += 1;
+            if !recursive {
+                add(&mut c.inclusive, &sub(now, &o.at));
+            }
+        }
+    }
+}
+
+/// A source position: file and line.
+type Pos = (String, u32);
+
+/// A function's block: self costs per position, calls per (position, callee frame).
 #[derive(Default)]
 struct Block {
-    lines: BTreeMap<u32, Costs>,
-    calls: BTreeMap<(u32, u32), CallCost>,
+    lines: BTreeMap<Pos, Costs>,
+    calls: BTreeMap<(Pos, u32), CallCost>,
 }
 
 /// Name compression: `(id) name` the first time, `(id)` after.
@@ -88,18 +131,11 @@ fn file_name(f: &str) -> &str {
 /// Writes per-line costs and the call graph in callgrind's output format.
 pub fn callgrind(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Result<Summary, Error> {
     let mut frames = Frames::new(namer);
-    let mut by_pc: HashMap<Pc, Costs> = HashMap::new();
-    let mut calls: HashMap<(u32, Pc, u32), CallCost> = HashMap::new();
+    // self costs per (innermost open call's frame, code address)
+    let mut by_pc: HashMap<(Option<u32>, Pc), Costs> = HashMap::new();
+    let mut calls = Calls::default();
     let mut total: Costs = [0; 4];
     let mut sum = Summary::default();
-    let close = |o: Open, now: &Costs, stack: &[Open], calls: &mut HashMap<_, CallCost>| {
-        // a call with no recorded caller (the thread's outermost) has no call record
-        if let Some(caller) = stack.last() {
-            let c = calls.entry((caller.frame, o.site, o.frame)).or_default();
-            c.count += 1;
-            add(&mut c.inclusive, &sub(now, &o.at));
-        }
-    };
     for s in r.streams() {
         sum.threads += 1;
         let mut now: Costs = [0; 4];
@@ -109,18 +145,19 @@ pub fn callgrind(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resul
             match &ev {
                 Event::FuncEnter { pc, call_site, .. } => {
                     let frame = frames.of(*pc);
+                    calls.enter(frame);
                     stack.push(Open { frame, site: *call_site, at: now });
                     sum.calls += 1;
                 }
                 Event::FuncExit { .. } => {
                     // An exit without a recorded entry (tracing began inside it) is dropped.
                     if let Some(o) = stack.pop() {
-                        close(o, &now, &stack, &mut calls);
+                        calls.close(o, &now, stack.last());
                     }
                 }
                 Event::ThreadExit => {
                     while let Some(o) = stack.pop() {
-                        close(o, &now, &stack, &mut calls);
+                        calls.close(o, &now, stack.last());
                     }
                 }
                 e => {
@@ -132,33 +169,45 @@ pub fn callgrind(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resul
                     let (br, bw) = e.bytes_read_written();
                     let c = [l, st, br, bw];
                     add(&mut now, &c);
-                    add(by_pc.entry(pc).or_default(), &c);
+                    let top = stack.last().map(|o| o.frame);
+                    add(by_pc.entry((top, pc)).or_default(), &c);
                 }
             }
         }
         while let Some(o) = stack.pop() {
-            close(o, &now, &stack, &mut calls);
+            calls.close(o, &now, stack.last());
         }
         add(&mut total, &now);
     }
 
     // (file, function) -> block; BTreeMaps give a stable, sorted file.
     let mut blocks: BTreeMap<(String, String), Block> = BTreeMap::new();
-    for (pc, c) in &by_pc {
-        let n = namer.code(*pc);
-        let b = blocks.entry((file_name(&n.file).to_string(), n.function)).or_default();
-        add(b.lines.entry(n.line).or_default(), c);
-    }
     let fname = |frames: &Frames<'_>, f: u32| -> (String, String) {
         let fr = frames.get(f);
         let name: String = serde_json::from_str(&fr.json_name).unwrap_or_default();
         (file_name(&fr.file).to_string(), name)
     };
-    for ((caller, site, callee), c) in calls {
+    for ((top, pc), c) in &by_pc {
+        let n = namer.code(*pc);
+        let pos = (file_name(&n.file).to_string(), n.line);
+        let func = match top {
+            Some(f) => fname(&frames, *f),
+            None => (pos.0.clone(), n.function),
+        };
+        add(blocks.entry(func).or_default().lines.entry(pos).or_default(), c);
+    }
+    for ((caller, site, callee), c) in calls.by_key {
         // a return address: its call instruction is the byte before
-        let line = if site.0 == 0 { 0 } else { namer.code(Pc(site.0 - 1)).line };
+        let pos = match site.0 {
+            0 => (frames.get(caller).file.clone(), 0),
+            s => {
+                let n = namer.code(Pc(s - 1));
+                (n.file, n.line)
+            }
+        };
+        let pos = (file_name(&pos.0).to_string(), pos.1);
         let b = blocks.entry(fname(&frames, caller)).or_default();
-        let e = b.calls.entry((line, callee)).or_default();
+        let e = b.calls.entry((pos, callee)).or_default();
         e.count += c.count;
         add(&mut e.inclusive, &c.inclusive);
     }
@@ -181,10 +230,20 @@ pub fn callgrind(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resul
         writeln!(out, "\nfl={}", fl.name(file))?;
         writeln!(out, "fn={}", fnames.name(func))?;
         sum.frames += 1;
-        for (line, c) in &b.lines {
+        // `fi=`: lines of another file (inlined code) inside this function
+        let mut cur = file;
+        for ((f, line), c) in &b.lines {
+            if f != cur {
+                writeln!(out, "fi={}", fl.name(f))?;
+                cur = f;
+            }
             writeln!(out, "{line} {}", costs(c))?;
         }
-        for ((line, callee), c) in &b.calls {
+        for (((f, line), callee), c) in &b.calls {
+            if f != cur {
+                writeln!(out, "fi={}", fl.name(f))?;
+                cur = f;
+            }
             let (cfile, cfunc) = fname(&frames, *callee);
             writeln!(out, "cfl={}", fl.name(&cfile))?;
             writeln!(out, "cfn={}", fnames.name(&cfunc))?;
@@ -211,7 +270,7 @@ mod tests {
         fn code(&self, pc: Pc) -> CodeName {
             CodeName {
                 function: format!("f{}", pc.0 >> 8),
-                file: "/src/f.c".into(),
+                file: if pc.0 & 0x1000 == 0 { "/src/f.c" } else { "/src/h.h" }.into(),
                 line: (pc.0 & 0xff) as u32,
             }
         }
@@ -247,7 +306,8 @@ mod tests {
             exit(),
             exit(), // stray: dropped
         ];
-        let t1 = vec![call(0x301, 0), wr(0x304, 0x2000)]; // open at the end: closed there
+        // open at the end: closed there
+        let t1 = vec![start(101, "w"), call(0x301, 0), wr(0x304, 0x2000)];
         let r = trace(&[(0, t0), (1, t1)]);
         let mut out = Vec::new();
         let s = callgrind(&r, &ByPc, &mut out).unwrap();
@@ -264,5 +324,53 @@ mod tests {
              \ntotals: 4 3 32 24\n"
         );
         assert_eq!((s.threads, s.calls, s.frames, s.operations), (2, 6, 3, 7));
+    }
+
+    #[test]
+    fn recursive_calls_count_their_operations_once() {
+        // f1 → f2 (line 5) → f2 (line 9) → f2 (line 9), one load at each level
+        let evs = vec![
+            call(0x101, 0),
+            call(0x201, 0x106),
+            rd(0x203, 0x1000),
+            call(0x201, 0x20a),
+            rd(0x203, 0x1000),
+            call(0x201, 0x20a),
+            rd(0x203, 0x1000),
+            exit(),
+            exit(),
+            exit(),
+            exit(),
+        ];
+        let r = trace(&[(0, evs)]);
+        let mut out = Vec::new();
+        callgrind(&r, &ByPc, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let body = text.split_once("events: Dr Dw Rb Wb\n").unwrap().1;
+        assert_eq!(
+            body,
+            "\nfl=(1) /src/f.c\nfn=(1) f1\n\
+             cfl=(1)\ncfn=(2) f2\ncalls=1 1\n5 3 0 24 0\n\
+             \nfl=(1)\nfn=(2)\n3 3 0 24 0\n\
+             cfl=(1)\ncfn=(2)\ncalls=2 1\n9 0 0 0 0\n\
+             \ntotals: 3 0 24 0\n"
+        );
+    }
+
+    #[test]
+    fn inlined_code_counts_in_the_open_call_and_outside_calls_by_its_address() {
+        // in f1, an access at code of h.h (function f18: inlined); before any
+        // call, one at f2's code
+        let evs = vec![rd(0x203, 0x1000), call(0x101, 0), rd(0x1205, 0x1000), exit()];
+        let r = trace(&[(0, evs)]);
+        let mut out = Vec::new();
+        callgrind(&r, &ByPc, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let body = text.split_once("events: Dr Dw Rb Wb\n").unwrap().1;
+        assert_eq!(
+            body,
+            "\nfl=(1) /src/f.c\nfn=(1) f1\nfi=(2) /src/h.h\n5 1 0 8 0\n\
+             \nfl=(1)\nfn=(2) f2\n3 1 0 8 0\n\ntotals: 2 0 16 0\n"
+        );
     }
 }

@@ -23,6 +23,11 @@ fn traced_with(cc: Cc, src: &str, name: &str) -> (PathBuf, PathBuf) {
 
 /// `memlens export --format F -o OUT TRACE [extra]`, returning OUT's text.
 fn export(trace: &Path, format: &str, extra: &[&str]) -> String {
+    std::fs::read_to_string(export_file(trace, format, extra)).unwrap()
+}
+
+/// `memlens export --format F -o OUT TRACE [extra]`, returning OUT.
+fn export_file(trace: &Path, format: &str, extra: &[&str]) -> PathBuf {
     let out_path = trace.with_extension(format!("{format}.out"));
     let mut args = vec!["export", "--format", format, "-o", out_path.to_str().unwrap()];
     args.extend(extra);
@@ -30,7 +35,7 @@ fn export(trace: &Path, format: &str, extra: &[&str]) -> String {
     let out = run_memlens(&args);
     assert!(out.status.success(), "export {format}: {}", stderr(&out));
     assert!(stderr(&out).starts_with("memlens: wrote "), "{}", stderr(&out));
-    std::fs::read_to_string(&out_path).unwrap()
+    out_path
 }
 
 /// Loads + stores per function, from `memlens report --by function`.
@@ -524,4 +529,265 @@ fn threads_get_their_own_tracks_and_bad_input_is_one_line() {
             "{bad:?}: {err}"
         );
     }
+}
+
+/// A Python that has perfetto's own generated protobuf classes
+/// (`perfetto.protos.perfetto.trace.perfetto_trace_pb2`, from the `perfetto` package
+/// on PyPI), in a venv under target/. None outside CI when it cannot be made.
+fn perfetto_python() -> Option<PathBuf> {
+    let dir = memlens().parent().unwrap().join("pyenv-perfetto");
+    let py = dir.join("bin").join("python3");
+    let works = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import perfetto.protos.perfetto.trace.perfetto_trace_pb2"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works(&py) {
+        return Some(py);
+    }
+    let venv = Command::new("python3").args(["-m", "venv"]).arg(&dir).output();
+    let pip = venv.is_ok_and(|o| o.status.success())
+        && Command::new(dir.join("bin").join("pip"))
+            .args(["install", "-q", "perfetto==0.59.1", "protobuf==7.36.2"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if pip && works(&py) {
+        return Some(py);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI needs `python3 -m venv` and `pip install perfetto protobuf` (PyPI)"
+    );
+    eprintln!("note: no venv with the perfetto Python package; not decoding with it");
+    None
+}
+
+/// Decodes a Perfetto protobuf trace (argv[1]) with perfetto's own generated classes
+/// and replays its track events: prints the slices (tid, name, depth, begin ns,
+/// end ns), the threads' descriptors, the process and how the sequences were used.
+const PERFETTO_DECODE: &str = r#"
+import json, sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+t = pb.Trace()
+t.ParseFromString(open(sys.argv[1], "rb").read())
+tracks, names, defaults, stacks, flags = {}, {}, {}, {}, {}
+slices, process, interned, reinterned = [], None, 0, 0
+for p in t.packet:
+    seq = p.trusted_packet_sequence_id
+    if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+        names[seq] = {}
+    flags.setdefault(seq, []).append(p.sequence_flags)
+    if p.HasField("trace_packet_defaults"):
+        defaults[seq] = p.trace_packet_defaults.track_event_defaults.track_uuid
+    if p.HasField("track_descriptor"):
+        d = p.track_descriptor
+        if d.HasField("process"):
+            process = {"pid": d.process.pid, "name": d.process.process_name}
+        if d.HasField("thread"):
+            tracks[d.uuid] = {"pid": d.thread.pid, "tid": d.thread.tid, "name": d.thread.thread_name}
+    for n in p.interned_data.event_names:
+        interned += 1
+        reinterned += n.iid in names[seq]
+        names[seq][n.iid] = n.name
+    if p.HasField("track_event"):
+        e = p.track_event
+        assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        uuid = e.track_uuid if e.HasField("track_uuid") else defaults[seq]
+        st = stacks.setdefault(uuid, [])
+        if e.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            st.append((names[seq][e.name_iid], p.timestamp))
+        elif e.type == pb.TrackEvent.TYPE_SLICE_END:
+            name, begin = st.pop()
+            slices.append([tracks[uuid]["tid"], name, len(st), begin, p.timestamp])
+        else:
+            raise SystemExit("unexpected track event type %d" % e.type)
+assert all(not s for s in stacks.values()), "unclosed slices"
+first = {seq: f[0] for seq, f in flags.items()}
+print(json.dumps({"slices": slices, "threads": list(tracks.values()), "process": process,
+                  "first_flags": first, "interned": interned, "reinterned": reinterned}))
+"#;
+
+#[test]
+fn perfetto_pb_decodes_with_perfettos_own_protos() {
+    let (dir, trace) = traced("threads.c", "export-pb");
+    let pb = export_file(&trace, "perfetto-pb", &[]);
+    let json_path = export_file(&trace, "perfetto", &[]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let json_calls = calls_from_trace_events(v["traceEvents"].as_array().unwrap());
+    let (pb_len, json_len) = (pb.metadata().unwrap().len(), json_path.metadata().unwrap().len());
+    assert!(pb_len * 2 < json_len, "protobuf {pb_len} B, JSON {json_len} B");
+    let Some(py) = perfetto_python() else { return };
+    std::fs::write(dir.join("decode.py"), PERFETTO_DECODE).unwrap();
+    let out = Command::new(py).arg(dir.join("decode.py")).arg(&pb).output().unwrap();
+    assert!(out.status.success(), "perfetto's protos cannot read it: {}", stderr(&out));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = info(&trace);
+    // one track per thread, named and tid'ed as the JSON names them
+    let streams = info["streams"].as_array().unwrap();
+    let threads = d["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), streams.len());
+    for (i, s) in streams.iter().enumerate() {
+        let t = threads.iter().find(|t| t["tid"] == s["os_tid"]).unwrap();
+        assert_eq!(t["pid"], info["pid"]);
+        assert!(t["name"].as_str().unwrap().starts_with(&format!("T{i}")), "{t}");
+    }
+    assert_eq!(d["process"]["pid"], info["pid"]);
+    // each sequence starts by clearing its incremental state; every name is
+    // interned once per thread that uses it
+    let first = d["first_flags"].as_object().unwrap();
+    assert_eq!(first.len(), streams.len() + 1);
+    assert!(first.iter().filter(|(k, _)| *k != "1").all(|(_, f)| f == 1), "{first:?}");
+    assert_eq!(d["reinterned"], 0);
+    let per_thread_functions: usize = streams
+        .iter()
+        .map(|s| {
+            let tid = s["os_tid"].as_u64().unwrap();
+            let mut f: Vec<&str> =
+                json_calls.iter().filter(|c| c.4 == tid).map(|c| c.0.as_str()).collect();
+            f.sort();
+            f.dedup();
+            f.len()
+        })
+        .sum();
+    assert_eq!(d["interned"], per_thread_functions as u64);
+    // the same slices as the JSON export: name, depth, begin and end (ns) per tid
+    let mut pb_calls: Vec<(String, usize, u64, u64, u64)> = d["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let ns = |i: usize| s[i].as_u64().unwrap();
+            (s[1].as_str().unwrap().to_string(), ns(2) as usize, ns(3) / 1000, ns(4) / 1000, ns(0))
+        })
+        .collect();
+    let mut want = json_calls.clone();
+    pb_calls.sort();
+    want.sort();
+    assert_eq!(pb_calls, want);
+    // and memlens's own counts: 4 workers, one per worker thread; every entry
+    assert_eq!(count(&pb_calls, "worker"), 4);
+    let enters = dump(&trace).iter().filter(|e| e["event"] == "enter").count();
+    assert_eq!(pb_calls.len(), enters);
+}
+
+/// `callgrind_annotate [args] FILE`'s function table: file:function → Dr Dw Rb Wb,
+/// and with `--tree=caller` the calls into each function (caller → count).
+fn callgrind_annotate(file: &Path, args: &[&str]) -> Option<String> {
+    // run where no source path starts: callgrind_annotate strips the working
+    // directory from `fl=` names but not from `cfl=` names
+    let cwd = file.parent().unwrap();
+    let out = Command::new("callgrind_annotate").args(args).arg(file).current_dir(cwd).output();
+    let Ok(out) = out else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "callgrind_annotate (valgrind) is required in CI"
+        );
+        eprintln!("note: callgrind_annotate not installed; skipping");
+        return None;
+    };
+    assert!(out.status.success(), "callgrind_annotate failed: {}", stderr(&out));
+    Some(stdout(&out))
+}
+
+/// The numbers and the name of a callgrind_annotate row, percentages dropped.
+fn annotate_row(l: &str) -> (Vec<u64>, String) {
+    let mut plain = String::new();
+    let mut in_paren = false;
+    for ch in l.chars() {
+        match ch {
+            '(' => in_paren = true,
+            ')' => in_paren = false,
+            c if !in_paren => plain.push(c),
+            _ => {}
+        }
+    }
+    let mut w = plain.split_whitespace();
+    // `.`: no cost at all
+    let num = |x: &str| if x == "." { 0 } else { x.replace(',', "").parse().unwrap() };
+    let nums: Vec<u64> = w.by_ref().take(4).map(num).collect();
+    (nums, w.collect::<Vec<_>>().join(" "))
+}
+
+/// function → [Dr, Dw, Rb, Wb] of the `file:function` table.
+fn annotate_functions(text: &str) -> HashMap<String, Vec<u64>> {
+    let table = text.split("file:function\n").nth(1).unwrap();
+    let table = table.split_once('\n').unwrap().1; // the dashes
+    table
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (n, name) = annotate_row(l);
+            (name.rsplit(':').next().unwrap().to_string(), n)
+        })
+        .collect()
+}
+
+#[test]
+fn callgrind_costs_and_calls_agree_with_callgrind_annotate() {
+    let (_dir, trace) = traced("counts.c", "export-callgrind");
+    let file = export_file(&trace, "callgrind", &[]);
+    let Some(excl) = callgrind_annotate(&file, &["--threshold=100"]) else { return };
+    let excl = annotate_functions(&excl);
+    // self costs per function are `memlens report --by function`'s (nothing
+    // inlined: counts.c's functions are noinline)
+    let rows = report(&trace, "function");
+    for r in &rows {
+        let f = r["function"].as_str().unwrap();
+        let want: Vec<u64> = ["loads", "stores", "bytes_read", "bytes_written"]
+            .iter()
+            .map(|k| r[k].as_u64().unwrap())
+            .collect();
+        assert_eq!(excl[f], want, "{f}");
+    }
+    assert_eq!(excl.values().filter(|c| c.iter().any(|n| *n > 0)).count(), rows.len());
+    // inclusive: fill makes 1000 stores; sum 1000 loads + 16 stores; main all of them
+    let incl = callgrind_annotate(&file, &["--threshold=100", "--inclusive=yes"]).unwrap();
+    let incl = annotate_functions(&incl);
+    let info = info(&trace);
+    assert_eq!(incl["fill"][..2], [0, 1000]);
+    assert_eq!(incl["sum"][..2], [1000, 16]);
+    assert_eq!(incl["allocs"], excl["allocs"]); // a leaf
+    let total = [info["loads"].as_u64().unwrap(), info["stores"].as_u64().unwrap()];
+    assert_eq!(incl["main"][..2], total);
+
+    // calls: fib(10) is 177 calls (1 from main, 176 recursive), deep(5) 6; inclusive
+    // costs count each operation once, as the JSON export's outermost slices span
+    let (_dir, trace) = traced("calls.c", "export-callgrind-calls");
+    let file = export_file(&trace, "callgrind", &[]);
+    let args = ["--threshold=100", "--tree=caller", "--inclusive=yes", "--auto=no"];
+    let tree = callgrind_annotate(&file, &args).unwrap();
+    // `0  0  0  0  < /path/calls.c:fib (176x) []` then `*  /path/calls.c:fib`
+    let mut callers: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    let mut pending = Vec::new();
+    for l in tree.lines() {
+        if l.contains(" < ") {
+            let (_, rest) = l.split_once(" < ").unwrap();
+            let (name, n) = rest.split_once(" (").unwrap();
+            let n: u64 = n.split_once("x)").unwrap().0.replace(',', "").parse().unwrap();
+            pending.push((name.rsplit(':').next().unwrap().to_string(), n));
+        } else if l.contains(" *  ") {
+            let name = l.rsplit(':').next().unwrap().trim().to_string();
+            callers.insert(name, std::mem::take(&mut pending));
+        }
+    }
+    let mut fib = callers["fib"].clone();
+    fib.sort();
+    assert_eq!(fib, [("fib".to_string(), 176), ("main".to_string(), 1)]);
+    let mut deep = callers["deep"].clone();
+    deep.sort();
+    assert_eq!(deep, [("deep".to_string(), 5), ("main".to_string(), 1)]);
+    let v: Value = serde_json::from_str(&export(&trace, "perfetto", &[])).unwrap();
+    let calls = calls_from_trace_events(v["traceEvents"].as_array().unwrap());
+    let incl = callgrind_annotate(&file, &["--threshold=100", "--inclusive=yes"]).unwrap();
+    let incl = annotate_functions(&incl);
+    for f in ["main", "fib", "deep"] {
+        // calls.c's functions are never called from inside another of their own
+        // calls except recursively: the outermost calls are those at the least depth
+        let top = calls.iter().filter(|c| c.0 == f).map(|c| c.1).min().unwrap();
+        let span: u64 = calls.iter().filter(|c| c.0 == f && c.1 == top).map(|c| c.3 - c.2).sum();
+        let got = incl.get(f).map_or(0, |c| c[0] + c[1]);
+        assert_eq!(got, span, "{f}");
+    }
+    assert!(incl["deep"][1] > 0, "{incl:?}");
 }
