@@ -325,6 +325,9 @@ mod tests {
     use crate::testutil::*;
     use memlens_analysis::NoNames;
 
+    /// (ts, type, name_iid, names interned with it)
+    type Slice = (u64, i32, u64, Vec<String>);
+
     #[derive(Clone, PartialEq, Message)]
     struct Trace {
         #[prost(message, repeated, tag = "1")]
@@ -360,7 +363,7 @@ mod tests {
         let process = p[0].track_descriptor.as_ref().unwrap().process.as_ref().unwrap();
         assert_eq!(process.pid, Some(42));
         // per sequence: (ts, type, name_iid, interned names) of the track events
-        let mut seqs: HashMap<u32, Vec<(u64, i32, u64, Vec<String>)>> = HashMap::new();
+        let mut seqs: HashMap<u32, Vec<Slice>> = HashMap::new();
         let mut first: HashMap<u32, u32> = HashMap::new();
         for q in &p[1..] {
             let seq = q.trusted_packet_sequence_id.unwrap();
