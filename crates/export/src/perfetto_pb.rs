@@ -9,9 +9,12 @@
 //! - sequence 1 carries the process's `TrackDescriptor` (pid, command line);
 //! - each thread has its own `trusted_packet_sequence_id` (2 + memlens thread
 //!   index). Its first packet clears the incremental state
-//!   (`SEQ_INCREMENTAL_STATE_CLEARED`), describes the thread's track (pid, tid,
-//!   `T<n> <name>`) and sets `trace_packet_defaults.track_event_defaults.track_uuid`
-//!   so no event repeats its track; every later packet is `SEQ_NEEDS_INCREMENTAL_STATE`.
+//!   (`SEQ_INCREMENTAL_STATE_CLEARED`), starts a sequence-scoped incremental
+//!   clock (`clock_snapshot`: clock 64, `is_incremental`, equal to the boot clock
+//!   there) and sets `trace_packet_defaults` (that clock, the thread's track), so
+//!   every later packet carries only the ns since the sequence's previous one and
+//!   no track. The next packet describes the thread's track (pid, tid,
+//!   `T<n> <name>`); every packet after the first is `SEQ_NEEDS_INCREMENTAL_STATE`.
 //! - a function's name is interned (`InternedData.event_names`, iid = the frame's
 //!   index + 1) in the first packet of the sequence that uses it; slices then
 //!   carry only `name_iid`. A `SLICE_END` carries nothing but its type.
@@ -34,6 +37,8 @@ use std::io::{BufWriter, Write};
 /// `TracePacket` (protos/perfetto/trace/trace_packet.proto).
 #[derive(Clone, PartialEq, Message)]
 struct TracePacket {
+    #[prost(message, optional, tag = "6")]
+    clock_snapshot: Option<ClockSnapshot>,
     #[prost(uint64, optional, tag = "8")]
     timestamp: Option<u64>,
     #[prost(uint32, optional, tag = "10")]
@@ -45,6 +50,8 @@ struct TracePacket {
     /// `SequenceFlags` bits.
     #[prost(uint32, optional, tag = "13")]
     sequence_flags: Option<u32>,
+    #[prost(uint32, optional, tag = "58")]
+    timestamp_clock_id: Option<u32>,
     #[prost(message, optional, tag = "59")]
     trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(message, optional, tag = "60")]
@@ -59,9 +66,33 @@ const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 /// `TracePacketDefaults` (trace_packet_defaults.proto).
 #[derive(Clone, PartialEq, Message)]
 struct TracePacketDefaults {
+    #[prost(uint32, optional, tag = "58")]
+    timestamp_clock_id: Option<u32>,
     #[prost(message, optional, tag = "11")]
     track_event_defaults: Option<TrackEventDefaults>,
 }
+
+/// `ClockSnapshot` (clock_snapshot.proto).
+#[derive(Clone, PartialEq, Message)]
+struct ClockSnapshot {
+    #[prost(message, repeated, tag = "1")]
+    clocks: Vec<Clock>,
+}
+
+/// `ClockSnapshot.Clock`.
+#[derive(Clone, PartialEq, Message)]
+struct Clock {
+    #[prost(uint32, optional, tag = "1")]
+    clock_id: Option<u32>,
+    #[prost(uint64, optional, tag = "2")]
+    timestamp: Option<u64>,
+    #[prost(bool, optional, tag = "3")]
+    is_incremental: Option<bool>,
+}
+
+const CLOCK_BOOTTIME: u32 = 6;
+/// A sequence-scoped clock (ids 64..=127) whose timestamps are deltas.
+const CLOCK_INCREMENTAL: u32 = 64;
 
 /// `TrackEventDefaults` (track_event/track_event.proto).
 #[derive(Clone, PartialEq, Message)]
@@ -169,8 +200,19 @@ impl<W: Write> PacketWriter<W> {
 /// What a thread's sequence has sent.
 struct Sequence {
     state: ThreadState,
+    /// Absolute ns of the sequence's last packet on [`CLOCK_INCREMENTAL`].
+    last_ns: u64,
     /// Frames whose name this sequence has interned.
     interned: Vec<bool>,
+}
+
+impl Sequence {
+    /// The timestamp to write for a packet at `ns` on the incremental clock.
+    fn delta(&mut self, ns: u64) -> u64 {
+        let d = ns - self.last_ns;
+        self.last_ns = ns;
+        d
+    }
 }
 
 /// Writes the call stacks of every thread as a Perfetto protobuf trace.
@@ -205,18 +247,35 @@ pub fn perfetto_pb(
     let mut seqs: HashMap<ThreadId, Sequence> = HashMap::new();
     let mut now = 0u64;
     let mut sum = Summary::default();
-    let describe = |t: ThreadId, tid: u32, label: String, first: bool, ts: u64| TracePacket {
+    // A sequence's first packet: clears its state, starts the incremental clock
+    // at `ts` and sets the defaults. (`clock_snapshot`, `track_descriptor` and
+    // `track_event` are one `oneof data`: one per packet.)
+    let start = |t: ThreadId, ts: u64| TracePacket {
         timestamp: Some(ts),
+        timestamp_clock_id: Some(CLOCK_BOOTTIME),
         trusted_packet_sequence_id: Some(sequence(t)),
-        sequence_flags: Some(if first {
-            SEQ_INCREMENTAL_STATE_CLEARED
-        } else {
-            SEQ_NEEDS_INCREMENTAL_STATE
+        sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+        first_packet_on_sequence: Some(true),
+        clock_snapshot: Some(ClockSnapshot {
+            clocks: vec![
+                Clock { clock_id: Some(CLOCK_BOOTTIME), timestamp: Some(ts), is_incremental: None },
+                Clock {
+                    clock_id: Some(CLOCK_INCREMENTAL),
+                    timestamp: Some(ts),
+                    is_incremental: Some(true),
+                },
+            ],
         }),
-        first_packet_on_sequence: first.then_some(true),
-        trace_packet_defaults: first.then(|| TracePacketDefaults {
+        trace_packet_defaults: Some(TracePacketDefaults {
+            timestamp_clock_id: Some(CLOCK_INCREMENTAL),
             track_event_defaults: Some(TrackEventDefaults { track_uuid: Some(thread_uuid(t)) }),
         }),
+        ..Default::default()
+    };
+    let describe = |t: ThreadId, tid: u32, label: String, delta: u64| TracePacket {
+        timestamp: Some(delta),
+        trusted_packet_sequence_id: Some(sequence(t)),
+        sequence_flags: Some(SEQ_NEEDS_INCREMENTAL_STATE),
         track_descriptor: Some(TrackDescriptor {
             uuid: Some(thread_uuid(t)),
             thread: Some(ThreadDescriptor {
@@ -249,10 +308,11 @@ pub fn perfetto_pb(
                 };
                 let tid = tids.tid(t.0, os_tid);
                 let ts = now.saturating_mul(1000);
-                w.write(&describe(t, tid, thread_label(t.0, name), true, ts))?;
+                w.write(&start(t, ts))?;
+                w.write(&describe(t, tid, thread_label(t.0, name), 0))?;
                 let mut state = ThreadState::default();
                 state.tid = tid;
-                v.insert(Sequence { state, interned: Vec::new() })
+                v.insert(Sequence { state, last_ns: ts, interned: Vec::new() })
             }
         };
         let st = &mut seq.state;
@@ -262,7 +322,7 @@ pub fn perfetto_pb(
                 st.stack.push(f);
                 sum.calls += 1;
                 let ts = st.ts(now).0;
-                let mut p = slice(t, ts, TYPE_SLICE_BEGIN, Some(u64::from(f) + 1));
+                let mut p = slice(t, seq.delta(ts), TYPE_SLICE_BEGIN, Some(u64::from(f) + 1));
                 let fi = f as usize;
                 if seq.interned.len() <= fi {
                     seq.interned.resize(fi + 1, false);
@@ -285,18 +345,21 @@ pub fn perfetto_pb(
             Event::FuncExit { .. } => {
                 // An exit without a recorded entry (tracing began inside it) is dropped.
                 if st.stack.pop().is_some() {
-                    w.write(&slice(t, st.ts(now).0, TYPE_SLICE_END, None))?;
+                    let ts = st.ts(now).0;
+                    w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
                 }
             }
             Event::ThreadExit => {
                 for _ in 0..st.stack.len() {
-                    w.write(&slice(t, st.ts(now).0, TYPE_SLICE_END, None))?;
+                    let ts = seq.state.ts(now).0;
+                    w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
                 }
-                st.stack.clear();
+                seq.state.stack.clear();
             }
             Event::ThreadName(n) => {
-                let ts = now.saturating_mul(1000);
-                w.write(&describe(t, st.tid, thread_label(t.0, n), false, ts))?;
+                // not before the thread's last slice event: the clock counts up
+                let ts = seq.delta(now.saturating_mul(1000).max(seq.last_ns));
+                w.write(&describe(t, seq.state.tid, thread_label(t.0, n), ts))?;
             }
             e => {
                 let (l, s) = e.loads_stores();
@@ -310,7 +373,7 @@ pub fn perfetto_pb(
     for (t, mut seq) in open {
         for _ in 0..seq.state.stack.len() {
             let ts = seq.state.ts(now).0;
-            w.write(&slice(t, ts, TYPE_SLICE_END, None))?;
+            w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
         }
     }
     w.out.flush()?;
@@ -365,9 +428,30 @@ mod tests {
         // per sequence: (ts, type, name_iid, interned names) of the track events
         let mut seqs: HashMap<u32, Vec<Slice>> = HashMap::new();
         let mut first: HashMap<u32, u32> = HashMap::new();
+        // absolute ns of each sequence's last packet
+        let mut last: HashMap<u32, u64> = HashMap::new();
         for q in &p[1..] {
             let seq = q.trusted_packet_sequence_id.unwrap();
             first.entry(seq).or_insert_with(|| q.sequence_flags.unwrap());
+            let ts = match q.timestamp_clock_id {
+                Some(CLOCK_BOOTTIME) => {
+                    let c = &q.clock_snapshot.as_ref().unwrap().clocks;
+                    assert_eq!(c[1].clock_id, Some(CLOCK_INCREMENTAL));
+                    assert_eq!(c[1].timestamp, q.timestamp);
+                    let d = q.trace_packet_defaults.as_ref().unwrap();
+                    assert_eq!(d.timestamp_clock_id, Some(CLOCK_INCREMENTAL));
+                    q.timestamp.unwrap()
+                }
+                None => last[&seq] + q.timestamp.unwrap(),
+                Some(c) => panic!("clock {c}"),
+            };
+            last.insert(seq, ts);
+            // one member of TracePacket's `oneof data` per packet
+            let data = [q.clock_snapshot.is_some(), q.track_descriptor.is_some()];
+            assert_eq!(data.iter().filter(|x| **x).count() + q.track_event.iter().count(), 1);
+            if q.clock_snapshot.is_some() {
+                continue;
+            }
             if let Some(d) = &q.track_descriptor {
                 let th = d.thread.as_ref().unwrap();
                 assert_eq!(d.uuid, Some(u64::from(seq)));
@@ -379,7 +463,7 @@ mod tests {
             let e = q.track_event.as_ref().unwrap();
             let names = q.interned_data.iter().flat_map(|i| &i.event_names);
             let names = names.map(|n| n.name.clone().unwrap()).collect();
-            let ev = (q.timestamp.unwrap(), e.r#type.unwrap(), e.name_iid.unwrap_or(0), names);
+            let ev = (ts, e.r#type.unwrap(), e.name_iid.unwrap_or(0), names);
             seqs.entry(seq).or_default().push(ev);
         }
         assert_eq!(first, HashMap::from([(2, 1), (3, 1)]));

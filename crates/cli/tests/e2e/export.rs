@@ -564,7 +564,8 @@ fn perfetto_python() -> Option<PathBuf> {
 }
 
 /// Decodes a Perfetto protobuf trace (argv[1]) with perfetto's own generated classes
-/// and replays its track events: prints the slices (tid, name, depth, begin ns,
+/// and replays its track events (timestamps on sequence-scoped incremental clocks
+/// as clock_snapshot.proto defines them): prints the slices (tid, name, depth, begin ns,
 /// end ns), the threads' descriptors, the process and how the sequences were used.
 const PERFETTO_DECODE: &str = r#"
 import json, sys
@@ -573,13 +574,32 @@ t = pb.Trace()
 t.ParseFromString(open(sys.argv[1], "rb").read())
 tracks, names, defaults, stacks, flags = {}, {}, {}, {}, {}
 slices, process, interned, reinterned = [], None, 0, 0
+# sequence-scoped clocks (ids 64..127): seq -> clock -> [incremental, last value, boot offset]
+clocks, default_clock = {}, {}
+BOOT = 6
 for p in t.packet:
     seq = p.trusted_packet_sequence_id
     if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
         names[seq] = {}
     flags.setdefault(seq, []).append(p.sequence_flags)
     if p.HasField("trace_packet_defaults"):
-        defaults[seq] = p.trace_packet_defaults.track_event_defaults.track_uuid
+        d = p.trace_packet_defaults
+        defaults[seq] = d.track_event_defaults.track_uuid
+        default_clock[seq] = d.timestamp_clock_id if d.HasField("timestamp_clock_id") else BOOT
+    if p.HasField("clock_snapshot"):
+        snap = {c.clock_id: c for c in p.clock_snapshot.clocks}
+        for c in snap.values():
+            if c.clock_id >= 64:
+                off = snap[BOOT].timestamp - c.timestamp
+                clocks.setdefault(seq, {})[c.clock_id] = [c.is_incremental, c.timestamp, off]
+    clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock.get(seq, BOOT)
+    ts = p.timestamp
+    if clock != BOOT:
+        c = clocks[seq][clock]
+        if c[0]:
+            c[1] += ts
+            ts = c[1]
+        ts += c[2]
     if p.HasField("track_descriptor"):
         d = p.track_descriptor
         if d.HasField("process"):
@@ -596,10 +616,10 @@ for p in t.packet:
         uuid = e.track_uuid if e.HasField("track_uuid") else defaults[seq]
         st = stacks.setdefault(uuid, [])
         if e.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
-            st.append((names[seq][e.name_iid], p.timestamp))
+            st.append((names[seq][e.name_iid], ts))
         elif e.type == pb.TrackEvent.TYPE_SLICE_END:
             name, begin = st.pop()
-            slices.append([tracks[uuid]["tid"], name, len(st), begin, p.timestamp])
+            slices.append([tracks[uuid]["tid"], name, len(st), begin, ts])
         else:
             raise SystemExit("unexpected track event type %d" % e.type)
 assert all(not s for s in stacks.values()), "unclosed slices"
