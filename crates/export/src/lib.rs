@@ -4,7 +4,7 @@
 //! - [`perfetto`]: Chrome trace-event JSON (`traceEvents`, `B`/`E` per thread) for
 //!   ui.perfetto.dev and chrome://tracing.
 //! - [`perfetto_pb`]: the same calls in Perfetto's native protobuf trace, with
-//!   interned names (about a quarter of the JSON's size).
+//!   interned names (about a fifth of the JSON's size).
 //! - [`spall`]: Spall's JSON (the trace-event array) for spall-web.
 //! - [`speedscope`]: speedscope's file format, one `evented` profile per thread.
 //! - [`cachegrind`]: `cachegrind.out` per source line (`Ir Dr Dw`, plus
