@@ -416,7 +416,16 @@ mod tests {
                     enter(0x30),
                 ],
             ),
-            (1, vec![start(101, "worker"), enter(0x20), wr(3, 0x2000), exit()]),
+            (
+                1,
+                vec![
+                    start(101, "worker"),
+                    enter(0x20),
+                    wr(3, 0x2000),
+                    Event::ThreadName("renamed".into()),
+                    exit(),
+                ],
+            ),
         ]);
         let mut out = Vec::new();
         let s = perfetto_pb(&r, &NoNames, &mut out).unwrap();
@@ -430,6 +439,7 @@ mod tests {
         let mut first: HashMap<u32, u32> = HashMap::new();
         // absolute ns of each sequence's last packet
         let mut last: HashMap<u32, u64> = HashMap::new();
+        let mut described: HashMap<u32, Vec<(i32, String, u64)>> = HashMap::new();
         for q in &p[1..] {
             let seq = q.trusted_packet_sequence_id.unwrap();
             first.entry(seq).or_insert_with(|| q.sequence_flags.unwrap());
@@ -455,8 +465,8 @@ mod tests {
             if let Some(d) = &q.track_descriptor {
                 let th = d.thread.as_ref().unwrap();
                 assert_eq!(d.uuid, Some(u64::from(seq)));
-                let want = if seq == 2 { (100, "T0 main") } else { (101, "T1 worker") };
-                assert_eq!((th.tid, th.thread_name.as_deref()), (Some(want.0), Some(want.1)));
+                let named = (th.tid.unwrap(), th.thread_name.clone().unwrap(), ts);
+                described.entry(seq).or_default().push(named);
                 continue;
             }
             assert_eq!(q.sequence_flags, Some(SEQ_NEEDS_INCREMENTAL_STATE));
@@ -467,6 +477,10 @@ mod tests {
             seqs.entry(seq).or_default().push(ev);
         }
         assert_eq!(first, HashMap::from([(2, 1), (3, 1)]));
+        let d = |tid: i32, name: &str, ts: u64| (tid, name.to_string(), ts);
+        assert_eq!(described[&2], [d(100, "T0 main", 0)]);
+        // renamed after its store (3 operations), after its slice began (2000)
+        assert_eq!(described[&3], [d(101, "T1 worker", 2000), d(101, "T1 renamed", 3000)]);
         let e = |ts: u64, ty: i32, iid: u64, n: &[&str]| {
             (ts, ty, iid, n.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         };
