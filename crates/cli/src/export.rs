@@ -20,6 +20,8 @@ pub enum ExportFormat {
     Cachegrind,
     /// DHAT's JSON per allocation site (dh_view.html).
     Dhat,
+    /// Parquet files, one directory per table (`export --format parquet OUT_DIR TRACE...`).
+    Parquet,
 }
 
 /// What `export` was asked.
@@ -45,6 +47,7 @@ fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
         ExportFormat::Spall => "memlens.spall.json".to_string(),
         ExportFormat::Cachegrind => format!("cachegrind.out.{pid}"),
         ExportFormat::Dhat => "dhat.json".to_string(),
+        ExportFormat::Parquet => "memlens.parquet".to_string(),
     })
 }
 
@@ -86,6 +89,7 @@ pub fn export(o: ExportOpts) -> Result<()> {
             memlens_export::cachegrind(&r, &namer, &CachegrindOpts { cache }, out)
         }
         ExportFormat::Dhat => memlens_export::dhat(&r, &namer, out),
+        ExportFormat::Parquet => anyhow::bail!("parquet is written by sql::export_parquet"),
     }?;
     if let Some(f) = file {
         f.commit()?;
