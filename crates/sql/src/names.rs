@@ -2,89 +2,35 @@
 //! `line(pc)`, `function(pc)`, `variable(addr)`, `field(addr)`, `cache_line(addr, size)`.
 
 use crate::dataset::Dataset;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder, UInt64Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, DictionaryArray, Int32Array, StringArray, UInt64Array,
+};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Int32Type, UInt64Type};
 use datafusion::common::{exec_err, plan_err, Result as DfResult};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::prelude::SessionContext;
 use memlens_format::{Addr, Pc, ThreadId, TraceReader};
-use memlens_names::{Attributor, Granularity, HeapIndex, Maps};
+use memlens_names::{Attributor, Granularity, Names};
 use memlens_symbols::Symbolizer;
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-/// Where a code address is in the source.
+/// Where a code address is in the source: `memlens_names`' name (the one
+/// `report` gives) and the inlined chain for the `code` table.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CodeName {
     pub function: Arc<str>,
     pub file: Arc<str>,
     pub line: u32,
     pub column: u32,
+    /// `file:line`, as `line(pc)` gives it.
+    pub file_line: Arc<str>,
     /// The inlined chain, innermost first, `f <- g <- h` (empty when not inlined).
     pub inlined: String,
-}
-
-/// Sources of the compilers' own libraries, stepped over as `report` does.
-fn is_toolchain_source(path: &str) -> bool {
-    path.starts_with("/rustc/")
-        || path.starts_with("/usr/include/")
-        || path.starts_with("/usr/lib/gcc/")
-        || path.starts_with("/usr/lib/llvm")
-}
-
-/// Names a pc the way `report --by line` does (the innermost frame outside the
-/// toolchain's sources, else the innermost).
-pub(crate) fn code_name(sym: &Symbolizer, pc: Pc) -> CodeName {
-    let unknown = || CodeName { function: format!("{pc}").into(), ..CodeName::default() };
-    let Some(loc) = sym.frames(pc) else {
-        return match sym.function_symbol(pc) {
-            Some(f) => CodeName { function: f.name.clone(), ..CodeName::default() },
-            None => unknown(),
-        };
-    };
-    let Some(fr) = loc
-        .frames
-        .iter()
-        .find(|f| f.file.as_deref().is_some_and(|p| !is_toolchain_source(p)))
-        .or_else(|| loc.innermost())
-    else {
-        return unknown();
-    };
-    let inlined = if loc.frames.len() > 1 {
-        loc.frames
-            .iter()
-            .map(|f| f.function.as_deref().unwrap_or("??"))
-            .collect::<Vec<_>>()
-            .join(" <- ")
-    } else {
-        String::new()
-    };
-    CodeName {
-        function: fr
-            .function
-            .clone()
-            .or_else(|| sym.function_symbol(pc).map(|f| f.name.clone()))
-            .unwrap_or_else(|| format!("{pc}").into()),
-        file: fr.file.clone().unwrap_or_else(|| "".into()),
-        line: fr.line.unwrap_or(0),
-        column: fr.column.unwrap_or(0),
-        inlined,
-    }
-}
-
-/// How heap blocks are named: `file:line function` of the allocation, as `report` does.
-fn site_name(sym: &Symbolizer, pc: Pc) -> String {
-    let c = code_name(sym, pc);
-    if c.line == 0 {
-        c.function.to_string()
-    } else {
-        let file = c.file.rsplit('/').next().unwrap_or(&c.file).to_string();
-        format!("{file}:{} {}", c.line, c.function)
-    }
 }
 
 type DataRequest = (Vec<u64>, Granularity, mpsc::Sender<Vec<Arc<str>>>);
@@ -92,6 +38,8 @@ type DataRequest = (Vec<u64>, Granularity, mpsc::Sender<Vec<Arc<str>>>);
 /// Code and data names of one trace.
 pub(crate) struct TraceNames {
     pub sym: Symbolizer,
+    /// `report`'s code namer (not `Sync`: behind a lock, asked once per distinct pc).
+    names: Mutex<Names>,
     code: Mutex<HashMap<u64, CodeName>>,
     /// The attributor lives on a thread of its own (it is not `Send`): requests go there.
     data: Mutex<Option<mpsc::Sender<DataRequest>>>,
@@ -102,19 +50,48 @@ impl TraceNames {
     pub fn new(reader: Arc<TraceReader>) -> TraceNames {
         TraceNames {
             sym: Symbolizer::new(&reader.meta().modules),
+            names: Mutex::new(Names::new(&reader.meta().modules)),
             code: Mutex::default(),
             data: Mutex::new(None),
             reader,
         }
     }
 
-    pub fn code(&self, pc: u64) -> CodeName {
-        if let Some(c) = self.code.lock().unwrap_or_else(|e| e.into_inner()).get(&pc) {
-            return c.clone();
+    /// Names of `pcs` (one lock for the lot).
+    pub fn codes(&self, pcs: &[u64]) -> Vec<CodeName> {
+        let mut cache = self.code.lock().unwrap_or_else(|e| e.into_inner());
+        let mut missing: Vec<u64> =
+            pcs.iter().copied().filter(|p| !cache.contains_key(p)).collect();
+        if !missing.is_empty() {
+            missing.sort_unstable();
+            missing.dedup();
+            let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            for pc in missing {
+                let c = names.code(Pc(pc));
+                let inlined = match self.sym.frames(Pc(pc)) {
+                    Some(loc) if loc.frames.len() > 1 => loc
+                        .frames
+                        .iter()
+                        .map(|f| f.function.as_deref().unwrap_or("??"))
+                        .collect::<Vec<_>>()
+                        .join(" <- "),
+                    _ => String::new(),
+                };
+                let file_line = Arc::from(format!("{}:{}", c.file, c.line));
+                cache.insert(
+                    pc,
+                    CodeName {
+                        function: c.function,
+                        file: c.file,
+                        line: c.line,
+                        column: c.column,
+                        file_line,
+                        inlined,
+                    },
+                );
+            }
         }
-        let c = code_name(&self.sym, Pc(pc));
-        self.code.lock().unwrap_or_else(|e| e.into_inner()).insert(pc, c.clone());
-        c
+        pcs.iter().map(|p| cache[p].clone()).collect()
     }
 
     /// Names of data addresses as `report --by variable` names them without a thread
@@ -134,26 +111,28 @@ impl TraceNames {
     }
 }
 
-/// The naming thread: builds the heap index once, then answers requests.
+/// The naming thread: `report`'s attributor (heap index, site names) built once
+/// per granularity, then answers requests.
 fn spawn_namer(reader: Arc<TraceReader>) -> mpsc::Sender<DataRequest> {
     let (tx, rx) = mpsc::channel::<DataRequest>();
     std::thread::spawn(move || {
-        let sym = Symbolizer::new(&reader.meta().modules);
-        let heap = || HeapIndex::from_trace(&reader).unwrap_or_default();
-        let maps = || reader.meta().maps.as_deref().map(Maps::parse);
-        let make = |g: Granularity| {
-            let mut a = Attributor::new(&sym, heap(), maps());
-            a.set_site_namer(|pc: Pc| site_name(&sym, pc));
+        let names = Names::new(&reader.meta().modules);
+        let make = |g: Granularity| -> Option<Attributor<'_>> {
+            let mut a = memlens_names::attributor(&reader, &names).ok()?;
             a.set_granularity(g);
-            a
+            Some(a)
         };
-        let mut by_var: Option<Attributor> = None;
-        let mut by_field: Option<Attributor> = None;
+        let mut by_var: Option<Option<Attributor>> = None;
+        let mut by_field: Option<Option<Attributor>> = None;
         let mut cache: [HashMap<u64, Arc<str>>; 2] = [HashMap::new(), HashMap::new()];
         while let Ok((addrs, g, reply)) = rx.recv() {
             let (a, c) = match g {
                 Granularity::Variable => (by_var.get_or_insert_with(|| make(g)), &mut cache[0]),
                 Granularity::Field => (by_field.get_or_insert_with(|| make(g)), &mut cache[1]),
+            };
+            let Some(a) = a else {
+                let _ = reply.send(vec![Arc::from("?"); addrs.len()]);
+                continue;
             };
             let out = addrs
                 .into_iter()
@@ -239,7 +218,7 @@ impl ScalarUDFImpl for NameUdf {
                 self.which.name()
             );
         }
-        Ok(DataType::Utf8)
+        Ok(DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)))
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
         let rows = args.number_rows;
@@ -256,58 +235,55 @@ impl ScalarUDFImpl for NameUdf {
                 self.which.name()
             );
         }
-        // rows grouped by trace, named per trace in one request each
-        let mut out: Vec<Option<Arc<str>>> = vec![None; rows];
-        let mut per: HashMap<usize, Vec<usize>> = HashMap::new();
+        // distinct (trace, address) per batch, each named once; the result is a
+        // dictionary (one key per row), cheap to build and to group by
+        let mut key_of: HashMap<(usize, u64), i32> = HashMap::new();
+        let mut distinct: Vec<(usize, u64)> = Vec::new();
+        let mut keys: Vec<Option<i32>> = Vec::with_capacity(rows);
+        let tarr = traces.as_ref().map(|t| t.as_string::<i32>());
         for i in 0..rows {
             if addr.is_null(i) {
+                keys.push(None);
                 continue;
             }
-            let t = match &traces {
+            let t = match tarr {
                 None => 0,
-                Some(t) => {
-                    let t = t.as_string::<i32>();
-                    if t.is_null(i) {
-                        continue;
-                    }
-                    match self.data.traces.iter().position(|x| x.name == t.value(i)) {
-                        Some(k) => k,
-                        None => return exec_err!("no trace named {:?} in the dataset", t.value(i)),
-                    }
+                Some(t) if t.is_null(i) => {
+                    keys.push(None);
+                    continue;
                 }
+                Some(t) => match self.data.traces.iter().position(|x| x.name == t.value(i)) {
+                    Some(k) => k,
+                    None => return exec_err!("no trace named {:?} in the dataset", t.value(i)),
+                },
             };
-            per.entry(t).or_default().push(i);
+            let k = *key_of.entry((t, addr.value(i))).or_insert_with(|| {
+                distinct.push((t, addr.value(i)));
+                distinct.len() as i32 - 1
+            });
+            keys.push(Some(k));
         }
-        for (t, idx) in per {
+        let mut values: Vec<Arc<str>> = vec![Arc::from(""); distinct.len()];
+        let mut per: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (k, &(t, _)) in distinct.iter().enumerate() {
+            per.entry(t).or_default().push(k);
+        }
+        for (t, ks) in per {
             let names = self.data.traces[t].names();
-            match self.which {
-                Which::Line | Which::Function => {
-                    for i in idx {
-                        let c = names.code(addr.value(i));
-                        out[i] = Some(match self.which {
-                            Which::Line => Arc::from(format!("{}:{}", c.file, c.line)),
-                            _ => c.function,
-                        });
-                    }
-                }
-                Which::Variable | Which::Field => {
-                    let g = if self.which == Which::Variable {
-                        Granularity::Variable
-                    } else {
-                        Granularity::Field
-                    };
-                    let got = names.data(idx.iter().map(|&i| addr.value(i)).collect(), g);
-                    for (i, n) in idx.into_iter().zip(got) {
-                        out[i] = Some(n);
-                    }
-                }
+            let addrs: Vec<u64> = ks.iter().map(|&k| distinct[k].1).collect();
+            let got: Vec<Arc<str>> = match self.which {
+                Which::Line => names.codes(&addrs).into_iter().map(|c| c.file_line).collect(),
+                Which::Function => names.codes(&addrs).into_iter().map(|c| c.function).collect(),
+                Which::Variable => names.data(addrs, Granularity::Variable),
+                Which::Field => names.data(addrs, Granularity::Field),
+            };
+            for (k, n) in ks.into_iter().zip(got) {
+                values[k] = n;
             }
         }
-        let mut b = StringBuilder::with_capacity(rows, rows * 16);
-        for v in out {
-            b.append_option(v.as_deref());
-        }
-        Ok(ColumnarValue::Array(Arc::new(b.finish())))
+        let values = StringArray::from_iter_values(values.iter().map(|v| v.as_ref()));
+        let d = DictionaryArray::<Int32Type>::try_new(Int32Array::from(keys), Arc::new(values))?;
+        Ok(ColumnarValue::Array(Arc::new(d)))
     }
 }
 

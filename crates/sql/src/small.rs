@@ -126,9 +126,9 @@ fn code(data: &Dataset) -> Vec<ArrayRef> {
                 data.warn(format!("{}: {e}; rows read up to the damage", t.path.display()));
             }
         }
-        let names = t.names();
-        for pc in set {
-            let c = names.code(pc);
+        let set: Vec<u64> = set.into_iter().collect();
+        let named = t.names().codes(&set);
+        for (pc, c) in set.into_iter().zip(named) {
             tr.push(t.name.as_str());
             pcs.push(pc);
             func.push(c.function.to_string());
