@@ -26,6 +26,8 @@ pub enum ExportFormat {
     Callgrind,
     /// DHAT's JSON per allocation site (dh_view.html).
     Dhat,
+    /// Parquet files, one directory per table (`export --format parquet OUT_DIR TRACE...`).
+    Parquet,
 }
 
 /// What `export` was asked.
@@ -53,6 +55,7 @@ fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
         ExportFormat::Cachegrind => format!("cachegrind.out.{pid}"),
         ExportFormat::Callgrind => format!("callgrind.out.{pid}"),
         ExportFormat::Dhat => "dhat.json".to_string(),
+        ExportFormat::Parquet => "memlens.parquet".to_string(),
     })
 }
 
@@ -96,6 +99,7 @@ pub fn export(o: ExportOpts) -> Result<()> {
         }
         ExportFormat::Callgrind => memlens_export::callgrind(&r, &namer, out),
         ExportFormat::Dhat => memlens_export::dhat(&r, &namer, out),
+        ExportFormat::Parquet => anyhow::bail!("parquet is written by sql::export_parquet"),
     }?;
     if let Some(f) = file {
         f.commit()?;

@@ -83,7 +83,7 @@ enum ProbeCmd {
     },
 }
 
-fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     let (num, unit) =
         s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, "s"), |i| (&s[..i], &s[i..]));
     let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (250ms, 1s)"))?;

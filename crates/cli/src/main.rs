@@ -19,6 +19,7 @@ mod record;
 mod runtime;
 mod rust;
 mod sink;
+mod sql;
 mod stubs;
 mod view;
 
@@ -125,6 +126,16 @@ enum Cmd {
         /// Directory for the received traces (NAME-PID.trace each).
         #[arg(short, long, default_value = "collected")]
         output: PathBuf,
+        /// A continuous query: this SQL (docs/sql.md) over every trace arrived so
+        /// far, its result printed on stdout every --every.
+        #[arg(long, value_name = "SQL")]
+        query: Option<String>,
+        /// With --query: the period (250ms, 1s, 1m).
+        #[arg(long, default_value = "1s", value_parser = live::parse_duration, requires = "query")]
+        every: std::time::Duration,
+        /// With --query: the output format.
+        #[arg(long, value_enum, default_value_t = SqlFormat::Table, requires = "query")]
+        format: SqlFormat,
     },
     /// Show a trace in the browser: memory map, flame chart, source, tables
     View {
@@ -160,8 +171,37 @@ enum Cmd {
         stats: bool,
     },
     /// Write a trace in another tool's format: perfetto, perfetto-pb, speedscope,
-    /// spall, cachegrind, callgrind, dhat (see docs/export.md)
+    /// spall, cachegrind, callgrind, dhat (see docs/export.md), or parquet
+    /// (OUT_DIR TRACE..., docs/sql.md)
     Export(ExportArgs),
+    /// Query traces with SQL (tables accesses, calls, allocations, threads, code,
+    /// data; see docs/sql.md). Without -e: an interactive prompt
+    Sql {
+        /// The query; without it, a prompt with history.
+        #[arg(short = 'e', long = "execute", value_name = "QUERY")]
+        query: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = SqlFormat::Table)]
+        format: SqlFormat,
+        /// Traces, or directories of traces: one dataset with a `trace` column.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SqlFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+fn sql_format(f: SqlFormat) -> memlens_sql::Format {
+    match f {
+        SqlFormat::Table => memlens_sql::Format::Table,
+        SqlFormat::Json => memlens_sql::Format::Json,
+        SqlFormat::Csv => memlens_sql::Format::Csv,
+    }
 }
 
 #[derive(clap::Args)]
@@ -186,8 +226,11 @@ struct ExportArgs {
     /// cachegrind: hierarchy description file (see docs/analysis.md; implies --cache-sim).
     #[arg(long, value_name = "FILE")]
     cache_config: Option<PathBuf>,
-    /// The trace.
+    /// The trace (with --format parquet: the output directory, then the traces).
     trace: PathBuf,
+    /// --format parquet: the traces (after OUT_DIR).
+    #[arg(value_name = "TRACE")]
+    more: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -472,7 +515,10 @@ fn real_main() -> Result<i32> {
             sink::finish();
             code
         }
-        Cmd::Collect { listen, output } => sink::collect(&listen, &output),
+        Cmd::Collect { listen, output, query, every, format } => {
+            let q = query.map(|q| (q, every, sql_format(format)));
+            sink::collect(&listen, &output, q)
+        }
         Cmd::Info { fast, format, trace } => {
             inspect::info(&trace, format == Format::Json, !fast).map(|_| 0)
         }
@@ -549,7 +595,20 @@ fn real_main() -> Result<i32> {
         Cmd::Merge { strip_ts, trace: None, .. } => {
             merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
         }
+        Cmd::Sql { query, format, traces } => {
+            sql::sql(&traces, query.as_deref(), sql_format(format))
+        }
+        Cmd::Export(a) if a.format == export::ExportFormat::Parquet => {
+            let (out, traces) = match a.output {
+                Some(o) => (o, std::iter::once(a.trace).chain(a.more).collect::<Vec<_>>()),
+                None => (a.trace, a.more),
+            };
+            sql::export_parquet(&out, &traces).map(|_| 0)
+        }
         Cmd::Export(a) => {
+            if !a.more.is_empty() {
+                anyhow::bail!("export --format {:?} takes one trace", a.format);
+            }
             let cache_args: Vec<String> = [("D1", a.d1), ("LL", a.ll)]
                 .into_iter()
                 .filter_map(|(k, v)| v.map(|v| format!("--{k}={v}")))

@@ -28,6 +28,7 @@ mod paths;
 mod record;
 mod rust;
 mod soak;
+mod sql;
 mod stream;
 mod tables;
 mod untraced;

@@ -1,0 +1,117 @@
+//! `memlens sql` and `export --format parquet`: argument handling and printing
+//! only; the engine is `memlens-sql` (see docs/sql.md).
+
+use anyhow::{Context, Result};
+use memlens_sql::{Dataset, Format, Session};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A query that did not plan or run: the engine's message and the tables (exit 2).
+fn query_error(e: memlens_sql::Error) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+fn warn_all(s: &Session) {
+    for w in s.take_warnings() {
+        eprintln!("memlens: warning: {w}");
+    }
+}
+
+/// `memlens sql TRACE... [-e QUERY]`.
+pub fn sql(traces: &[PathBuf], query: Option<&str>, format: Format) -> Result<i32> {
+    let data = Arc::new(Dataset::open(traces)?);
+    let s = Session::new(data)?;
+    warn_all(&s);
+    match query {
+        Some(q) => {
+            let r = s.query(q);
+            warn_all(&s);
+            let (schema, batches) = r.map_err(query_error)?;
+            let out = std::io::stdout();
+            let mut out = std::io::BufWriter::new(out.lock());
+            memlens_sql::write_result(&schema, &batches, format, &mut out)?;
+            out.flush()?;
+            Ok(0)
+        }
+        None => interactive(&s, format),
+    }
+}
+
+fn history_path() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    Some(Path::new(&home).join(".memlens_sql_history"))
+}
+
+/// The prompt: one statement per line (a trailing `;` is optional), `.tables`, `.quit`.
+fn interactive(s: &Session, format: Format) -> Result<i32> {
+    let mut rl =
+        rustyline::DefaultEditor::new().context("cannot open the terminal for the prompt")?;
+    let hist = history_path();
+    if let Some(h) = &hist {
+        let _ = rl.load_history(h);
+    }
+    eprintln!(
+        "memlens sql: one statement per line; .tables lists the tables, .quit (or Ctrl-D) leaves"
+    );
+    loop {
+        let line = match rl.readline("memlens> ") {
+            Ok(l) => l,
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(_) => break,
+        };
+        let q = line.trim().trim_end_matches(';').trim();
+        if q.is_empty() {
+            continue;
+        }
+        let _ = rl.add_history_entry(line.as_str());
+        match q {
+            ".quit" | ".exit" | "\\q" => break,
+            ".tables" | "\\d" => {
+                println!("{}", memlens_sql::describe_tables());
+                continue;
+            }
+            _ => {}
+        }
+        match s.query(q) {
+            Ok((schema, batches)) => {
+                let out = std::io::stdout();
+                let mut out = out.lock();
+                memlens_sql::write_result(&schema, &batches, format, &mut out)?;
+            }
+            Err(e) => eprintln!("memlens: error: {e}"),
+        }
+        warn_all(s);
+    }
+    if let Some(h) = &hist {
+        let _ = rl.save_history(h);
+    }
+    Ok(0)
+}
+
+/// `memlens export --format parquet OUT_DIR TRACE...`.
+pub fn export_parquet(out: &Path, traces: &[PathBuf]) -> Result<()> {
+    if traces.is_empty() {
+        anyhow::bail!("export --format parquet takes OUT_DIR then one or more traces: memlens export --format parquet OUT_DIR TRACE");
+    }
+    let data = Dataset::open(traces)?;
+    for w in data.take_warnings() {
+        eprintln!("memlens: warning: {w}");
+    }
+    let t = std::time::Instant::now();
+    let st = memlens_sql::export_parquet(&data, out)?;
+    for w in data.take_warnings() {
+        eprintln!("memlens: warning: {w}");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "memlens: wrote {} ({} files; {} accesses in {:.2} s, {:.1} M accesses/s, {:.2} bytes/access)",
+        out.display(),
+        st.files,
+        st.accesses,
+        secs,
+        st.accesses as f64 / secs.max(1e-9) / 1e6,
+        st.access_bytes as f64 / (st.accesses.max(1) as f64)
+    );
+    Ok(())
+}

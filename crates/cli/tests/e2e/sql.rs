@@ -1,0 +1,495 @@
+//! `memlens sql` and `export --format parquet`: the numbers of SQL queries over a
+//! real recorded program equal `memlens report`'s, and the Parquet files read by
+//! an independent reader (pyarrow) hold the same counts.
+
+use crate::util::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SRC: &str = "sql_vars.c";
+
+/// `memlens sql TRACES -e Q --format json`.
+fn sql(traces: &[&Path], q: &str) -> Vec<Value> {
+    let mut args = vec!["sql", "--format", "json", "-e", q];
+    args.extend(traces.iter().map(|t| t.to_str().unwrap()));
+    let v = json(&args);
+    v.as_array().unwrap().clone()
+}
+
+/// Two columns of a result: text key → count.
+fn pairs(rows: &[Value], k: &str, n: &str) -> BTreeMap<String, u64> {
+    rows.iter()
+        .map(|r| {
+            let key = match &r[k] {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            (key, r[n].as_u64().unwrap_or_else(|| panic!("{n} in {r}")))
+        })
+        .collect()
+}
+
+#[test]
+fn sql_variable_counts_equal_report() {
+    for cc in Cc::all() {
+        let t = build_and_record(cc, "sql-vars", SRC);
+        let got = pairs(
+            &sql(
+                &[&t.trace],
+                "SELECT variable(address) v, count(*) n FROM accesses GROUP BY v ORDER BY 2 DESC",
+            ),
+            "v",
+            "n",
+        );
+        // stack locals need the thread's frames, which variable(address) does not
+        // have (docs/sql.md): they are the `[stack...]` names here; everything else
+        // is named exactly as `report` names it
+        let stack = |v: &str| v.starts_with("[stack");
+        let mut want: BTreeMap<String, u64> = BTreeMap::new();
+        let mut want_stack = 0;
+        for r in variables(&t.trace, "variable") {
+            let n = r["loads"].as_u64().unwrap() + r["stores"].as_u64().unwrap();
+            let v = r["variable"].as_str().unwrap();
+            if r["kind"] == "stack" || stack(v) {
+                want_stack += n;
+            } else {
+                *want.entry(v.to_string()).or_default() += n;
+            }
+        }
+        let got_stack: u64 = got.iter().filter(|(k, _)| stack(k)).map(|(_, n)| n).sum();
+        let got_named: BTreeMap<String, u64> =
+            got.iter().filter(|(k, _)| !stack(k)).map(|(k, n)| (k.clone(), *n)).collect();
+        assert_eq!(got_named, want, "{cc:?}");
+        assert_eq!(got_stack, want_stack, "{cc:?}");
+        // the program's own variables are there, with their exact counts
+        assert_eq!(got["counts"], 2 * 2 * 1000, "{cc:?}: counts[] += i, two threads");
+        assert!(got.contains_key("stats"), "{cc:?}: {got:?}");
+        // field() splits a variable into its members
+        let f = pairs(
+            &sql(&[&t.trace], "SELECT field(address) f, count(*) n FROM accesses WHERE variable(address) = 'stats' GROUP BY f"),
+            "f",
+            "n",
+        );
+        assert_eq!(f.values().sum::<u64>(), got["stats"], "{cc:?}: {f:?}");
+        assert!(f.keys().any(|k| k.starts_with("stats.v[")), "{cc:?}: {f:?}");
+    }
+}
+
+#[test]
+fn sql_line_counts_equal_report() {
+    let t = build_and_record(Cc::Gcc, "sql-lines", SRC);
+    let got = pairs(
+        &sql(&[&t.trace], "SELECT line(pc) l, count(*) n FROM accesses GROUP BY 1"),
+        "l",
+        "n",
+    );
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for r in report(&t.trace, "line") {
+        let n = r["loads"].as_u64().unwrap() + r["stores"].as_u64().unwrap();
+        let key = format!("{}:{}", r["file"].as_str().unwrap(), r["line"]);
+        *want.entry(key).or_default() += n;
+    }
+    assert_eq!(got, want);
+    let work = line_of(SRC, "work");
+    let key =
+        got.keys().find(|k| k.ends_with(&format!("sql_vars.c:{work}"))).expect("the worker's line");
+    assert_eq!(got[key], 2 * 2 * 1000);
+    // function() and a thread filter (chunks of other threads are skipped)
+    let by_fn = pairs(
+        &sql(
+            &[&t.trace],
+            "SELECT function(pc) f, count(*) n FROM accesses WHERE thread = 1 GROUP BY f",
+        ),
+        "f",
+        "n",
+    );
+    assert_eq!(by_fn.get("worker"), Some(&2000), "{by_fn:?}");
+    let threads = report(&t.trace, "thread");
+    let t1 = threads.iter().find(|r| r["thread"] == 1).unwrap();
+    let n1 = sql(&[&t.trace], "SELECT count(*) n FROM accesses WHERE thread = 1");
+    assert_eq!(
+        n1[0]["n"].as_u64().unwrap(),
+        t1["loads"].as_u64().unwrap() + t1["stores"].as_u64().unwrap()
+    );
+    // kind filter: loads and stores as report counts them
+    let k = pairs(
+        &sql(
+            &[&t.trace],
+            "SELECT kind, count(*) n FROM accesses WHERE kind IN ('load', 'store') GROUP BY kind",
+        ),
+        "kind",
+        "n",
+    );
+    let loads: u64 = threads.iter().map(|r| r["loads"].as_u64().unwrap()).sum();
+    let stores: u64 = threads.iter().map(|r| r["stores"].as_u64().unwrap()).sum();
+    assert_eq!((k["load"], k["store"]), (loads, stores));
+}
+
+#[test]
+fn sql_tables_and_several_traces() {
+    let a = build_and_record(Cc::Gcc, "sql-multi", SRC);
+    let dir = a.dir.join("set");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&a.trace, dir.join("a.trace")).unwrap();
+    let out = record(&a.exe, &dir.join("b.trace"), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let per =
+        pairs(&sql(&[&dir], "SELECT trace, count(*) n FROM accesses GROUP BY trace"), "trace", "n");
+    for name in ["a.trace", "b.trace"] {
+        let i = info(&dir.join(name));
+        let want = i["loads"].as_u64().unwrap() + i["stores"].as_u64().unwrap();
+        assert_eq!(per[name], want, "{name}: {per:?}");
+    }
+    // names with several traces take the trace column
+    let v = pairs(
+        &sql(&[&dir], "SELECT variable(address, trace) v, count(*) n FROM accesses WHERE trace = 'b.trace' GROUP BY v"),
+        "v",
+        "n",
+    );
+    assert_eq!(v["counts"], 4000);
+    let o = run_memlens(&[
+        "sql",
+        "-e",
+        "SELECT variable(address) FROM accesses",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("variable(address, trace)"), "{}", stderr(&o));
+    // the other tables
+    let th = sql(&[&a.trace], "SELECT thread, loads + stores n FROM threads ORDER BY thread");
+    assert_eq!(th.len(), 2);
+    let al = sql(
+        &[&a.trace],
+        "SELECT size, freed_seq IS NOT NULL freed FROM allocations WHERE size = 2048",
+    );
+    assert_eq!(al.len(), 1, "{al:?}");
+    assert_eq!(al[0]["freed"], true);
+    let calls = sql(
+        &[&a.trace],
+        "SELECT count(*) n FROM calls c WHERE kind = 'enter' AND function(pc) = 'worker'",
+    );
+    assert_eq!(calls[0]["n"], 2);
+    let code = sql(
+        &[&a.trace],
+        &format!(
+            "SELECT function FROM code WHERE line = {} AND file LIKE '%sql_vars.c'",
+            line_of(SRC, "work")
+        ),
+    );
+    assert!(code.iter().all(|r| r["function"] == "worker") && !code.is_empty(), "{code:?}");
+    let data = sql(
+        &[&a.trace],
+        "SELECT \"end\" - start size FROM data WHERE variable = 'counts' AND kind = 'global'",
+    );
+    assert_eq!(data[0]["size"], 64 * 8);
+    let cl = sql(&[&a.trace], "SELECT count(DISTINCT cache_line(address, 64)) n FROM accesses WHERE variable(address) = 'counts'");
+    assert_eq!(cl[0]["n"], 8);
+    // csv and table output
+    let o = run_memlens(&[
+        "sql",
+        "--format",
+        "csv",
+        "-e",
+        "SELECT 1 AS one, 'a,b' AS t",
+        a.trace.to_str().unwrap(),
+    ]);
+    assert_eq!(stdout(&o), "one,t\n1,\"a,b\"\n");
+    let o = run_memlens(&["sql", "-e", "SELECT 1 AS one", a.trace.to_str().unwrap()]);
+    assert_eq!(stdout(&o), "one\n  1\n(1 row)\n");
+}
+
+/// `analyze counts` and `sql` agree per line (loads and stores apart), and a
+/// `seq` window pushed down to the chunks (small buffers: many chunks per
+/// thread) equals `analyze --window` and the same filter the engine applies alone.
+#[test]
+fn sql_agrees_with_analyze_and_windows_skip_chunks() {
+    let dir = scratch("sql-analyze");
+    let exe = build(Cc::Gcc, "manychunks.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let o = Command::new(memlens())
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .env("MEMLENS_BUFFER_KB", "64")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let chunks = info(&trace)["chunks"].as_u64().unwrap();
+    assert!(chunks >= 20, "small buffers give many chunks per thread: {chunks}");
+    let a = json(&["analyze", "counts", "--format", "json", "--top", "0", trace.to_str().unwrap()]);
+    let mut want: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for r in a["by_line"].as_array().unwrap() {
+        let key = format!("{}:{}", r["file"].as_str().unwrap(), r["line"]);
+        let e = want.entry(key).or_default();
+        e.0 += r["loads"].as_u64().unwrap();
+        e.1 += r["stores"].as_u64().unwrap();
+    }
+    let rows = sql(
+        &[&trace],
+        "SELECT line(pc) l, sum(CASE WHEN kind = 'load' THEN 1 ELSE 0 END) ld, \
+         sum(CASE WHEN kind = 'store' THEN 1 ELSE 0 END) st FROM accesses GROUP BY 1",
+    );
+    let got: BTreeMap<String, (u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            let l = r["l"].as_str().unwrap().to_string();
+            (l, (r["ld"].as_u64().unwrap(), r["st"].as_u64().unwrap()))
+        })
+        .collect();
+    assert_eq!(got, want);
+    // a window of event indices of each thread: pushed down (chunks skipped) and not
+    for (lo, hi) in [(0u64, 500u64), (100_000, 700_000), (1_000_000, 1_000_001)] {
+        let a = json(&[
+            "analyze",
+            "counts",
+            "--format",
+            "json",
+            "--window",
+            &format!("{lo}..{hi}"),
+            trace.to_str().unwrap(),
+        ]);
+        let want: u64 = a["by_thread"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["loads"].as_u64().unwrap() + r["stores"].as_u64().unwrap())
+            .sum();
+        let q = |w: &str| {
+            sql(&[&trace], &format!("SELECT count(*) n FROM accesses WHERE {w}"))[0]["n"]
+                .as_u64()
+                .unwrap()
+        };
+        let pushed = q(&format!("seq >= {lo} AND seq < {hi}"));
+        let between = q(&format!("seq BETWEEN {lo} AND {}", hi - 1));
+        let engine_only = q(&format!("seq + 0 >= {lo} AND seq + 0 < {hi}"));
+        assert_eq!((pushed, between, engine_only), (want, want, want), "window {lo}..{hi}");
+    }
+    // clocks: the merged order is (clock, thread, seq); a clock window pushed down
+    // keeps exactly the rows the engine alone keeps
+    let mx = sql(&[&trace], "SELECT max(clock) m FROM accesses")[0]["m"].as_u64().unwrap();
+    assert!(mx > 0, "the trace is ordered (Lamport clocks)");
+    let q = |w: String| {
+        sql(&[&trace], &format!("SELECT count(*) n FROM accesses WHERE {w}"))[0]["n"]
+            .as_u64()
+            .unwrap()
+    };
+    let half = mx / 2;
+    assert_eq!(q(format!("clock <= {half}")), q(format!("clock + 0 <= {half}")));
+    assert_eq!(q(format!("clock > {half}")), q(format!("clock + 0 > {half}")));
+}
+
+#[test]
+fn sql_bad_query_exits_2_with_the_tables() {
+    let t = build_and_record(Cc::Gcc, "sql-bad", SRC);
+    for q in ["SELECT nope FROM accesses", "SELEC 1", "SELECT * FROM nosuch"] {
+        let o = run_memlens(&["sql", "-e", q, t.trace.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{q}");
+        let e = stderr(&o);
+        assert!(e.starts_with("memlens: error: "), "{q}: {e}");
+        assert!(
+            e.contains(
+                "accesses(trace, thread, seq, clock, kind, size, address, pc, value, atomic)"
+            ),
+            "{q}: {e}"
+        );
+        assert!(
+            e.contains("allocations(") && e.contains("code(") && e.contains("data("),
+            "{q}: {e}"
+        );
+        assert!(!e.contains("panicked"), "{e}");
+    }
+    let o = run_memlens(&["sql", "-e", "SELECT nope FROM accesses", t.trace.to_str().unwrap()]);
+    assert!(stderr(&o).contains("nope"), "the engine's message names the column: {}", stderr(&o));
+    let o = run_memlens(&["sql", "-e", "SELECT 1", "/nonexistent/x.trace"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+}
+
+#[test]
+fn sql_damaged_trace_reads_up_to_the_damage() {
+    let t = build_and_record(Cc::Gcc, "sql-damaged", SRC);
+    let bytes = std::fs::read(&t.trace).unwrap();
+    let cut = t.dir.join("cut.trace");
+    std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
+    let o = run_memlens(&[
+        "sql",
+        "--format",
+        "json",
+        "-e",
+        "SELECT count(*) n FROM accesses",
+        cut.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("memlens: warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let i = info(&cut);
+    assert_eq!(
+        v[0]["n"].as_u64().unwrap(),
+        i["loads"].as_u64().unwrap() + i["stores"].as_u64().unwrap()
+    );
+}
+
+/// A venv with pyarrow under target/ (kept between runs; .ci/run installs
+/// python3-venv and python3-pip).
+fn pyarrow() -> PathBuf {
+    let venv = memlens().parent().unwrap().join("py-pyarrow");
+    let py = venv.join("bin/python3");
+    let ok = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import pyarrow.dataset"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ok(&py) {
+        let o = Command::new("python3").args(["-m", "venv"]).arg(&venv).output().unwrap();
+        assert!(
+            o.status.success(),
+            "python3 -m venv (Debian: apt-get install python3-venv): {}",
+            stderr(&o)
+        );
+        let o = Command::new(&py).args(["-m", "pip", "install", "-q", "pyarrow"]).output().unwrap();
+        assert!(o.status.success(), "pip install pyarrow: {}", stderr(&o));
+    }
+    py
+}
+
+#[test]
+fn parquet_export_read_by_pyarrow() {
+    let t = build_and_record(Cc::Gcc, "sql-parquet", SRC);
+    let out = t.dir.join("pq");
+    let o = run_memlens(&[
+        "export",
+        "--format",
+        "parquet",
+        out.to_str().unwrap(),
+        t.trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("memlens: wrote "), "{}", stderr(&o));
+    for table in ["accesses", "calls", "allocations", "threads", "code", "data"] {
+        assert!(out.join(table).join("trace=t.trace").is_dir(), "{table}");
+    }
+    assert!(out.join("accesses/trace=t.trace/thread=0/part-00000.parquet").is_file());
+    // a second export into the same directory is refused, nothing overwritten
+    let o = run_memlens(&[
+        "export",
+        "--format",
+        "parquet",
+        out.to_str().unwrap(),
+        t.trace.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
+    let py = pyarrow();
+    let script = r#"
+import sys, json, pyarrow.dataset as ds, pyarrow.compute as pc
+d = ds.dataset(sys.argv[1] + "/accesses", format="parquet", partitioning="hive")
+t = d.to_table()
+out = {"rows": t.num_rows, "by_thread": {}, "kinds": {}}
+for r in t.group_by("thread").aggregate([("seq", "count")]).to_pylist():
+    out["by_thread"][str(r["thread"])] = r["seq_count"]
+for r in t.group_by("kind").aggregate([("seq", "count")]).to_pylist():
+    out["kinds"][r["kind"]] = r["seq_count"]
+out["threads"] = ds.dataset(sys.argv[1] + "/threads", format="parquet", partitioning="hive").to_table().num_rows
+print(json.dumps(out))
+"#;
+    let o = Command::new(&py).args(["-c", script]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "pyarrow: {}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let threads = report(&t.trace, "thread");
+    for r in &threads {
+        let n = r["loads"].as_u64().unwrap() + r["stores"].as_u64().unwrap();
+        assert_eq!(v["by_thread"][r["thread"].to_string()], n, "thread {}: {v}", r["thread"]);
+    }
+    let loads: u64 = threads.iter().map(|r| r["loads"].as_u64().unwrap()).sum();
+    let stores: u64 = threads.iter().map(|r| r["stores"].as_u64().unwrap()).sum();
+    assert_eq!(v["kinds"]["load"], loads);
+    assert_eq!(v["kinds"]["store"], stores);
+    assert_eq!(v["rows"], loads + stores);
+    assert_eq!(v["threads"], threads.len());
+}
+
+/// `collect --query`: a continuous query over the traces streaming in prints a
+/// result every window; once the program's trace is complete, the count equals
+/// the collected trace's own; a query that does not plan fails at once (exit 2).
+#[test]
+fn collect_runs_a_continuous_query() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = scratch("sql-collect");
+    let exe = build(Cc::Gcc, SRC, &dir, &[]);
+    let o = run_memlens(&[
+        "collect",
+        "--listen",
+        "127.0.0.1:0",
+        "-o",
+        dir.join("bad").to_str().unwrap(),
+        "--query",
+        "SELECT nope FROM accesses",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nope"), "{}", stderr(&o));
+    let inbox = dir.join("inbox");
+    let mut child = Command::new(memlens())
+        .args(["collect", "--listen", "127.0.0.1:0", "-o"])
+        .arg(&inbox)
+        .args(["--query", "SELECT count(*) n FROM accesses", "--every", "200ms"])
+        .args(["--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = err.next().unwrap().unwrap();
+    let addr = first
+        .strip_prefix("memlens: collect: listening on ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let sink = format!("tcp://{addr}");
+    let o = run_memlens(&["record", "-q", "--sink", &sink, "--", exe.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // wait for the collector to finish the file, then for a window that saw it whole
+    for l in err.by_ref() {
+        if l.unwrap().contains("finished") {
+            break;
+        }
+    }
+    let got = std::fs::read_dir(&inbox).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let i = info(&got[0]);
+    let want = i["loads"].as_u64().unwrap() + i["stores"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut windows = 0;
+    let mut last = String::new();
+    loop {
+        assert!(Instant::now() < deadline, "no window counted {want}: {last}");
+        let Ok(l) = rx.recv_timeout(Duration::from_secs(30)) else { continue };
+        if l.starts_with("-- window ") {
+            windows += 1;
+            assert!(l.contains("traces 1,"), "{l}");
+            continue;
+        }
+        let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if v[0]["n"].as_u64() == Some(want) {
+            break;
+        }
+        last = l;
+    }
+    assert!(windows >= 1);
+    let _ = child.kill();
+    let _ = child.wait();
+}

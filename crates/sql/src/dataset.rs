@@ -1,0 +1,118 @@
+//! The traces a session reads, and the warnings met while reading them.
+
+use crate::names::TraceNames;
+use crate::Error;
+use memlens_format::TraceReader;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// One trace of a dataset.
+pub struct Trace {
+    /// The value of the `trace` column: the file name (the path when two traces
+    /// share a file name).
+    pub name: String,
+    /// The file.
+    pub path: PathBuf,
+    /// The open trace.
+    pub reader: Arc<TraceReader>,
+    names: OnceLock<Arc<TraceNames>>,
+}
+
+impl Trace {
+    /// Code and data names of this trace, loaded on first use.
+    pub(crate) fn names(&self) -> &Arc<TraceNames> {
+        self.names.get_or_init(|| Arc::new(TraceNames::new(self.reader.clone())))
+    }
+}
+
+/// Several traces read as one: every table has a `trace` column.
+pub struct Dataset {
+    /// The traces, in the order given (a directory's in name order).
+    pub traces: Vec<Trace>,
+    warnings: Mutex<(Vec<String>, HashSet<String>)>,
+}
+
+impl Dataset {
+    /// Opens every path: a trace file, or a directory whose trace files are all read.
+    /// A damaged trace is read up to its damage; the warning is in [`Dataset::take_warnings`].
+    pub fn open(paths: &[PathBuf]) -> Result<Dataset, Error> {
+        let mut files = Vec::new();
+        for p in paths {
+            if p.is_dir() {
+                let mut inside: Vec<PathBuf> = std::fs::read_dir(p)
+                    .map_err(|e| Error::Io(p.display().to_string(), e))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|f| f.is_file() && is_trace(f))
+                    .collect();
+                if inside.is_empty() {
+                    return Err(Error::Input(format!(
+                        "{} holds no memlens trace; record one with `memlens record -o {}/x.trace -- PROG`",
+                        p.display(),
+                        p.display()
+                    )));
+                }
+                inside.sort();
+                files.extend(inside);
+            } else if !p.exists() {
+                return Err(Error::Input(format!(
+                    "trace {} does not exist; record one with `memlens record -- PROG`",
+                    p.display()
+                )));
+            } else {
+                files.push(p.clone());
+            }
+        }
+        let d = Dataset { traces: Vec::new(), warnings: Mutex::default() };
+        let mut traces = Vec::new();
+        for f in &files {
+            let r = TraceReader::open(f)
+                .map_err(|e| Error::Trace { path: f.display().to_string(), source: e })?;
+            if let Some(w) = r.completeness().warning() {
+                d.warn(format!("{}: {w}", f.display()));
+            }
+            let base = f
+                .file_name()
+                .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
+            traces.push(Trace {
+                name: base,
+                path: f.clone(),
+                reader: Arc::new(r),
+                names: OnceLock::new(),
+            });
+        }
+        let mut seen = HashSet::new();
+        let dup = traces.iter().any(|t| !seen.insert(t.name.clone()));
+        if dup {
+            for t in &mut traces {
+                t.name = t.path.display().to_string();
+            }
+        }
+        Ok(Dataset { traces, ..d })
+    }
+
+    /// No trace: every table is empty (a query can be checked before any trace exists).
+    pub fn empty() -> Dataset {
+        Dataset { traces: Vec::new(), warnings: Mutex::default() }
+    }
+
+    /// Records a warning (each text once).
+    pub(crate) fn warn(&self, w: String) {
+        let mut g = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        if g.1.insert(w.clone()) {
+            g.0.push(w);
+        }
+    }
+
+    /// The warnings not taken yet.
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut self.warnings.lock().unwrap_or_else(|e| e.into_inner()).0)
+    }
+}
+
+/// Whether a file starts with the trace magic.
+fn is_trace(p: &Path) -> bool {
+    use std::io::Read;
+    let mut m = [0u8; 7];
+    std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut m)).is_ok() && &m == b"MEMLENS"
+}

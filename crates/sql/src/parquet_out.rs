@@ -1,0 +1,246 @@
+//! `memlens export --format parquet`: the same tables as Parquet files, one
+//! directory per table, Hive-style partitions (`trace=…/thread=…`), zstd.
+
+use crate::dataset::Dataset;
+use crate::tables::{batch_from_chunk, schema, Keep, StreamState};
+use crate::Error;
+use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::{cast, filter_record_batch};
+use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use memlens_format::{ChunkDecoder, StreamChunk};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Rows per row group: large enough for zstd, small enough that a scan of one
+/// thread's file runs on every core.
+const ROW_GROUP: usize = 1 << 20;
+/// Chunks per file of a stream: files are written in parallel.
+const CHUNKS_PER_FILE: usize = 32;
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default)]
+pub struct ExportStats {
+    /// Rows of `accesses`.
+    pub accesses: u64,
+    /// Bytes of the `accesses` files.
+    pub access_bytes: u64,
+    /// Files written.
+    pub files: u64,
+}
+
+fn props() -> WriterProperties {
+    let delta = |b: parquet::file::properties::WriterPropertiesBuilder, c: &str| {
+        b.set_column_encoding(ColumnPath::from(c), Encoding::DELTA_BINARY_PACKED)
+            .set_column_dictionary_enabled(ColumnPath::from(c), false)
+    };
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("valid level")))
+        .set_max_row_group_row_count(Some(ROW_GROUP));
+    for c in ["seq", "address", "frame"] {
+        b = delta(b, c);
+    }
+    b.build()
+}
+
+/// A Hive partition value: `/`, `=`, `%` and control characters escaped.
+fn hive(v: &str) -> String {
+    let mut s = String::new();
+    for ch in v.chars() {
+        if ch == '/' || ch == '=' || ch == '%' || ch == '\\' || ch.is_control() || ch == '#' {
+            for b in ch.to_string().bytes() {
+                s.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            s.push(ch);
+        }
+    }
+    s
+}
+
+/// A new file (never an existing one, never through a link).
+fn create(path: &Path) -> Result<File, Error> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| Error::Io(d.display().to_string(), e))?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| Error::Io(path.display().to_string(), e))
+}
+
+/// `schema` with dictionary-typed text as plain text: each file's dictionary would
+/// differ (readers such as pyarrow refuse to unify them across files), and
+/// Parquet dictionary-encodes the strings in the file anyway.
+fn plain_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Dictionary(_, v) => f.as_ref().clone().with_data_type(v.as_ref().clone()),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+fn plain_batch(b: &RecordBatch, to: &SchemaRef) -> Result<RecordBatch, Error> {
+    let cols = b
+        .columns()
+        .iter()
+        .zip(to.fields())
+        .map(|(c, f)| cast(c, f.data_type()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(datafusion::error::DataFusionError::from)?;
+    Ok(RecordBatch::try_new(to.clone(), cols).map_err(datafusion::error::DataFusionError::from)?)
+}
+
+fn write_file(
+    path: &Path,
+    schema: &SchemaRef,
+    batches: impl Iterator<Item = RecordBatch>,
+) -> Result<u64, Error> {
+    let f = create(path)?;
+    let plain = plain_schema(schema);
+    let mut w = ArrowWriter::try_new(f, plain.clone(), Some(props()))?;
+    for b in batches {
+        w.write(&plain_batch(&b, &plain)?)?;
+    }
+    w.close()?;
+    Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+}
+
+/// Writes every table of `data` under `out`. Refuses a table directory that exists.
+pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> {
+    for t in ["accesses", "calls", "allocations", "threads", "code", "data"] {
+        let d = out.join(t);
+        if d.exists() {
+            return Err(Error::Input(format!(
+                "{} exists; remove it or export to another directory",
+                d.display()
+            )));
+        }
+    }
+    let stats = Mutex::new(ExportStats::default());
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    // units: (table, trace, thread, part, chunks)
+    let mut units: Vec<(bool, usize, u32, usize, Vec<StreamChunk>)> = Vec::new();
+    for (ti, t) in data.traces.iter().enumerate() {
+        let mut by_stream: Vec<(u32, Vec<StreamChunk>)> = Vec::new();
+        for c in t.reader.stream_chunks() {
+            match by_stream.last_mut() {
+                Some((th, v)) if *th == c.thread.0 => v.push(c),
+                _ => by_stream.push((c.thread.0, vec![c])),
+            }
+        }
+        for (th, chunks) in by_stream {
+            for (k, part) in chunks.chunks(CHUNKS_PER_FILE).enumerate() {
+                units.push((false, ti, th, k, part.to_vec()));
+            }
+            units.push((true, ti, th, 0, chunks));
+        }
+    }
+    let next = AtomicU64::new(0);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..cores.min(units.len().max(1)) {
+            s.spawn(|| {
+                let mut dec = ChunkDecoder::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some((calls, ti, th, part, chunks)) = units.get(i) else { break };
+                    if failed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                        break;
+                    }
+                    let table = if *calls { "calls" } else { "accesses" };
+                    let full = schema(table);
+                    // partition columns live in the path, not in the file
+                    let cols: Vec<usize> = (0..full.fields().len())
+                        .filter(|&i| !matches!(full.field(i).name().as_str(), "trace" | "thread"))
+                        .collect();
+                    let sch = match full.project(&cols) {
+                        Ok(s) => Arc::new(s),
+                        Err(e) => {
+                            *failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some(Error::Input(e.to_string()));
+                            break;
+                        }
+                    };
+                    let keep = Keep { cols, ..Keep::default() };
+                    let t = &data.traces[*ti];
+                    let mut st = StreamState::default();
+                    let mut rows = 0u64;
+                    let mut stop = false;
+                    let batches = chunks.iter().map_while(|c| {
+                        if stop {
+                            return None;
+                        }
+                        let (b, w) =
+                            batch_from_chunk(data, *ti, c, *calls, &keep, &sch, &mut dec, &mut st);
+                        if let Some(w) = w {
+                            data.warn(w);
+                            stop = true;
+                        }
+                        Some(b)
+                    });
+                    let batches = batches.flatten().inspect(|b| rows += b.num_rows() as u64);
+                    let path: PathBuf = out
+                        .join(table)
+                        .join(format!("trace={}", hive(&t.name)))
+                        .join(format!("thread={th}"))
+                        .join(format!("part-{part:05}.parquet"));
+                    match write_file(&path, &sch, batches) {
+                        Ok(bytes) => {
+                            let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
+                            g.files += 1;
+                            if !*calls {
+                                g.accesses += rows;
+                                g.access_bytes += bytes;
+                            }
+                        }
+                        Err(e) => {
+                            *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let mut stats = stats.into_inner().unwrap_or_else(|e| e.into_inner());
+    for table in ["allocations", "threads", "code", "data"] {
+        let b = crate::small::build(data, table)?;
+        let trace_col =
+            b.schema().index_of("trace").map_err(datafusion::error::DataFusionError::from)?;
+        let keep: Vec<usize> = (0..b.num_columns()).filter(|&i| i != trace_col).collect();
+        for t in &data.traces {
+            let d = b.column(trace_col).as_dictionary::<Int32Type>();
+            let vals = d.values().as_string::<i32>();
+            let mask: BooleanArray = d
+                .keys()
+                .iter()
+                .map(|k| Some(k.is_some_and(|k| vals.value(k as usize) == t.name)))
+                .collect();
+            let rows =
+                filter_record_batch(&b, &mask).map_err(datafusion::error::DataFusionError::from)?;
+            let rows = rows.project(&keep).map_err(datafusion::error::DataFusionError::from)?;
+            let path =
+                out.join(table).join(format!("trace={}", hive(&t.name))).join("part-00000.parquet");
+            write_file(&path, &rows.schema(), std::iter::once(rows))?;
+            stats.files += 1;
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,171 @@
+//! The small tables, built whole: `threads`, `allocations`, `code`, `data`.
+
+use crate::dataset::Dataset;
+use crate::tables::{dict_kind, dict_trace, schema};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
+use datafusion::common::{DataFusionError, Result as DfResult};
+use memlens_format::{ChunkDecoder, Event};
+use memlens_names::{Granularity, HeapIndex};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+fn u64s(v: Vec<u64>) -> ArrayRef {
+    Arc::new(UInt64Array::from(v))
+}
+fn u32s(v: Vec<u32>) -> ArrayRef {
+    Arc::new(UInt32Array::from(v))
+}
+fn texts(v: Vec<String>) -> ArrayRef {
+    Arc::new(StringArray::from(v))
+}
+
+fn ext(e: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Execution(e.to_string())
+}
+
+/// Builds table `name` over every trace.
+pub(crate) fn build(data: &Dataset, name: &str) -> DfResult<RecordBatch> {
+    let cols: Vec<ArrayRef> = match name {
+        "threads" => threads(data),
+        "allocations" => allocations(data)?,
+        "code" => code(data),
+        "data" => data_table(data)?,
+        _ => return Err(ext(format!("no table {name}"))),
+    };
+    Ok(RecordBatch::try_new(schema(name), cols)?)
+}
+
+fn threads(data: &Dataset) -> Vec<ArrayRef> {
+    let (mut tr, mut th, mut tid, mut name, mut parent) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut ev, mut lo, mut st, mut al, mut fr, mut co) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for t in &data.traces {
+        for s in t.reader.streams() {
+            tr.push(t.name.as_str());
+            th.push(s.thread.0);
+            let first = t.reader.events(s.thread).next().and_then(|e| e.ok());
+            match first {
+                Some(Event::ThreadStart { os_tid, parent: p, name: n, .. }) => {
+                    tid.push(os_tid);
+                    name.push(n);
+                    parent.push(p.map(|p| p.0));
+                }
+                _ => {
+                    tid.push(0);
+                    name.push(String::new());
+                    parent.push(None);
+                }
+            }
+            ev.push(u64::from(s.counts.events));
+            lo.push(u64::from(s.counts.loads));
+            st.push(u64::from(s.counts.stores));
+            al.push(u64::from(s.counts.allocs));
+            fr.push(u64::from(s.counts.frees));
+            co.push(s.complete);
+        }
+    }
+    vec![
+        dict_trace(tr),
+        u32s(th),
+        u32s(tid),
+        texts(name),
+        Arc::new(UInt32Array::from(parent)),
+        u64s(ev),
+        u64s(lo),
+        u64s(st),
+        u64s(al),
+        u64s(fr),
+        Arc::new(BooleanArray::from(co)),
+    ]
+}
+
+fn allocations(data: &Dataset) -> DfResult<Vec<ArrayRef>> {
+    let (mut tr, mut th, mut seq, mut site, mut size, mut addr, mut freed) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for t in &data.traces {
+        let heap = HeapIndex::from_trace(&t.reader).map_err(ext)?;
+        for b in heap.blocks() {
+            tr.push(t.name.as_str());
+            th.push(b.thread.0);
+            seq.push(b.born);
+            site.push(b.site.0);
+            size.push(b.end - b.start);
+            addr.push(b.start);
+            freed.push(b.died);
+        }
+    }
+    Ok(vec![
+        dict_trace(tr),
+        u32s(th),
+        u64s(seq),
+        u64s(site),
+        u64s(size),
+        u64s(addr),
+        Arc::new(UInt64Array::from(freed)),
+    ])
+}
+
+/// Every distinct code address of the trace's events, with its source location.
+fn code(data: &Dataset) -> Vec<ArrayRef> {
+    let (mut tr, mut pcs, mut func, mut file, mut line, mut col, mut inl) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for t in &data.traces {
+        let mut set = BTreeSet::new();
+        let mut dec = ChunkDecoder::new();
+        for c in t.reader.stream_chunks() {
+            let r = dec.decode(&t.reader, &c, |evs| {
+                for e in evs {
+                    if let Some(p) = e.pc() {
+                        set.insert(p.0);
+                    }
+                }
+            });
+            if let Err(e) = r {
+                data.warn(format!("{}: {e}; rows read up to the damage", t.path.display()));
+            }
+        }
+        let set: Vec<u64> = set.into_iter().collect();
+        let named = t.names().codes(&set);
+        for (pc, c) in set.into_iter().zip(named) {
+            tr.push(t.name.as_str());
+            pcs.push(pc);
+            func.push(c.function.to_string());
+            file.push(c.file.to_string());
+            line.push(c.line);
+            col.push(c.column);
+            inl.push(c.inlined);
+        }
+    }
+    vec![dict_trace(tr), u64s(pcs), texts(func), texts(file), u32s(line), u32s(col), texts(inl)]
+}
+
+/// Static variables of every module and the heap blocks, each an address range.
+fn data_table(data: &Dataset) -> DfResult<Vec<ArrayRef>> {
+    let (mut tr, mut start, mut end, mut var, mut kind) = (vec![], vec![], vec![], vec![], vec![]);
+    for t in &data.traces {
+        let names = t.names();
+        for m in &t.reader.meta().modules {
+            let Ok(ms) = names.sym.module_symbols(m.id) else { continue };
+            for v in ms.static_variables() {
+                tr.push(t.name.as_str());
+                start.push(v.start.0);
+                end.push(v.start.0 + v.size);
+                var.push(v.name.to_string());
+                kind.push("global");
+            }
+        }
+        let heap = HeapIndex::from_trace(&t.reader).map_err(ext)?;
+        let starts: Vec<u64> = heap.blocks().iter().map(|b| b.start).collect();
+        let labels = names.data(starts, Granularity::Variable);
+        for (b, l) in heap.blocks().iter().zip(labels) {
+            tr.push(t.name.as_str());
+            start.push(b.start);
+            end.push(b.end);
+            var.push(l.to_string());
+            kind.push("heap");
+        }
+    }
+    Ok(vec![dict_trace(tr), u64s(start), u64s(end), texts(var), dict_kind(kind)])
+}

@@ -1,0 +1,778 @@
+//! The tables: providers straight over the native trace.
+//!
+//! `accesses` and `calls` are scanned chunk by chunk (one partition per range of
+//! chunks; `calls` one per stream, for the call depth); `threads`, `allocations`,
+//! `code` and `data` are small and built whole when a query reads them.
+
+use crate::dataset::Dataset;
+use crate::Error;
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int8Array, RecordBatch, StringArray,
+    UInt32Array, UInt64Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Int8Type, Schema, SchemaRef};
+use datafusion::catalog::{MemTable, Session, TableProvider};
+use datafusion::common::{Result as DfResult, ScalarValue};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
+use datafusion::prelude::SessionContext;
+use memlens_format::codec::Columns;
+use memlens_format::{ChunkDecoder, Event, StreamChunk, ThreadId};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+/// Every table and its columns with their types, for `describe` and the docs.
+const TABLES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "accesses",
+        &[
+            ("trace", "text"),
+            ("thread", "u32"),
+            ("seq", "u64"),
+            ("clock", "u64"),
+            ("kind", "text"),
+            ("size", "u64"),
+            ("address", "u64"),
+            ("pc", "u64"),
+            ("value", "u64"),
+            ("atomic", "bool"),
+        ],
+    ),
+    (
+        "calls",
+        &[
+            ("trace", "text"),
+            ("thread", "u32"),
+            ("seq", "u64"),
+            ("clock", "u64"),
+            ("kind", "text"),
+            ("pc", "u64"),
+            ("call_site", "u64"),
+            ("frame", "u64"),
+            ("depth", "u32"),
+        ],
+    ),
+    (
+        "allocations",
+        &[
+            ("trace", "text"),
+            ("thread", "u32"),
+            ("seq", "u64"),
+            ("site", "u64"),
+            ("size", "u64"),
+            ("address", "u64"),
+            ("freed_seq", "u64"),
+        ],
+    ),
+    (
+        "threads",
+        &[
+            ("trace", "text"),
+            ("thread", "u32"),
+            ("os_tid", "u32"),
+            ("name", "text"),
+            ("parent", "u32"),
+            ("events", "u64"),
+            ("loads", "u64"),
+            ("stores", "u64"),
+            ("allocs", "u64"),
+            ("frees", "u64"),
+            ("complete", "bool"),
+        ],
+    ),
+    (
+        "code",
+        &[
+            ("trace", "text"),
+            ("pc", "u64"),
+            ("function", "text"),
+            ("file", "text"),
+            ("line", "u32"),
+            ("column", "u32"),
+            ("inlined", "text"),
+        ],
+    ),
+    (
+        "data",
+        &[
+            ("trace", "text"),
+            ("start", "u64"),
+            ("end", "u64"),
+            ("variable", "text"),
+            ("kind", "text"),
+        ],
+    ),
+];
+
+/// The tables and their columns, one line each.
+pub(crate) fn describe() -> String {
+    let mut s = String::from("tables:");
+    for (t, cols) in TABLES {
+        let c: Vec<&str> = cols.iter().map(|c| c.0).collect();
+        s.push_str(&format!("\n  {t}({})", c.join(", ")));
+    }
+    s.push_str("\nfunctions: line(pc), function(pc), variable(address), field(address), cache_line(address [, line_size]) (with several traces: add the trace column as last argument)");
+    s
+}
+
+fn dict(key: DataType) -> DataType {
+    DataType::Dictionary(Box::new(key), Box::new(DataType::Utf8))
+}
+
+/// The Arrow schema of a table (text columns that repeat are dictionaries).
+pub(crate) fn schema(table: &str) -> SchemaRef {
+    let (_, cols) = TABLES.iter().find(|t| t.0 == table).expect("a known table");
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|&(name, ty)| {
+            let dt = match (table, name, ty) {
+                (_, "trace", _) => dict(DataType::Int32),
+                ("accesses" | "calls" | "data", "kind", _) => dict(DataType::Int8),
+                (_, _, "text") => DataType::Utf8,
+                (_, _, "u32") => DataType::UInt32,
+                (_, _, "u64") => DataType::UInt64,
+                _ => DataType::Boolean,
+            };
+            let nullable = matches!(name, "value" | "freed_seq" | "parent" | "call_site");
+            Field::new(name, dt, nullable)
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+pub(crate) fn register(ctx: &SessionContext, data: &Arc<Dataset>) -> Result<(), Error> {
+    for (t, _) in TABLES {
+        let p: Arc<dyn TableProvider> = match *t {
+            "accesses" => Arc::new(EventTable { data: data.clone(), calls: false }),
+            "calls" => Arc::new(EventTable { data: data.clone(), calls: true }),
+            _ => Arc::new(SmallTable { data: data.clone(), name: t }),
+        };
+        ctx.register_table(*t, p)?;
+    }
+    Ok(())
+}
+
+/// The `trace` column: every row the same value.
+fn trace_col(name: &str, rows: usize) -> ArrayRef {
+    let keys = Int32Array::from(vec![0; rows]);
+    Arc::new(
+        DictionaryArray::<Int32Type>::try_new(keys, Arc::new(StringArray::from(vec![name])))
+            .expect("valid keys"),
+    )
+}
+
+fn kind_col(kinds: Vec<i8>, names: &[&str]) -> ArrayRef {
+    let values = Arc::new(StringArray::from(names.to_vec()));
+    Arc::new(
+        DictionaryArray::<Int8Type>::try_new(Int8Array::from(kinds), values).expect("valid keys"),
+    )
+}
+
+pub(crate) const ACCESS_KINDS: [&str; 3] = ["load", "store", "rmw"];
+const CALL_KINDS: [&str; 2] = ["enter", "exit"];
+
+/// What a scan keeps: projected columns and pushed-down filters.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Keep {
+    /// Column indices of the table's schema, in output order.
+    pub cols: Vec<usize>,
+    /// Only these threads (None: all).
+    pub threads: Option<HashSet<u32>>,
+    /// Only these kinds, as indices of [`ACCESS_KINDS`] (None: all).
+    pub kinds: Option<[bool; 3]>,
+    /// Only rows whose `seq` may lie in this inclusive range (None: all).
+    pub seq: Option<(u64, u64)>,
+    /// Only rows whose `clock` may lie in this inclusive range (None: all).
+    pub clock: Option<(u64, u64)>,
+}
+
+/// The intersection of two inclusive ranges (None: unbounded).
+fn meet(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some((x.0.max(y.0), x.1.min(y.1))),
+        (x, None) | (None, x) => x,
+    }
+}
+
+/// `column OP literal` (or reversed) and `column BETWEEN a AND b` on a u64 column:
+/// the inclusive range of values it allows.
+fn window(e: &Expr, name: &str) -> Option<(u64, u64)> {
+    let num = |v: &ScalarValue| -> Option<i128> {
+        v.cast_to(&DataType::Int64).ok().and_then(|x| x.to_string().parse().ok())
+    };
+    let clamp = |lo: i128, hi: i128| -> (u64, u64) {
+        (lo.clamp(0, u64::MAX as i128) as u64, hi.clamp(-1, u64::MAX as i128).max(0) as u64)
+    };
+    let is_col = |e: &Expr| match e {
+        Expr::Column(c) => c.name == name,
+        Expr::Cast(c) => matches!(&*c.expr, Expr::Column(c) if c.name == name),
+        _ => false,
+    };
+    match e {
+        Expr::BinaryExpr(b) => {
+            let (op, v) = match (&*b.left, &*b.right) {
+                (l, Expr::Literal(v, _)) if is_col(l) => (b.op, num(v)?),
+                (Expr::Literal(v, _), r) if is_col(r) => (b.op.swap()?, num(v)?),
+                _ => return None,
+            };
+            let (lo, hi) = match op {
+                Operator::Eq => (v, v),
+                Operator::Gt => (v + 1, i128::MAX),
+                Operator::GtEq => (v, i128::MAX),
+                Operator::Lt => (i128::MIN, v - 1),
+                Operator::LtEq => (i128::MIN, v),
+                _ => return None,
+            };
+            if hi < 0 || lo > hi {
+                return Some((1, 0)); // empty
+            }
+            Some(clamp(lo, hi))
+        }
+        Expr::Between(b) if !b.negated && is_col(&b.expr) => {
+            let (Expr::Literal(lo, _), Expr::Literal(hi, _)) = (&*b.low, &*b.high) else {
+                return None;
+            };
+            let (lo, hi) = (num(lo)?, num(hi)?);
+            if hi < 0 || lo > hi {
+                return Some((1, 0));
+            }
+            Some(clamp(lo, hi))
+        }
+        _ => None,
+    }
+}
+
+/// Per stream state carried from chunk to chunk (the call depth).
+#[derive(Default)]
+pub(crate) struct StreamState {
+    depth: u32,
+}
+
+/// Builds the Arrow batch of one chunk of one stream: the one place events become
+/// rows (`accesses` or `calls`), decoded by the trace's own decoder. Returns the
+/// batch (None: no row) and, for a damaged chunk, the rows before the damage and
+/// the reason. Rows are not filtered here: pushed-down filters only skip chunks
+/// (they are `Inexact`, the engine applies them to the rows).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn batch_from_chunk(
+    data: &Dataset,
+    trace: usize,
+    c: &StreamChunk,
+    calls: bool,
+    keep: &Keep,
+    schema: &SchemaRef,
+    dec: &mut ChunkDecoder,
+    st: &mut StreamState,
+) -> (Option<RecordBatch>, Option<String>) {
+    if calls {
+        call_batch(data, trace, c, keep, schema, dec, st)
+    } else {
+        access_batch(data, trace, c, keep, schema, dec)
+    }
+}
+
+/// The `clock` of each of `seqs` (ascending): the chunk's first clock, moved by
+/// the `clock` events among `other` (ascending by number) at or before it.
+fn clocks_of(seqs: &[u64], first: u64, other: &[(u64, Event)]) -> Vec<u64> {
+    let mut clock = first;
+    let mut o = other.iter().peekable();
+    seqs.iter()
+        .map(|&s| {
+            while let Some((_, e)) = o.next_if(|(n, _)| *n < s) {
+                if let Event::Clock(v) = e {
+                    clock = *v;
+                }
+            }
+            clock
+        })
+        .collect()
+}
+
+/// `accesses` rows of one chunk, through the decoder's column batches: loads,
+/// stores and ranges arrive as columns that become Arrow arrays without a copy;
+/// atomic read-modify-writes (rare) are appended from the other events.
+fn access_batch(
+    data: &Dataset,
+    trace: usize,
+    c: &StreamChunk,
+    keep: &Keep,
+    schema: &SchemaRef,
+    dec: &mut ChunkDecoder,
+) -> (Option<RecordBatch>, Option<String>) {
+    let t = &data.traces[trace];
+    let mut cols = Columns::new();
+    let res = dec.decode_columns(&t.reader, c, &mut cols);
+    let warning =
+        res.err().map(|e| format!("{}: {e}; rows read up to the damage", t.path.display()));
+    let full = schema_for(false);
+    let want = |n: &str| keep.cols.iter().any(|&i| full.field(i).name() == n);
+    let plain = cols.len();
+    let has_values = !cols.value.is_empty();
+    cols.value.resize(if has_values { plain } else { 0 }, 0);
+    let mut values: Vec<Option<u64>> = Vec::new();
+    if want("value") {
+        values = (0..plain)
+            .map(|i| (cols.kind[i] & Columns::VALUE != 0).then(|| cols.value[i]))
+            .collect();
+    }
+    let mut kind: Vec<i8> = cols.kind.iter().map(|&k| i8::from(k & Columns::WRITE != 0)).collect();
+    let mut atomic: Vec<bool> = Vec::new();
+    if want("atomic") {
+        atomic = cols.kind.iter().map(|&k| k & Columns::ATOMIC != 0).collect();
+    }
+    let first_clock = t.reader.chunks()[c.chunk].header.first_clock;
+    let mut clock =
+        if want("clock") { clocks_of(&cols.seq, first_clock, &cols.other) } else { Vec::new() };
+    let mut rmw_seq = Vec::new();
+    for (n, e) in &cols.other {
+        if let Event::Rmw { pc, addr, size, value, .. } = *e {
+            rmw_seq.push(*n);
+            cols.pc.push(pc.0);
+            cols.addr.push(addr.0);
+            cols.size.push(u64::from(size));
+            kind.push(2);
+            if want("value") {
+                values.push(value);
+            }
+            if want("atomic") {
+                atomic.push(true);
+            }
+        }
+    }
+    if want("clock") {
+        clock.extend(clocks_of(&rmw_seq, first_clock, &cols.other));
+    }
+    cols.seq.extend(rmw_seq);
+    let rows = kind.len();
+    if rows == 0 {
+        return (None, warning);
+    }
+    let mut out: Vec<ArrayRef> = Vec::with_capacity(keep.cols.len());
+    for &i in &keep.cols {
+        let col: ArrayRef = match full.field(i).name().as_str() {
+            "trace" => trace_col(&t.name, rows),
+            "thread" => Arc::new(UInt32Array::from(vec![c.thread.0; rows])),
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
+            "kind" => kind_col(std::mem::take(&mut kind), &ACCESS_KINDS),
+            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.size))),
+            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.addr))),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.pc))),
+            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut values))),
+            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut atomic))),
+            other => unreachable!("accesses has no column {other}"),
+        };
+        out.push(col);
+    }
+    finish(schema, out, rows, warning)
+}
+
+/// The batch of `rows` rows (a query such as `count(*)` projects no column).
+fn finish(
+    schema: &SchemaRef,
+    cols: Vec<ArrayRef>,
+    rows: usize,
+    warning: Option<String>,
+) -> (Option<RecordBatch>, Option<String>) {
+    let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    match RecordBatch::try_new_with_options(schema.clone(), cols, &opts) {
+        Ok(b) => (Some(b), warning),
+        Err(e) => (None, Some(format!("internal: {e}"))),
+    }
+}
+
+/// `calls` rows of one chunk (function entries and exits, with the call depth
+/// carried from chunk to chunk of the stream).
+fn call_batch(
+    data: &Dataset,
+    trace: usize,
+    c: &StreamChunk,
+    keep: &Keep,
+    schema: &SchemaRef,
+    dec: &mut ChunkDecoder,
+    st: &mut StreamState,
+) -> (Option<RecordBatch>, Option<String>) {
+    let t = &data.traces[trace];
+    let mut seq: Vec<u64> = Vec::new();
+    let mut clock: Vec<u64> = Vec::new();
+    let mut kind: Vec<i8> = Vec::new();
+    let mut site: Vec<Option<u64>> = Vec::new();
+    let mut frame: Vec<u64> = Vec::new();
+    let mut pc: Vec<u64> = Vec::new();
+    let mut depth: Vec<u32> = Vec::new();
+    let mut now = t.reader.chunks()[c.chunk].header.first_clock;
+    let mut index = c.first_index;
+    let res = dec.decode(&t.reader, c, |evs| {
+        for e in evs {
+            let i = index;
+            index += 1;
+            let (k, s, f, p, d) = match *e {
+                Event::Clock(v) => {
+                    now = v;
+                    continue;
+                }
+                Event::FuncEnter { pc, call_site, frame } => {
+                    st.depth += 1;
+                    (0i8, Some(call_site.0), frame.0, pc.0, st.depth - 1)
+                }
+                Event::FuncExit { pc } => {
+                    st.depth = st.depth.saturating_sub(1);
+                    (1, None, 0, pc.0, st.depth)
+                }
+                _ => continue,
+            };
+            seq.push(i);
+            clock.push(now);
+            kind.push(k);
+            site.push(s);
+            frame.push(f);
+            pc.push(p);
+            depth.push(d);
+        }
+    });
+    let warning =
+        res.err().map(|e| format!("{}: {e}; rows read up to the damage", t.path.display()));
+    let rows = kind.len();
+    if rows == 0 {
+        return (None, warning);
+    }
+    let full = schema_for(true);
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(keep.cols.len());
+    for &i in &keep.cols {
+        let col: ArrayRef = match full.field(i).name().as_str() {
+            "trace" => trace_col(&t.name, rows),
+            "thread" => Arc::new(UInt32Array::from(vec![c.thread.0; rows])),
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
+            "kind" => kind_col(std::mem::take(&mut kind), &CALL_KINDS),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut pc))),
+            "call_site" => Arc::new(UInt64Array::from(std::mem::take(&mut site))),
+            "frame" => Arc::new(UInt64Array::from(std::mem::take(&mut frame))),
+            "depth" => Arc::new(UInt32Array::from(std::mem::take(&mut depth))),
+            other => unreachable!("calls has no column {other}"),
+        };
+        cols.push(col);
+    }
+    finish(schema, cols, rows, warning)
+}
+
+fn schema_for(calls: bool) -> SchemaRef {
+    schema(if calls { "calls" } else { "accesses" })
+}
+
+/// `accesses` or `calls`.
+#[derive(Debug)]
+struct EventTable {
+    data: Arc<Dataset>,
+    calls: bool,
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dataset({} traces)", self.traces.len())
+    }
+}
+
+/// `column = literal` or `column IN (literals)` on `name`: the literals.
+fn literals<'e>(e: &'e Expr, name: &str) -> Option<Vec<&'e ScalarValue>> {
+    match e {
+        Expr::BinaryExpr(b) if b.op == Operator::Eq => match (&*b.left, &*b.right) {
+            (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c))
+                if c.name == name =>
+            {
+                Some(vec![v])
+            }
+            _ => None,
+        },
+        Expr::InList(l) if !l.negated => match &*l.expr {
+            Expr::Column(c) if c.name == name => l
+                .list
+                .iter()
+                .map(|x| if let Expr::Literal(v, _) = x { Some(v) } else { None })
+                .collect(),
+            _ => None,
+        },
+        Expr::Cast(c) => literals(&c.expr, name),
+        _ => None,
+    }
+}
+
+fn text_of(v: &ScalarValue) -> Option<String> {
+    match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.clone()),
+        ScalarValue::Dictionary(_, v) => text_of(v),
+        _ => None,
+    }
+}
+
+fn pushed(calls: bool, e: &Expr) -> Option<Keep> {
+    let mut k = Keep::default();
+    if let Some(w) = window(e, "seq") {
+        k.seq = Some(w);
+        return Some(k);
+    }
+    if let Some(w) = window(e, "clock") {
+        k.clock = Some(w);
+        return Some(k);
+    }
+    if let Some(v) = literals(e, "thread") {
+        let t: Option<HashSet<u32>> = v
+            .iter()
+            .map(|v| v.cast_to(&DataType::UInt32).ok().and_then(|x| x.to_string().parse().ok()))
+            .collect();
+        k.threads = Some(t?);
+        return Some(k);
+    }
+    if !calls {
+        if let Some(v) = literals(e, "kind") {
+            let mut ks = [false; 3];
+            for x in v {
+                let s = text_of(x)?;
+                ks[ACCESS_KINDS.iter().position(|k| *k == s)?] = true;
+            }
+            k.kinds = Some(ks);
+            return Some(k);
+        }
+    }
+    None
+}
+
+#[async_trait]
+impl TableProvider for EventTable {
+    fn schema(&self) -> SchemaRef {
+        schema_for(self.calls)
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    fn supports_filters_pushdown(&self, f: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Inexact: chunks are skipped, the engine still filters the rows.
+        Ok(f.iter()
+            .map(|e| {
+                if pushed(self.calls, e).is_some() {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let full = self.schema();
+        let mut keep = Keep {
+            cols: projection.cloned().unwrap_or_else(|| (0..full.fields().len()).collect()),
+            ..Keep::default()
+        };
+        for f in filters {
+            if let Some(k) = pushed(self.calls, f) {
+                if let Some(t) = k.threads {
+                    keep.threads = Some(match keep.threads.take() {
+                        Some(old) => old.intersection(&t).copied().collect(),
+                        None => t,
+                    });
+                }
+                if let Some(ks) = k.kinds {
+                    let old = keep.kinds.unwrap_or([true; 3]);
+                    keep.kinds = Some([old[0] && ks[0], old[1] && ks[1], old[2] && ks[2]]);
+                }
+                keep.seq = meet(keep.seq, k.seq);
+                keep.clock = meet(keep.clock, k.clock);
+            }
+        }
+        let projected = Arc::new(full.project(&keep.cols)?);
+        // units of work: (trace, chunks of one stream)
+        let mut units: Vec<(usize, Vec<StreamChunk>)> = Vec::new();
+        for (ti, t) in self.data.traces.iter().enumerate() {
+            let mut by_stream: Vec<(ThreadId, Vec<StreamChunk>)> = Vec::new();
+            let all = t.reader.stream_chunks();
+            for (j, &c) in all.iter().enumerate() {
+                if keep.threads.as_ref().is_some_and(|s| !s.contains(&c.thread.0)) {
+                    continue;
+                }
+                let h = &t.reader.chunks()[c.chunk].header;
+                // chunk statistics: the numbers it holds, and its clocks (from its
+                // first to the next chunk's first); `calls` reads whole streams (depth)
+                let next = all.get(j + 1).filter(|n| n.thread == c.thread);
+                let last_seq = c.first_index + u64::from(h.counts.events).max(1) - 1;
+                let last_clock =
+                    next.map_or(u64::MAX, |n| t.reader.chunks()[n.chunk].header.first_clock);
+                let outside = |w: Option<(u64, u64)>, lo: u64, hi: u64| {
+                    w.is_some_and(|(a, b)| b < lo || a > hi || a > b)
+                };
+                if !self.calls
+                    && (outside(keep.seq, c.first_index, last_seq)
+                        || outside(keep.clock, h.first_clock, last_clock))
+                {
+                    continue;
+                }
+                if !self.calls {
+                    if let Some(k) = keep.kinds {
+                        // loads/stores counters: skip chunks that hold no access of a wanted kind
+                        let has = (k[0] && h.counts.loads > 0)
+                            || (k[1] && h.counts.stores > 0)
+                            || (k[2] && (h.counts.loads > 0 || h.counts.stores > 0));
+                        if !has {
+                            continue;
+                        }
+                    } else if h.counts.loads == 0 && h.counts.stores == 0 {
+                        continue;
+                    }
+                }
+                match by_stream.last_mut() {
+                    Some((th, v)) if *th == c.thread => v.push(c),
+                    _ => by_stream.push((c.thread, vec![c])),
+                }
+            }
+            for (_, chunks) in by_stream {
+                if self.calls {
+                    units.push((ti, chunks));
+                } else {
+                    units.extend(chunks.into_iter().map(|c| (ti, vec![c])));
+                }
+            }
+        }
+        // one partition per contiguous range of units, as many as the engine scans at once
+        let n = state.config().target_partitions().max(1).min(units.len().max(1));
+        let per = units.len().div_ceil(n).max(1);
+        let mut parts: Vec<Arc<dyn PartitionStream>> = Vec::new();
+        let mut it = units.into_iter().peekable();
+        while it.peek().is_some() {
+            let group: Vec<(usize, Vec<StreamChunk>)> = it.by_ref().take(per).collect();
+            parts.push(Arc::new(Part {
+                data: self.data.clone(),
+                calls: self.calls,
+                keep: keep.clone(),
+                schema: projected.clone(),
+                units: Arc::new(group),
+            }));
+        }
+        if parts.is_empty() {
+            parts.push(Arc::new(Part {
+                data: self.data.clone(),
+                calls: self.calls,
+                keep,
+                schema: projected.clone(),
+                units: Arc::new(Vec::new()),
+            }));
+        }
+        Ok(Arc::new(StreamingTableExec::try_new(projected, parts, None, Vec::new(), false, None)?))
+    }
+}
+
+/// One partition: its units decoded one chunk at a time as the engine pulls.
+struct Part {
+    data: Arc<Dataset>,
+    calls: bool,
+    keep: Keep,
+    schema: SchemaRef,
+    units: Arc<Vec<(usize, Vec<StreamChunk>)>>,
+}
+
+impl std::fmt::Debug for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Part({} units)", self.units.len())
+    }
+}
+
+impl PartitionStream for Part {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let data = self.data.clone();
+        let units = self.units.clone();
+        let keep = self.keep.clone();
+        let schema = self.schema.clone();
+        let calls = self.calls;
+        let mut dec = ChunkDecoder::new();
+        // (unit, chunk in unit, state)
+        let mut pos = (0usize, 0usize, StreamState::default());
+        let iter = std::iter::from_fn(move || loop {
+            let (u, k, st) = &mut pos;
+            let (trace, chunks) = units.get(*u)?;
+            let Some(c) = chunks.get(*k) else {
+                *u += 1;
+                *k = 0;
+                *st = StreamState::default();
+                continue;
+            };
+            *k += 1;
+            let (b, w) = batch_from_chunk(&data, *trace, c, calls, &keep, &schema, &mut dec, st);
+            if let Some(w) = w {
+                data.warn(w);
+                // the rest of a damaged stream cannot be trusted for depths; accesses go on
+                if calls {
+                    *k = chunks.len();
+                }
+            }
+            if let Some(b) = b {
+                return Some(Ok::<_, datafusion::error::DataFusionError>(b));
+            }
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), futures::stream::iter(iter)))
+    }
+}
+
+/// A table built whole when a query reads it.
+#[derive(Debug)]
+struct SmallTable {
+    data: Arc<Dataset>,
+    name: &'static str,
+}
+
+#[async_trait]
+impl TableProvider for SmallTable {
+    fn schema(&self) -> SchemaRef {
+        schema(self.name)
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let b = crate::small::build(&self.data, self.name)?;
+        MemTable::try_new(self.schema(), vec![vec![b]])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}
+
+/// Helpers for the small tables.
+pub(crate) fn dict_trace(names: Vec<&str>) -> ArrayRef {
+    let uniq: BTreeSet<&str> = names.iter().copied().collect();
+    let uniq: Vec<&str> = uniq.into_iter().collect();
+    let keys: Int32Array =
+        names.iter().map(|n| uniq.binary_search(n).ok().map(|i| i as i32)).collect();
+    Arc::new(
+        DictionaryArray::<Int32Type>::try_new(keys, Arc::new(StringArray::from(uniq)))
+            .expect("valid keys"),
+    )
+}
+
+pub(crate) fn dict_kind(names: Vec<&str>) -> ArrayRef {
+    let uniq: BTreeSet<&str> = names.iter().copied().collect();
+    let uniq: Vec<&str> = uniq.into_iter().collect();
+    let keys: Int8Array =
+        names.iter().map(|n| uniq.binary_search(n).ok().map(|i| i as i8)).collect();
+    Arc::new(
+        DictionaryArray::<Int8Type>::try_new(keys, Arc::new(StringArray::from(uniq)))
+            .expect("valid keys"),
+    )
+}
