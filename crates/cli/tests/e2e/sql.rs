@@ -445,7 +445,18 @@ fn collect_runs_a_continuous_query() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    /// Kills the collector however the test ends.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let err_pipe = child.stderr.take().unwrap();
+    let out = child.stdout.take().unwrap();
+    let _guard = Kill(child);
+    let mut err = BufReader::new(err_pipe).lines();
     let first = err.next().unwrap().unwrap();
     let addr = first
         .strip_prefix("memlens: collect: listening on ")
@@ -453,7 +464,6 @@ fn collect_runs_a_continuous_query() {
         .unwrap_or_else(|| panic!("{first}"))
         .to_string();
     let (tx, rx) = std::sync::mpsc::channel();
-    let out = child.stdout.take().unwrap();
     std::thread::spawn(move || {
         for l in BufReader::new(out).lines().map_while(Result::ok) {
             let _ = tx.send(l);
@@ -490,6 +500,4 @@ fn collect_runs_a_continuous_query() {
         last = l;
     }
     assert!(windows >= 1);
-    let _ = child.kill();
-    let _ = child.wait();
 }
