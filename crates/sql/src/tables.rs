@@ -7,11 +7,15 @@
 use crate::dataset::Dataset;
 use crate::Error;
 use async_trait::async_trait;
+use datafusion::arrow::array::PrimitiveArray;
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int8Array, RecordBatch, StringArray,
     UInt32Array, UInt64Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Int8Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{
+    ArrowDictionaryKeyType, ArrowNativeType, DataType, Field, Int32Type, Int8Type, Schema,
+    SchemaRef,
+};
 use datafusion::catalog::{MemTable, Session, TableProvider};
 use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::execution::TaskContext;
@@ -754,25 +758,22 @@ impl TableProvider for SmallTable {
     }
 }
 
-/// Helpers for the small tables.
-pub(crate) fn dict_trace(names: Vec<&str>) -> ArrayRef {
-    let uniq: BTreeSet<&str> = names.iter().copied().collect();
-    let uniq: Vec<&str> = uniq.into_iter().collect();
-    let keys: Int32Array =
-        names.iter().map(|n| uniq.binary_search(n).ok().map(|i| i as i32)).collect();
+/// A dictionary of `names` (the distinct values sorted) keyed by `K`.
+fn dict_of<K: ArrowDictionaryKeyType>(names: Vec<&str>) -> ArrayRef {
+    let uniq: Vec<&str> = names.iter().copied().collect::<BTreeSet<&str>>().into_iter().collect();
+    let keys: PrimitiveArray<K> =
+        names.iter().map(|n| uniq.binary_search(n).ok().and_then(K::Native::from_usize)).collect();
     Arc::new(
-        DictionaryArray::<Int32Type>::try_new(keys, Arc::new(StringArray::from(uniq)))
-            .expect("valid keys"),
+        DictionaryArray::<K>::try_new(keys, Arc::new(StringArray::from(uniq))).expect("valid keys"),
     )
 }
 
+/// The `trace` column of a small table.
+pub(crate) fn dict_trace(names: Vec<&str>) -> ArrayRef {
+    dict_of::<Int32Type>(names)
+}
+
+/// A `kind` column of a small table.
 pub(crate) fn dict_kind(names: Vec<&str>) -> ArrayRef {
-    let uniq: BTreeSet<&str> = names.iter().copied().collect();
-    let uniq: Vec<&str> = uniq.into_iter().collect();
-    let keys: Int8Array =
-        names.iter().map(|n| uniq.binary_search(n).ok().map(|i| i as i8)).collect();
-    Arc::new(
-        DictionaryArray::<Int8Type>::try_new(keys, Arc::new(StringArray::from(uniq)))
-            .expect("valid keys"),
-    )
+    dict_of::<Int8Type>(names)
 }
