@@ -6,7 +6,8 @@
 //! - [`ProbeModule`] is the extension point: a module answers a query (name,
 //!   description, requirements), checks them in `init`, names its actions and data
 //!   columns, and creates [`Probe`]s that aggregate their own values. Built in:
-//!   `count`, `timer` and `perf` ([`builtin_modules`]). On a memlens-built target
+//!   `count`, `timer`, `perf` and, for memlens-built targets, `heap`
+//!   ([`builtin_modules`]). On a memlens-built target
 //!   started with a control socket, `count` and `timer` on functions use the
 //!   function's NOP pad instead of a uprobe ([`inproc`]).
 //! - [`Target`] is the process (attached by PID, or launched and held before its first
@@ -22,6 +23,7 @@ mod collector;
 mod count;
 mod dylib;
 mod error;
+mod heap;
 pub mod inproc;
 mod locate;
 mod module;

@@ -208,6 +208,24 @@ impl Binary {
         Some((f.file.as_deref()?.to_owned(), u64::from(f.line?)))
     }
 
+    /// `FILE:LINE FUNCTION` of the call that returns to `ret` (an ELF address), as
+    /// `report` names an allocation site; `None` outside the executable's code.
+    pub fn call_site(&self, ret: u64) -> Option<String> {
+        self.offset_of(ret.checked_sub(1)?)?;
+        let func = self.function_at(ret.wrapping_sub(2));
+        let loc = self.symbols.frames(Pc(ret));
+        let f = loc.frames.first();
+        let at = match f.and_then(|f| Some((f.file.as_deref()?, f.line?))) {
+            Some((file, line)) => format!("{file}:{line}"),
+            None => format!("{ret:#x}"),
+        };
+        let func = f.and_then(|f| f.function.as_deref().map(str::to_owned)).or(func);
+        Some(match func {
+            Some(func) => format!("{at} {func}"),
+            None => at,
+        })
+    }
+
     /// The function containing `vaddr`, for display.
     pub fn function_at(&self, vaddr: u64) -> Option<String> {
         self.symbols.function_symbol(Pc(vaddr + 1)).map(|f| f.name.to_string())

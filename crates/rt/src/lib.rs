@@ -131,6 +131,7 @@ mod calls;
 mod elfsyms;
 mod fds;
 mod filter;
+mod liveheap;
 mod liveprobe;
 mod modules;
 mod options;

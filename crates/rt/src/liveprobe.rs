@@ -12,9 +12,15 @@
 //!
 //! - `hello` → `ok memlens-rt 1 pid=<pid> bias=<hex>` (the executable's load bias)
 //! - `add <id> count|timer <pad file address hex>` → `ok` or `err <reason>`
+//! - `add <id> heap` → `ok`, or `err` when a heap probe is active already
+//!   (`liveheap.rs`: bytes in use per allocation site from now on)
 //! - `rm <id>` → `ok` (the pad's original bytes are back) or `err <reason>`
-//! - `read` → `ok` then ` <id> <count> <sum_ns> <min_ns> <max_ns>` per probe
-//! - at `exit` the runtime sends `exit ok <id> <count> ...` unasked (the last values)
+//! - `read` → `ok` then ` <id> <count> <sum_ns> <min_ns> <max_ns>` per probe; for
+//!   the heap probe ` <id> <bytes> <blocks> <peak_bytes> <dropped>`
+//! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes>` per
+//!   allocation site (run-time return addresses; `1`: the catch-all row)
+//! - at `exit` the runtime sends `exit ok <id> <count> ...` unasked (the last values),
+//!   then `exit heap ...` (the `heap` answer) when a heap probe is active
 //! - `go` → `ok`: with `MEMLENS_CONTROL_HOLD` set the runtime waits (at most 10 s)
 //!   for it before `main`, so probes inserted first see every call
 //!
@@ -35,6 +41,7 @@ pub(crate) const MAX: usize = 256;
 const FREE: u8 = 0;
 const COUNT: u8 = 1;
 const TIMER: u8 = 2;
+const HEAP: u8 = 3;
 
 struct Slot {
     kind: AtomicU8,
@@ -272,7 +279,11 @@ extern "C" fn at_exit() {
         return;
     }
     let _g = crate::state::Guard::new();
-    let line = format!("exit {}\n", request("read"));
+    let mut line = format!("exit {}\n", request("read"));
+    if crate::liveheap::on() {
+        let sites = request("heap");
+        line.push_str(&format!("exit heap{}\n", sites.strip_prefix("ok").unwrap_or("")));
+    }
     // SAFETY: writing a buffer we own to the session's socket.
     unsafe { libc::send(fd, line.as_ptr().cast(), line.len(), libc::MSG_NOSIGNAL) };
 }
@@ -282,6 +293,15 @@ fn request(line: &str) -> String {
     match w.as_slice() {
         ["hello"] => {
             format!("ok memlens-rt 1 pid={} bias={:#x}", sys::getpid(), BIAS.load(Relaxed))
+        }
+        ["add", id, "heap"] => match id.parse::<u32>().map_err(|_| "bad id").and_then(add_heap) {
+            Ok(()) => "ok".into(),
+            Err(e) => format!("err {e}"),
+        },
+        ["heap"] => {
+            let mut s = String::from("ok");
+            crate::liveheap::sites(&mut s);
+            s
         }
         ["add", id, kind, pad] => {
             let kind = match *kind {
@@ -308,6 +328,11 @@ fn request(line: &str) -> String {
         ["read"] => {
             let mut s = String::from("ok");
             for slot in SLOTS.iter().filter(|s| s.kind.load(Acquire) != FREE) {
+                if slot.kind.load(Relaxed) == HEAP {
+                    let [b, n, peak, dropped] = crate::liveheap::totals();
+                    s.push_str(&format!(" {} {b} {n} {peak} {dropped}", slot.id.load(Relaxed)));
+                    continue;
+                }
                 let min = slot.min.load(Relaxed);
                 s.push_str(&format!(
                     " {} {} {} {} {}",
@@ -320,7 +345,7 @@ fn request(line: &str) -> String {
             }
             s
         }
-        _ => format!("err unknown request `{line}` (hello, add, rm, read, go)"),
+        _ => format!("err unknown request `{line}` (hello, add, rm, read, heap, go)"),
     }
 }
 
@@ -355,13 +380,7 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     } else {
         return Err("no 5-byte NOP pad there (was the program built with memlens cc?)");
     };
-    let (i, slot) = SLOTS
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.kind.compare_exchange(FREE, u8::MAX, Acquire, Relaxed).is_ok())
-        .ok_or("too many probes")?;
-    USED.fetch_max(i + 1, Relaxed);
-    slot.id.store(id, Relaxed);
+    let slot = take_slot(id)?;
     slot.orig.store(orig, Relaxed);
     slot.count.store(0, Relaxed);
     slot.sum.store(0, Relaxed);
@@ -380,11 +399,43 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Takes a free slot for probe `id` (its kind still reserved, `u8::MAX`).
+fn take_slot(id: u32) -> Result<&'static Slot, &'static str> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) != FREE && s.id.load(Relaxed) == id) {
+        return Err("a probe with this id exists");
+    }
+    let (i, slot) = SLOTS
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.kind.compare_exchange(FREE, u8::MAX, Acquire, Relaxed).is_ok())
+        .ok_or("too many probes")?;
+    USED.fetch_max(i + 1, Relaxed);
+    slot.id.store(id, Relaxed);
+    slot.pad_end.store(0, Relaxed);
+    Ok(slot)
+}
+
+fn add_heap(id: u32) -> Result<(), &'static str> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) == HEAP) {
+        return Err("a heap probe is active already (one per program)");
+    }
+    let slot = take_slot(id)?;
+    crate::liveheap::start();
+    slot.kind.store(HEAP, Release);
+    ON.store(true, Relaxed);
+    Ok(())
+}
+
 fn remove(id: u32) -> Result<(), &'static str> {
     let slot = SLOTS
         .iter()
-        .find(|s| matches!(s.kind.load(Acquire), COUNT | TIMER) && s.id.load(Relaxed) == id)
+        .find(|s| matches!(s.kind.load(Acquire), COUNT | TIMER | HEAP) && s.id.load(Relaxed) == id)
         .ok_or("no such probe")?;
+    if slot.kind.load(Relaxed) == HEAP {
+        crate::liveheap::stop();
+        slot.kind.store(FREE, Release);
+        return Ok(());
+    }
     let pad_end = slot.pad_end.load(Relaxed);
     let pad = pad_end - 5;
     let orig = slot.orig.load(Relaxed);

@@ -1,0 +1,227 @@
+//! In-process memory probes (`heap`, `watch`) of `memlens live` on programs built
+//! with `memlens cc` and started with `MEMLENS_CONTROL=1`: the runtime accounts
+//! allocations per call site (crates/rt/src/liveheap.rs). The programs take one
+//! command per line on stdin and answer each with a line, so every value is exact.
+
+use crate::live_probes::Live;
+use crate::util::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+fn build(dir: &Path, src: &str) -> PathBuf {
+    let exe = dir.join(src.trim_end_matches(".c"));
+    let out = Command::new(memlens())
+        .args(["cc", "-O1", "-g", "-pthread"])
+        .arg(programs().join(src))
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cc: {}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// A program driven over stdin, started with its runtime's control socket.
+struct Driven {
+    child: Child,
+    input: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Driven {
+    fn start(dir: &Path, exe: &Path) -> Driven {
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let mut child = Command::new(exe)
+            .env("MEMLENS_CONTROL", "1")
+            .env("XDG_RUNTIME_DIR", &run)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let d = Driven { child, input, lines };
+        let first = d.line();
+        assert!(first.starts_with("ready"), "{first}");
+        d
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn line(&self) -> String {
+        self.lines.recv_timeout(Duration::from_secs(120)).expect("the target printed nothing")
+    }
+
+    /// Sends one command and returns the number its "done" line ends with.
+    fn run(&mut self, cmd: &str) -> i64 {
+        writeln!(self.input, "{cmd}").unwrap();
+        self.input.flush().unwrap();
+        let l = self.line();
+        let name = cmd.split(' ').next().unwrap();
+        assert!(l.starts_with(&format!("done {name} ")), "{cmd}: {l}");
+        l.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    fn quit(mut self) {
+        writeln!(self.input, "q").unwrap();
+        self.input.flush().unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The heap probe's row of the site at `marker` in liveheap.c: (bytes, blocks, peak).
+fn site(probe: &Value, marker: &str) -> Option<(u64, u64, u64)> {
+    let at = format!("liveheap.c:{} ", line_of("liveheap.c", marker));
+    let rows = probe["sites"].as_array().expect("sites");
+    let row = rows.iter().find(|r| r["site"].as_str().unwrap().contains(&at))?;
+    let n = |k: &str| row[k].as_u64().unwrap();
+    Some((n("bytes"), n("blocks"), n("peak_bytes")))
+}
+
+fn totals(p: &Value) -> (u64, u64, u64, u64) {
+    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+    (n("bytes"), n("blocks"), n("peak_bytes"), n("dropped"))
+}
+
+#[test]
+fn heap_bytes_blocks_and_peaks_per_site_exact() {
+    let dir = scratch("live-heap");
+    let exe = build(&dir, "liveheap.c");
+    let mut t = Driven::start(&dir, &exe);
+    // Blocks from before the probe are not counted, nor are their frees.
+    t.run("o 10");
+    let live = Live::attach(&dir, t.pid(), &["--no-gui"]);
+    let heap = live.add("heap");
+    let p = live.get(heap);
+    assert_eq!(p["module"], "heap");
+    assert_eq!(totals(&p), (0, 0, 0, 0), "{p}");
+    assert_eq!(p["sites"], Value::Array(vec![]), "{p}");
+
+    t.run("a 20"); // 20 × 100 at A
+    t.run("b 5"); // 5 × 1000 at B (calloc)
+    t.run("fa 5");
+    t.run("fb 2");
+    let p = live.get(heap);
+    assert_eq!(site(&p, "heap-a"), Some((1500, 15, 2000)), "{p}");
+    assert_eq!(site(&p, "heap-b"), Some((3000, 3, 5000)), "{p}");
+    assert_eq!(totals(&p), (4500, 18, 7000, 0), "{p}");
+    let name = p["sites"][0]["site"].as_str().unwrap();
+    assert!(name.ends_with(" alloc_b"), "FILE:LINE FUNCTION: {name}");
+
+    // realloc moves a block to the realloc's site; old blocks' frees are ignored
+    t.run("g");
+    t.run("fo");
+    let p = live.get(heap);
+    assert_eq!(site(&p, "heap-a"), Some((1400, 14, 2000)), "{p}");
+    assert_eq!(site(&p, "heap-c"), Some((5000, 1, 5000)), "{p}");
+    assert_eq!(totals(&p), (9400, 18, 9400, 0), "{p}");
+    assert_eq!(site(&p, "heap-o"), None, "{p}");
+    // sorted by bytes in use
+    let bytes: Vec<u64> =
+        p["sites"].as_array().unwrap().iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(bytes, [5000, 3000, 1400], "{p}");
+
+    // 1000 short-lived blocks: in use 0, peak one block
+    assert!(t.run("t 1000") >= 0);
+    let p = live.get(heap);
+    assert_eq!(site(&p, "heap-t"), Some((0, 0, 64)), "{p}");
+    assert_eq!(totals(&p).0, 9400);
+
+    // Removed: allocation goes on unaffected, and a new probe starts from zero.
+    live.rm(heap);
+    assert!(live.list().is_empty());
+    t.run("a 5");
+    t.run("fa 20");
+    t.run("b 1");
+    let again = live.add("heap");
+    t.run("fb 4"); // blocks from before this probe
+    t.run("a 3");
+    let p = live.get(again);
+    assert_eq!(totals(&p), (300, 3, 300, 0), "{p}");
+    assert_eq!(site(&p, "heap-a"), Some((300, 3, 300)), "{p}");
+    // one heap probe at a time
+    let o = live.probe(&["add", "heap"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("a heap probe is active already"), "{}", stderr(&o));
+    t.quit();
+}
+
+#[test]
+fn heap_from_launch_ends_with_the_values_at_exit() {
+    let dir = scratch("live-heap-launch");
+    let exe = build(&dir, "liveheap.c");
+    let stream = dir.join("stream.jsonl");
+    let mut live = Command::new(memlens())
+        .args(["live", "--no-gui", "--probe", "heap", "--every", "50ms", "--json-stream"])
+        .arg(&stream)
+        .arg("--")
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    live.stdin.take().unwrap().write_all(b"a 3\nb 2\nfb 1\nq\n").unwrap();
+    let o = live.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["final"], true, "{last}");
+    let p = &last["probes"][0];
+    assert_eq!(site(p, "heap-a"), Some((300, 3, 300)), "{last}");
+    assert_eq!(site(p, "heap-b"), Some((1000, 1, 2000)), "{last}");
+    // stdio's buffers are allocated inside libc, also counted
+    assert!(totals(p).0 >= 1300, "{last}");
+}
+
+#[test]
+fn heap_on_a_program_not_built_by_memlens_is_refused() {
+    let dir = scratch("live-heap-plain");
+    let exe = dir.join("plain");
+    let out = Command::new("gcc")
+        .args(["-O1", "-g"])
+        .arg(programs().join("liveheap.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
+    let o = Command::new(memlens())
+        .args(["live", "--no-gui", "--probe", "heap", "--"])
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("module heap needs a memlens-built target"), "{err}");
+    assert!(err.contains("memlens cc"), "{err}");
+    assert!(!stdout(&o).contains("ready"), "the program never ran: {}", stdout(&o));
+}
