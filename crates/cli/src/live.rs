@@ -277,7 +277,7 @@ fn finish((code, last): (i32, Value), summary: bool) -> Result<i32> {
 }
 
 fn values_text(row: &Value) -> String {
-    let skip = ["id", "spec", "module", "location", "hist", "sites"];
+    let skip = ["id", "spec", "module", "location", "hist", "sites", "threads", "lines"];
     row.as_object()
         .map(|o| {
             o.iter()

@@ -28,6 +28,10 @@ pub type Values = (u64, u64, u64, u64);
 /// bytes in use.
 pub type SiteRow = (u64, u64, u64, u64);
 
+/// The watch probe's rows: the last store's (thread, run-time code address), 0 0
+/// before any, and per (thread, code address) the loads and stores.
+pub type WatchRows = ((u32, u64), Vec<(u32, u64, u64, u64)>);
+
 /// A connection to a target's runtime.
 pub struct Control {
     out: UnixStream,
@@ -39,6 +43,8 @@ pub struct Control {
     last: Option<HashMap<u32, Values>>,
     /// The heap probe's sites, sent as the target exited.
     last_heap: Option<Vec<SiteRow>>,
+    /// The watch probe's rows, sent as the target exited.
+    last_watch: Option<WatchRows>,
 }
 
 /// The control socket a runtime started with `MEMLENS_CONTROL=1` opens.
@@ -64,7 +70,15 @@ impl Control {
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         let input = BufReader::new(s.try_clone().map_err(|e| Error::io("control socket", e))?);
-        let mut c = Control { out: s, input, next_id: 1, bias: 0, last: None, last_heap: None };
+        let mut c = Control {
+            out: s,
+            input,
+            next_id: 1,
+            bias: 0,
+            last: None,
+            last_heap: None,
+            last_watch: None,
+        };
         let hello = c.ask("hello")?;
         let bias = hello
             .split_whitespace()
@@ -98,6 +112,8 @@ impl Control {
                 self.last = Some(parse_values(rest));
             } else if let Some(rest) = line.strip_prefix("exit heap") {
                 self.last_heap = Some(parse_sites(rest));
+            } else if let Some(rest) = line.strip_prefix("exit watch") {
+                self.last_watch = Some(parse_watch(rest));
             } else {
                 break;
             }
@@ -136,6 +152,22 @@ impl Control {
         }
     }
 
+    /// Starts the watch probe on `size` bytes at file address `at`.
+    pub fn add_watch(&mut self, at: u64, size: u64) -> Result<u32> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ask(&format!("add {id} watch {at:x} {size}"))?;
+        Ok(id)
+    }
+
+    /// The watch probe's rows (after the target exited: as it exited).
+    pub fn watch(&mut self) -> Result<WatchRows> {
+        match self.ask("watch") {
+            Ok(rest) => Ok(parse_watch(&rest)),
+            Err(e) => self.last_watch.clone().ok_or(e),
+        }
+    }
+
     /// Removes probe `id` (the pad's NOPs are back when this returns).
     pub fn remove(&mut self, id: u32) -> Result<()> {
         self.ask(&format!("rm {id}")).map(|_| ())
@@ -168,6 +200,24 @@ fn parse_sites(text: &str) -> Vec<SiteRow> {
             Some((u64::from_str_radix(c[0], 16).ok()?, n(c[1])?, n(c[2])?, n(c[3])?))
         })
         .collect()
+}
+
+fn parse_watch(text: &str) -> WatchRows {
+    let w: Vec<&str> = text.split_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let last = match w.as_slice() {
+        [t, pc, ..] => (t.parse().unwrap_or(0), hex(pc).unwrap_or(0)),
+        _ => (0, 0),
+    };
+    let rows = w
+        .get(2..)
+        .unwrap_or_default()
+        .chunks_exact(4)
+        .filter_map(|c| {
+            Some((c[0].parse().ok()?, hex(c[1])?, c[2].parse().ok()?, c[3].parse().ok()?))
+        })
+        .collect();
+    (last, rows)
 }
 
 /// The pad file address of each point, when every point is a function entry with

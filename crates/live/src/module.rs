@@ -82,6 +82,7 @@ pub fn builtin_modules() -> Vec<Box<dyn ProbeModule>> {
         Box::new(crate::timer::TimerModule),
         Box::new(crate::perfmod::PerfModule::default()),
         Box::new(crate::heap::HeapModule),
+        Box::new(crate::watch::WatchModule),
     ]
 }
 

@@ -14,13 +14,19 @@
 //! - `add <id> count|timer <pad file address hex>` → `ok` or `err <reason>`
 //! - `add <id> heap` → `ok`, or `err` when a heap probe is active already
 //!   (`liveheap.rs`: bytes in use per allocation site from now on)
+//! - `add <id> watch <file address hex> <size>` → `ok`, or `err` when a watch probe
+//!   is active already (`livewatch.rs`: loads and stores of those bytes)
 //! - `rm <id>` → `ok` (the pad's original bytes are back) or `err <reason>`
 //! - `read` → `ok` then ` <id> <count> <sum_ns> <min_ns> <max_ns>` per probe; for
-//!   the heap probe ` <id> <bytes> <blocks> <peak_bytes> <dropped>`
+//!   the heap probe ` <id> <bytes> <blocks> <peak_bytes> <dropped>`, for the watch
+//!   probe ` <id> <loads> <stores> <dropped> <value>` (the bytes now, when ≤ 8)
 //! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes>` per
 //!   allocation site (run-time return addresses; `1`: the catch-all row)
+//! - `watch` → `ok <last store's tid> <its pc hex>` (`0 0`: none yet), then
+//!   ` <tid> <pc hex> <loads> <stores>` per (thread, code address)
 //! - at `exit` the runtime sends `exit ok <id> <count> ...` unasked (the last values),
-//!   then `exit heap ...` (the `heap` answer) when a heap probe is active
+//!   then `exit heap ...` (the `heap` answer) when a heap probe is active, and
+//!   `exit watch ...` likewise
 //! - `go` → `ok`: with `MEMLENS_CONTROL_HOLD` set the runtime waits (at most 10 s)
 //!   for it before `main`, so probes inserted first see every call
 //!
@@ -42,6 +48,7 @@ const FREE: u8 = 0;
 const COUNT: u8 = 1;
 const TIMER: u8 = 2;
 const HEAP: u8 = 3;
+const WATCH: u8 = 4;
 
 struct Slot {
     kind: AtomicU8,
@@ -284,6 +291,10 @@ extern "C" fn at_exit() {
         let sites = request("heap");
         line.push_str(&format!("exit heap{}\n", sites.strip_prefix("ok").unwrap_or("")));
     }
+    if crate::livewatch::on() {
+        let rows = request("watch");
+        line.push_str(&format!("exit watch{}\n", rows.strip_prefix("ok").unwrap_or("")));
+    }
     // SAFETY: writing a buffer we own to the session's socket.
     unsafe { libc::send(fd, line.as_ptr().cast(), line.len(), libc::MSG_NOSIGNAL) };
 }
@@ -298,6 +309,21 @@ fn request(line: &str) -> String {
             Ok(()) => "ok".into(),
             Err(e) => format!("err {e}"),
         },
+        ["add", id, "watch", at, size] => {
+            let (Ok(id), Some(at), Ok(size)) = (id.parse::<u32>(), hex(at), size.parse::<u64>())
+            else {
+                return "err usage: add ID watch ADDR_HEX SIZE".into();
+            };
+            match add_watch(id, at.wrapping_add(BIAS.load(Relaxed)), size) {
+                Ok(()) => "ok".into(),
+                Err(e) => format!("err {e}"),
+            }
+        }
+        ["watch"] => {
+            let mut s = String::from("ok");
+            crate::livewatch::rows(&mut s);
+            s
+        }
         ["heap"] => {
             let mut s = String::from("ok");
             crate::liveheap::sites(&mut s);
@@ -333,6 +359,11 @@ fn request(line: &str) -> String {
                     s.push_str(&format!(" {} {b} {n} {peak} {dropped}", slot.id.load(Relaxed)));
                     continue;
                 }
+                if slot.kind.load(Relaxed) == WATCH {
+                    let [l, st, dropped, v] = crate::livewatch::totals();
+                    s.push_str(&format!(" {} {l} {st} {dropped} {v}", slot.id.load(Relaxed)));
+                    continue;
+                }
                 let min = slot.min.load(Relaxed);
                 s.push_str(&format!(
                     " {} {} {} {} {}",
@@ -345,7 +376,7 @@ fn request(line: &str) -> String {
             }
             s
         }
-        _ => format!("err unknown request `{line}` (hello, add, rm, read, heap, go)"),
+        _ => format!("err unknown request `{line}` (hello, add, rm, read, heap, watch, go)"),
     }
 }
 
@@ -426,13 +457,41 @@ fn add_heap(id: u32) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// `addr..addr+size` lies in a segment of the executable (a global variable).
+fn in_image(addr: u64, size: u64) -> bool {
+    let mods = crate::modules::scan();
+    let Some(m) = mods.first() else { return false };
+    let Some(rel) = addr.checked_sub(m.bias) else { return false };
+    m.segments.iter().any(|s| s.vaddr <= rel && rel + size <= s.vaddr + s.memsz)
+}
+
+fn add_watch(id: u32, addr: u64, size: u64) -> Result<(), &'static str> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) == WATCH) {
+        return Err("a watch probe is active already (one per program)");
+    }
+    if size == 0 || !in_image(addr, size) {
+        return Err("the address range is not in the program's data");
+    }
+    let slot = take_slot(id)?;
+    crate::livewatch::start(addr, size);
+    slot.kind.store(WATCH, Release);
+    ON.store(true, Relaxed);
+    Ok(())
+}
+
 fn remove(id: u32) -> Result<(), &'static str> {
     let slot = SLOTS
         .iter()
-        .find(|s| matches!(s.kind.load(Acquire), COUNT | TIMER | HEAP) && s.id.load(Relaxed) == id)
+        .find(|s| {
+            matches!(s.kind.load(Acquire), COUNT | TIMER | HEAP | WATCH) && s.id.load(Relaxed) == id
+        })
         .ok_or("no such probe")?;
-    if slot.kind.load(Relaxed) == HEAP {
-        crate::liveheap::stop();
+    match slot.kind.load(Relaxed) {
+        HEAP => crate::liveheap::stop(),
+        WATCH => crate::livewatch::stop(),
+        _ => {}
+    }
+    if matches!(slot.kind.load(Relaxed), HEAP | WATCH) {
         slot.kind.store(FREE, Release);
         return Ok(());
     }

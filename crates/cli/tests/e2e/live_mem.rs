@@ -5,7 +5,7 @@
 
 use crate::live_probes::Live;
 use crate::util::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -69,14 +69,19 @@ impl Driven {
         self.lines.recv_timeout(Duration::from_secs(120)).expect("the target printed nothing")
     }
 
-    /// Sends one command and returns the number its "done" line ends with.
-    fn run(&mut self, cmd: &str) -> i64 {
+    /// Sends one command and returns the numbers of its "done" line.
+    fn send(&mut self, cmd: &str) -> Vec<i64> {
         writeln!(self.input, "{cmd}").unwrap();
         self.input.flush().unwrap();
         let l = self.line();
         let name = cmd.split(' ').next().unwrap();
         assert!(l.starts_with(&format!("done {name} ")), "{cmd}: {l}");
-        l.rsplit(' ').next().unwrap().parse().unwrap()
+        l.split(' ').skip(2).map(|w| w.parse().unwrap()).collect()
+    }
+
+    /// Sends one command and returns the number its "done" line ends with.
+    fn run(&mut self, cmd: &str) -> i64 {
+        *self.send(cmd).last().unwrap()
     }
 
     fn quit(mut self) {
@@ -199,9 +204,81 @@ fn heap_from_launch_ends_with_the_values_at_exit() {
     assert!(totals(p).0 >= 1300, "{last}");
 }
 
+/// The row of `rows` (`lines` of a watch probe) at `marker` in livewatch.c.
+fn at_line<'a>(rows: &'a Value, marker: &str) -> &'a Value {
+    let at = format!("livewatch.c:{} ", line_of("livewatch.c", marker));
+    let rows = rows.as_array().expect("rows");
+    rows.iter().find(|r| r["line"].as_str().unwrap().contains(&at)).unwrap_or(&Value::Null)
+}
+
+fn ls(row: &Value) -> (u64, u64) {
+    (row["loads"].as_u64().unwrap(), row["stores"].as_u64().unwrap())
+}
+
 #[test]
-fn heap_on_a_program_not_built_by_memlens_is_refused() {
-    let dir = scratch("live-heap-plain");
+fn watch_counts_loads_and_stores_per_thread_and_line_exact() {
+    let dir = scratch("live-watch");
+    let exe = build(&dir, "livewatch.c");
+    let mut t = Driven::start(&dir, &exe);
+    t.send("r 4 4 4"); // before the probe: not counted
+    let live = Live::attach(&dir, t.pid(), &["--no-gui"]);
+    let w = live.add("watch:cfg.limit");
+    let p = live.get(w);
+    let loc = p["location"].as_str().unwrap();
+    assert!(loc.starts_with("cfg.limit @ 0x") && loc.ends_with("(4 bytes, int)"), "{p}");
+    assert_eq!((ls(&p), &p["value"], &p["last_store"]), ((0, 0), &json!(1004), &Value::Null));
+
+    // A stores 1..=10, then B stores 1001..=1005 and loads it 3 times.
+    let r = t.send("r 10 5 3");
+    let (a, b) = (r[0], r[1]);
+    assert_eq!(r[2], 3 * 1005);
+    let p = live.get(w);
+    // cfg.after, stored next to each cfg.limit store, is not counted
+    assert_eq!(ls(&p), (3, 15), "{p}");
+    assert_eq!(p["value"], 1005, "{p}");
+    assert_eq!(p["dropped"], 0, "{p}");
+    assert_eq!(
+        p["threads"],
+        json!([{"thread": a, "loads": 0, "stores": 10}, {"thread": b, "loads": 3, "stores": 5}]),
+        "{p}"
+    );
+    assert_eq!(ls(at_line(&p["lines"], "watch-a")), (0, 10), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-b")), (0, 5), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-load")), (3, 0), "{p}");
+    assert_eq!(p["lines"].as_array().unwrap().len(), 3, "{p}");
+    assert_eq!(p["last_store"]["thread"], b, "{p}");
+    let last = p["last_store"]["line"].as_str().unwrap();
+    assert!(last.contains(&format!("livewatch.c:{} set_b", line_of("livewatch.c", "watch-b"))));
+
+    // one watch at a time; bad variables are one line and exit 2
+    for (spec, why) in [
+        ("watch:counter", "a watch probe is active already"),
+        ("watch:cfg.nope", "cfg has no member .nope"),
+        ("watch:nosuch", "no global variable nosuch"),
+    ] {
+        let o = live.probe(&["add", spec]);
+        assert_eq!(o.status.code(), Some(2), "{spec}");
+        assert!(stderr(&o).contains(why) && stderr(&o).lines().count() == 1, "{}", stderr(&o));
+    }
+
+    // Removed: the program runs on; a new watch counts from zero.
+    live.rm(w);
+    assert_eq!(t.send("r 2 2 2")[2], 2 * 1002);
+    let c = live.add("watch:counter");
+    assert_eq!(t.run("c 7"), 7);
+    let p = live.get(c);
+    // 7 increments, and main's printf of the result loads it once more
+    assert_eq!((ls(&p), &p["value"]), ((8, 7), &json!(7)), "{p}");
+    assert_eq!(p["threads"], json!([{"thread": t.pid(), "loads": 8, "stores": 7}]), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-counter")), (7, 7), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-print")), (1, 0), "{p}");
+    assert!(p["location"].as_str().unwrap().starts_with("counter @ 0x"), "{p}");
+    t.quit();
+}
+
+#[test]
+fn memory_probes_on_a_program_not_built_by_memlens_are_refused() {
+    let dir = scratch("live-mem-plain");
     let exe = dir.join("plain");
     let out = Command::new("gcc")
         .args(["-O1", "-g"])
@@ -211,17 +288,20 @@ fn heap_on_a_program_not_built_by_memlens_is_refused() {
         .output()
         .unwrap();
     assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
-    let o = Command::new(memlens())
-        .args(["live", "--no-gui", "--probe", "heap", "--"])
-        .arg(&exe)
-        .env("XDG_RUNTIME_DIR", &dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("module heap needs a memlens-built target"), "{err}");
-    assert!(err.contains("memlens cc"), "{err}");
-    assert!(!stdout(&o).contains("ready"), "the program never ran: {}", stdout(&o));
+    for spec in ["heap", "watch:old"] {
+        let o = Command::new(memlens())
+            .args(["live", "--no-gui", "--probe", spec, "--"])
+            .arg(&exe)
+            .env("XDG_RUNTIME_DIR", &dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let name = spec.split(':').next().unwrap();
+        assert!(err.contains(&format!("module {name} needs a memlens-built target")), "{err}");
+        assert!(err.contains("memlens cc"), "{err}");
+        assert!(!stdout(&o).contains("ready"), "the program never ran: {}", stdout(&o));
+    }
 }
