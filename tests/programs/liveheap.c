@@ -6,7 +6,10 @@
  *   b K   K calloc(4, 250) (1000 bytes) at site B      fb K free the last K B blocks
  *   g     realloc the last A block to 5000 bytes at site C
  *   t N   N times malloc(64) + free, timed: "done t NS_PER_PAIR"
+ *   p K   8 threads at once each malloc(100) K times at site P and free every other
+ *         block right after the next one is allocated: 8 × K/2 blocks stay, leaked
  *   q     exit 0 (blocks still held stay allocated). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,20 @@ __attribute__((noinline)) static void alloc_b(int k) {
 
 __attribute__((noinline)) static void grow_last_a(void) {
     as[na - 1] = realloc(as[na - 1], 5000); // @heap-c
+}
+
+#define THREADS 8
+static void *kept[THREADS][MAX];
+static long per_thread;
+
+static void *par(void *arg) {
+    void **mine = kept[(long)arg];
+    for (long i = 0; i < per_thread; i++) {
+        mine[i] = malloc(100); // @heap-p
+        if (i % 2 == 1)
+            free(mine[i - 1]);
+    }
+    return NULL;
 }
 
 __attribute__((noinline)) static long churn(long n) {
@@ -77,7 +94,14 @@ int main(void) {
                 free(bs[--nb]);
         else if (!strcmp(cmd, "g"))
             grow_last_a();
-        else if (!strcmp(cmd, "t"))
+        else if (!strcmp(cmd, "p")) {
+            pthread_t th[THREADS];
+            per_thread = k < MAX ? k : MAX;
+            for (long i = 0; i < THREADS; i++)
+                pthread_create(&th[i], NULL, par, (void *)i);
+            for (long i = 0; i < THREADS; i++)
+                pthread_join(th[i], NULL);
+        } else if (!strcmp(cmd, "t"))
             k = churn(k);
         else if (!strcmp(cmd, "q"))
             return 0;

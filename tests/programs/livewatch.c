@@ -4,6 +4,7 @@
  *   r N M K  thread A stores 1..N to cfg.limit, then (after it ended) thread B stores
  *            1000+1..1000+M and loads it K times: "done r TID_A TID_B SUM_OF_LOADS"
  *   c K      the main thread increments counter K times: "done c COUNTER"
+ *   h K      hist[i % 4]++ for i < K: "done h HIST2"
  *   t K      K increments of counter, timed: "done t NS_PER_INCREMENT"
  *   q        exit 0. */
 #define _GNU_SOURCE
@@ -22,6 +23,7 @@ struct config {
 
 struct config cfg;
 int counter;
+int hist[4];
 
 __attribute__((noinline)) void set_a(int v) {
     cfg.limit = v; // @watch-a
@@ -83,6 +85,10 @@ int main(void) {
             for (long i = 0; i < a; i++)
                 bump();
             printf("done c %d\n", counter); // @watch-print
+        } else if (!strcmp(cmd, "h")) {
+            for (long i = 0; i < a; i++)
+                hist[i % 4]++; // @watch-hist
+            printf("done h %d\n", hist[2]); // @watch-hist-print
         } else if (!strcmp(cmd, "t")) {
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);

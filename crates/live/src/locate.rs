@@ -285,10 +285,12 @@ impl Binary {
             }
             for off in 0..v.size {
                 let Some(d) = self.symbols.data_name(Addr(start + off)) else { continue };
-                if inside(&d.display()) {
+                let name = d.display();
+                if inside(&name) {
                     if lo.is_none() {
                         lo = Some(off);
-                        leaf = Some(d);
+                        // a scalar member's type (an array's first element's is not its)
+                        leaf = (name == spec).then_some(d);
                     }
                     hi = off + 1;
                 }

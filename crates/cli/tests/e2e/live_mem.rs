@@ -156,6 +156,21 @@ fn heap_bytes_blocks_and_peaks_per_site_exact() {
     assert_eq!(site(&p, "heap-t"), Some((0, 0, 64)), "{p}");
     assert_eq!(totals(&p).0, 9400);
 
+    // 8 threads allocating and freeing at once: the accounting stays exact.
+    t.run("p 4000");
+    let p = live.get(heap);
+    let (bytes, blocks, peak) = site(&p, "heap-p").unwrap();
+    assert_eq!((bytes, blocks), (8 * 2000 * 100, 8 * 2000), "{p}");
+    assert!((bytes..=bytes + 8 * 100).contains(&peak), "{p}");
+    // pthread_create's own blocks (libc's, outside the executable) count too: the
+    // totals are the sites' sums
+    let sum = |k: &str| -> u64 {
+        p["sites"].as_array().unwrap().iter().map(|r| r[k].as_u64().unwrap()).sum()
+    };
+    assert_eq!((totals(&p).0, totals(&p).1), (sum("bytes"), sum("blocks")), "{p}");
+    assert!(totals(&p).0 >= 9400 + bytes, "{p}");
+    assert_eq!(totals(&p).3, 0, "{p}");
+
     // Removed: allocation goes on unaffected, and a new probe starts from zero.
     live.rm(heap);
     assert!(live.list().is_empty());
@@ -273,6 +288,16 @@ fn watch_counts_loads_and_stores_per_thread_and_line_exact() {
     assert_eq!(ls(at_line(&p["lines"], "watch-counter")), (7, 7), "{p}");
     assert_eq!(ls(at_line(&p["lines"], "watch-print")), (1, 0), "{p}");
     assert!(p["location"].as_str().unwrap().starts_with("counter @ 0x"), "{p}");
+
+    // one element of an array
+    live.rm(c);
+    let h = live.add("watch:hist[2]");
+    assert!(live.get(h)["location"].as_str().unwrap().ends_with("(4 bytes, int)"));
+    assert_eq!(t.run("h 12"), 3);
+    let p = live.get(h);
+    assert_eq!((ls(&p), &p["value"]), ((4, 3), &json!(3)), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-hist")), (3, 3), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-hist-print")), (1, 0), "{p}");
     t.quit();
 }
 
