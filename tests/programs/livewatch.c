@@ -5,6 +5,7 @@
  *            1000+1..1000+M and loads it K times: "done r TID_A TID_B SUM_OF_LOADS"
  *   c K      the main thread increments counter K times: "done c COUNTER"
  *   h K      hist[i % 4]++ for i < K: "done h HIST2"
+ *   x K      K atomic fetch-adds of hits, one atomic load: "done x HITS"
  *   t K      K increments of counter, timed: "done t NS_PER_INCREMENT"
  *   q        exit 0. */
 #define _GNU_SOURCE
@@ -24,6 +25,7 @@ struct config {
 struct config cfg;
 int counter;
 int hist[4];
+int hits;
 
 __attribute__((noinline)) void set_a(int v) {
     cfg.limit = v; // @watch-a
@@ -89,6 +91,10 @@ int main(void) {
             for (long i = 0; i < a; i++)
                 hist[i % 4]++; // @watch-hist
             printf("done h %d\n", hist[2]); // @watch-hist-print
+        } else if (!strcmp(cmd, "x")) {
+            for (long i = 0; i < a; i++)
+                __atomic_fetch_add(&hits, 1, __ATOMIC_RELAXED); // @watch-rmw
+            printf("done x %d\n", __atomic_load_n(&hits, __ATOMIC_ACQUIRE)); // @watch-aload
         } else if (!strcmp(cmd, "t")) {
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -298,6 +298,15 @@ fn watch_counts_loads_and_stores_per_thread_and_line_exact() {
     assert_eq!((ls(&p), &p["value"]), ((4, 3), &json!(3)), "{p}");
     assert_eq!(ls(at_line(&p["lines"], "watch-hist")), (3, 3), "{p}");
     assert_eq!(ls(at_line(&p["lines"], "watch-hist-print")), (1, 0), "{p}");
+
+    // atomics: a fetch-add reads and writes, an atomic load reads
+    live.rm(h);
+    let x = live.add("watch:hits");
+    assert_eq!(t.run("x 6"), 6);
+    let p = live.get(x);
+    assert_eq!((ls(&p), &p["value"]), ((7, 6), &json!(6)), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-rmw")), (6, 6), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-aload")), (1, 0), "{p}");
     t.quit();
 }
 
