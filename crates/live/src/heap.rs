@@ -34,6 +34,23 @@ pub(crate) fn runtime(target: &Target, module: &str) -> Result<Arc<Mutex<Control
     })
 }
 
+/// A code address outside the executable, named after the library mapped there
+/// (`0x7f.. in libstdc++.so.6`): only the executable's DWARF is read.
+pub(crate) fn outside(pid: i32, pc: u64) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let lib = maps.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        let (lo, hi) = w.next()?.split_once('-')?;
+        let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+        let path = w.nth(4)?;
+        (lo <= pc && pc < hi).then(|| path.rsplit('/').next().unwrap_or(path).to_owned())
+    });
+    match lib {
+        Some(lib) => format!("{pc:#x} in {lib}"),
+        None => format!("{pc:#x} (outside the executable)"),
+    }
+}
+
 pub(crate) fn not_memlens_built(binary: &crate::Binary, module: &str) -> Error {
     Error::Unavailable(format!(
         "module {module} needs a memlens-built target: {} was not built with memlens cc (rebuild it with `memlens cc`/`memlens c++`)",
@@ -84,6 +101,7 @@ impl ProbeModule for HeapModule {
         };
         Ok(Box::new(HeapProbe {
             control,
+            pid: target.pid(),
             id,
             bias,
             binary: target.shared_binary(),
@@ -95,6 +113,7 @@ impl ProbeModule for HeapModule {
 
 struct HeapProbe {
     control: Arc<Mutex<Control>>,
+    pid: i32,
     id: u32,
     bias: u64,
     /// Names the sites.
@@ -124,7 +143,7 @@ impl HeapProbe {
                 }
                 self.binary
                     .call_site(pc.wrapping_sub(self.bias))
-                    .unwrap_or_else(|| format!("{pc:#x} (outside the executable)"))
+                    .unwrap_or_else(|| outside(self.pid, pc))
             })
             .clone()
     }

@@ -222,12 +222,17 @@ impl Binary {
     }
 
     /// `FILE:LINE FUNCTION` of the call that returns to `ret` (an ELF address), as
-    /// `report` names an allocation site; `None` outside the executable's code.
+    /// `report` names an allocation site (crates/names: the innermost inlined frame
+    /// outside the toolchain's own sources, so a `std::vector`'s growth is charged to
+    /// the user's line); `None` outside the executable's code.
     pub fn call_site(&self, ret: u64) -> Option<String> {
         self.offset_of(ret.checked_sub(1)?)?;
         let func = self.function_at(ret.wrapping_sub(2));
         let loc = self.symbols.frames(Pc(ret));
-        let f = loc.frames.first();
+        let user = |f: &&memlens_symbols::Frame| {
+            f.file.as_deref().is_some_and(|p| !memlens_names::is_toolchain_source(p))
+        };
+        let f = loc.frames.iter().find(user).or(loc.frames.first());
         let at = match f.and_then(|f| Some((f.file.as_deref()?, f.line?))) {
             Some((file, line)) => format!("{file}:{line}"),
             None => format!("{ret:#x}"),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
-use crate::heap::{runtime, MEMLENS_BUILT};
+use crate::heap::{outside, runtime, MEMLENS_BUILT};
 use crate::inproc::{Control, Values, WatchRows};
 use crate::locate::{Binary, Variable};
 use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
@@ -66,6 +66,7 @@ impl ProbeModule for WatchModule {
         let bias = control.lock().map(|c| c.bias).unwrap_or(0);
         Ok(Box::new(WatchProbe {
             control,
+            pid: target.pid(),
             id,
             bias,
             var,
@@ -78,6 +79,7 @@ impl ProbeModule for WatchModule {
 
 struct WatchProbe {
     control: Arc<Mutex<Control>>,
+    pid: i32,
     id: u32,
     bias: u64,
     var: Variable,
@@ -125,7 +127,7 @@ impl WatchProbe {
             .or_insert_with(|| {
                 self.binary
                     .call_site(pc.wrapping_sub(self.bias))
-                    .unwrap_or_else(|| format!("{pc:#x} (outside the executable)"))
+                    .unwrap_or_else(|| outside(self.pid, pc))
             })
             .clone()
     }

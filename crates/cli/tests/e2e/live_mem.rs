@@ -169,6 +169,17 @@ fn heap_bytes_blocks_and_peaks_per_site_exact() {
     };
     assert_eq!((totals(&p).0, totals(&p).1), (sum("bytes"), sum("blocks")), "{p}");
     assert!(totals(&p).0 >= 9400 + bytes, "{p}");
+    let libs: Vec<&str> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["site"].as_str().unwrap())
+        .filter(|s| s.starts_with("0x"))
+        .collect();
+    assert!(
+        !libs.is_empty() && libs.iter().all(|s| s.contains(" in ") && s.contains(".so")),
+        "{p}"
+    );
     assert_eq!(totals(&p).3, 0, "{p}");
 
     // Removed: allocation goes on unaffected, and a new probe starts from zero.
