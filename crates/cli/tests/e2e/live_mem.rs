@@ -321,6 +321,63 @@ fn watch_counts_loads_and_stores_per_thread_and_line_exact() {
     t.quit();
 }
 
+/// The heap probe's row of the site at `marker` in `src`: (bytes, blocks, peak).
+fn site_in(probe: &Value, src: &str, marker: &str) -> Option<(u64, u64, u64)> {
+    let at = format!("{src}:{} ", line_of(src, marker));
+    let rows = probe["sites"].as_array().expect("sites");
+    let row = rows.iter().find(|r| r["site"].as_str().unwrap().contains(&at))?;
+    let n = |k: &str| row[k].as_u64().unwrap();
+    Some((n("bytes"), n("blocks"), n("peak_bytes")))
+}
+
+#[test]
+fn heap_charges_cxx_container_growth_to_the_user_line() {
+    let dir = scratch("live-heap-cxx");
+    let exe = dir.join("liveheap-cxx");
+    let out = Command::new(memlens())
+        .args(["c++", "-O1", "-g"])
+        .arg(programs().join("liveheap.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens c++: {}", String::from_utf8_lossy(&out.stderr));
+    let stream = dir.join("stream.jsonl");
+    let mut live = Command::new(memlens())
+        .args(["live", "--no-gui", "--probe", "heap", "--json-stream"])
+        .arg(&stream)
+        .arg("--")
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    live.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let o = live.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "done 1024");
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let p = &last["probes"][0];
+    // 1, 2, 4, ... 1024 ints: the last buffer stays, the one before it was the peak's
+    // other half. clang inlines libstdc++'s allocator into main: the push_back line;
+    // g++ calls it out of line, and only the call site is known: the allocator.
+    let growth = site_in(p, "liveheap.cpp", "cxx-push").or_else(|| {
+        let rows = p["sites"].as_array().unwrap();
+        let r = rows.iter().find(|r| {
+            r["site"].as_str().unwrap().contains("std::__new_allocator<int>::allocate")
+        })?;
+        let n = |k: &str| r[k].as_u64().unwrap();
+        Some((n("bytes"), n("blocks"), n("peak_bytes")))
+    });
+    assert_eq!(growth, Some((4096, 1, 4096 + 2048)), "{last}");
+    assert_eq!(site_in(p, "liveheap.cpp", "cxx-vec"), Some((24, 1, 24)), "{last}");
+    assert_eq!(site_in(p, "liveheap.cpp", "cxx-new"), Some((40, 1, 40)), "{last}");
+}
+
 #[test]
 fn memory_probes_on_a_program_not_built_by_memlens_are_refused() {
     let dir = scratch("live-mem-plain");
