@@ -130,6 +130,7 @@ pub fn live(a: LiveArgs) -> Result<i32> {
         (None, true) => bail!("nothing to probe: give --pid PID or -- PROG ARGS"),
         (Some(pid), true) => {
             let mut target = Target::attach(pid)?;
+            modules.precheck(&a.probes, target.binary())?;
             // a memlens-built program started with MEMLENS_CONTROL=1 takes pad probes
             let rt = memlens_live::inproc::default_socket(pid)?;
             if rt.exists() {
@@ -151,6 +152,7 @@ pub fn live(a: LiveArgs) -> Result<i32> {
         (None, false) => {
             let path = memlens_live::find_program(&a.cmd[0])?;
             let binary = Binary::open(&path)?;
+            modules.precheck(&a.probes, &binary)?;
             // A memlens-built program opens a control socket for pad probes and
             // waits before `main` until the `--probe`s are in.
             let rt = binary.memlens_built().then(|| {
@@ -275,7 +277,7 @@ fn finish((code, last): (i32, Value), summary: bool) -> Result<i32> {
 }
 
 fn values_text(row: &Value) -> String {
-    let skip = ["id", "spec", "module", "location", "hist"];
+    let skip = ["id", "spec", "module", "location", "hist", "sites", "threads", "lines"];
     row.as_object()
         .map(|o| {
             o.iter()

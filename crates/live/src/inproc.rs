@@ -19,8 +19,18 @@ use crate::module::Probe;
 use crate::target::Target;
 use crate::{Error, Result};
 
-/// Per probe: count, sum, min and max of the timed calls (ns).
+/// Per probe: count, sum, min and max of the timed calls (ns); for the heap probe
+/// bytes, blocks, peak bytes and dropped blocks.
 pub type Values = (u64, u64, u64, u64);
+
+/// One allocation site of the heap probe: its run-time return address (1: the
+/// catch-all row of sites beyond the runtime's table), bytes and blocks in use, peak
+/// bytes in use.
+pub type SiteRow = (u64, u64, u64, u64);
+
+/// The watch probe's rows: the last store's (thread, run-time code address), 0 0
+/// before any, and per (thread, code address) the loads and stores.
+pub type WatchRows = ((u32, u64), Vec<(u32, u64, u64, u64)>);
 
 /// A connection to a target's runtime.
 pub struct Control {
@@ -31,6 +41,10 @@ pub struct Control {
     pub bias: u64,
     /// The values the runtime sent as the target exited.
     last: Option<HashMap<u32, Values>>,
+    /// The heap probe's sites, sent as the target exited.
+    last_heap: Option<Vec<SiteRow>>,
+    /// The watch probe's rows, sent as the target exited.
+    last_watch: Option<WatchRows>,
 }
 
 /// The control socket a runtime started with `MEMLENS_CONTROL=1` opens.
@@ -56,7 +70,15 @@ impl Control {
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         let input = BufReader::new(s.try_clone().map_err(|e| Error::io("control socket", e))?);
-        let mut c = Control { out: s, input, next_id: 1, bias: 0, last: None };
+        let mut c = Control {
+            out: s,
+            input,
+            next_id: 1,
+            bias: 0,
+            last: None,
+            last_heap: None,
+            last_watch: None,
+        };
         let hello = c.ask("hello")?;
         let bias = hello
             .split_whitespace()
@@ -86,9 +108,14 @@ impl Control {
                 return Err(Error::Target("the target's runtime hung up".into()));
             }
             // the target is exiting: keep its last values, the answer never comes
-            match line.strip_prefix("exit ok") {
-                Some(rest) => self.last = Some(parse_values(rest)),
-                None => break,
+            if let Some(rest) = line.strip_prefix("exit ok") {
+                self.last = Some(parse_values(rest));
+            } else if let Some(rest) = line.strip_prefix("exit heap") {
+                self.last_heap = Some(parse_sites(rest));
+            } else if let Some(rest) = line.strip_prefix("exit watch") {
+                self.last_watch = Some(parse_watch(rest));
+            } else {
+                break;
             }
         }
         let line = line.trim_end();
@@ -106,6 +133,39 @@ impl Control {
         self.next_id += 1;
         self.ask(&format!("add {id} {kind} {pad:x}"))?;
         Ok(id)
+    }
+
+    /// Starts the heap probe: from now on the runtime accounts every allocation to
+    /// its call site.
+    pub fn add_heap(&mut self) -> Result<u32> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ask(&format!("add {id} heap"))?;
+        Ok(id)
+    }
+
+    /// The heap probe's allocation sites (after the target exited: as it exited).
+    pub fn heap(&mut self) -> Result<Vec<SiteRow>> {
+        match self.ask("heap") {
+            Ok(rest) => Ok(parse_sites(&rest)),
+            Err(e) => self.last_heap.clone().ok_or(e),
+        }
+    }
+
+    /// Starts the watch probe on `size` bytes at file address `at`.
+    pub fn add_watch(&mut self, at: u64, size: u64) -> Result<u32> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ask(&format!("add {id} watch {at:x} {size}"))?;
+        Ok(id)
+    }
+
+    /// The watch probe's rows (after the target exited: as it exited).
+    pub fn watch(&mut self) -> Result<WatchRows> {
+        match self.ask("watch") {
+            Ok(rest) => Ok(parse_watch(&rest)),
+            Err(e) => self.last_watch.clone().ok_or(e),
+        }
     }
 
     /// Removes probe `id` (the pad's NOPs are back when this returns).
@@ -130,6 +190,34 @@ impl Control {
 fn parse_values(text: &str) -> HashMap<u32, Values> {
     let n: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
     n.chunks_exact(5).map(|c| (c[0] as u32, (c[1], c[2], c[3], c[4]))).collect()
+}
+
+fn parse_sites(text: &str) -> Vec<SiteRow> {
+    let w: Vec<&str> = text.split_whitespace().collect();
+    w.chunks_exact(4)
+        .filter_map(|c| {
+            let n = |s: &str| s.parse::<u64>().ok();
+            Some((u64::from_str_radix(c[0], 16).ok()?, n(c[1])?, n(c[2])?, n(c[3])?))
+        })
+        .collect()
+}
+
+fn parse_watch(text: &str) -> WatchRows {
+    let w: Vec<&str> = text.split_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let last = match w.as_slice() {
+        [t, pc, ..] => (t.parse().unwrap_or(0), hex(pc).unwrap_or(0)),
+        _ => (0, 0),
+    };
+    let rows = w
+        .get(2..)
+        .unwrap_or_default()
+        .chunks_exact(4)
+        .filter_map(|c| {
+            Some((c[0].parse().ok()?, hex(c[1])?, c[2].parse().ok()?, c[3].parse().ok()?))
+        })
+        .collect();
+    (last, rows)
 }
 
 /// The pad file address of each point, when every point is a function entry with

@@ -6,7 +6,8 @@
 //! - [`ProbeModule`] is the extension point: a module answers a query (name,
 //!   description, requirements), checks them in `init`, names its actions and data
 //!   columns, and creates [`Probe`]s that aggregate their own values. Built in:
-//!   `count`, `timer` and `perf` ([`builtin_modules`]). On a memlens-built target
+//!   `count`, `timer`, `perf` and, for memlens-built targets, `heap` and `watch`
+//!   ([`builtin_modules`]). On a memlens-built target
 //!   started with a control socket, `count` and `timer` on functions use the
 //!   function's NOP pad instead of a uprobe ([`inproc`]).
 //! - [`Target`] is the process (attached by PID, or launched and held before its first
@@ -22,6 +23,7 @@ mod collector;
 mod count;
 mod dylib;
 mod error;
+mod heap;
 pub mod inproc;
 mod locate;
 mod module;
@@ -32,11 +34,12 @@ mod sampler;
 pub mod sock;
 mod target;
 mod timer;
+mod watch;
 
 pub use collector::{Collector, Handle, Options};
 pub use dylib::{load_module, ABI_VERSION};
 pub use error::{Error, Result};
-pub use locate::{Binary, Point};
+pub use locate::{Binary, Point, Variable};
 pub use module::{builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule};
 pub use perf::{hardware_pmu, privilege, uprobe_type};
 

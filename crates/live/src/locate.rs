@@ -5,7 +5,7 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-use memlens_symbols::{path_glob_match, DebugSearch, ModuleSymbols, Pc};
+use memlens_symbols::{path_glob_match, Addr, DebugSearch, ModuleSymbols, Pc};
 use object::{Object as _, ObjectSegment as _};
 
 use crate::regex::Regex;
@@ -20,6 +20,19 @@ pub struct Point {
     pub offset: u64,
     /// What the user named: a function or `file:line`.
     pub label: String,
+}
+
+/// A watched variable or member.
+#[derive(Clone, Debug)]
+pub struct Variable {
+    /// As the user named it.
+    pub name: String,
+    /// ELF address of its first byte.
+    pub vaddr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// DWARF type name, when known.
+    pub ty: Option<String>,
 }
 
 /// The target's executable with its symbols.
@@ -206,6 +219,100 @@ impl Binary {
         let loc = self.symbols.frames(Pc(vaddr + 1));
         let f = loc.frames.first()?;
         Some((f.file.as_deref()?.to_owned(), u64::from(f.line?)))
+    }
+
+    /// `FILE:LINE FUNCTION` of the call that returns to `ret` (an ELF address), as
+    /// `report` names an allocation site (crates/names: the innermost inlined frame
+    /// outside the toolchain's own sources, so a `std::vector`'s growth is charged to
+    /// the user's line); `None` outside the executable's code.
+    pub fn call_site(&self, ret: u64) -> Option<String> {
+        self.offset_of(ret.checked_sub(1)?)?;
+        let func = self.function_at(ret.wrapping_sub(2));
+        let loc = self.symbols.frames(Pc(ret));
+        let user = |f: &&memlens_symbols::Frame| {
+            f.file.as_deref().is_some_and(|p| !memlens_names::is_toolchain_source(p))
+        };
+        let f = loc.frames.iter().find(user).or(loc.frames.first());
+        let at = match f.and_then(|f| Some((f.file.as_deref()?, f.line?))) {
+            Some((file, line)) => format!("{file}:{line}"),
+            None => format!("{ret:#x}"),
+        };
+        let func = f.and_then(|f| f.function.as_deref().map(str::to_owned)).or(func);
+        Some(match func {
+            Some(func) => format!("{at} {func}"),
+            None => at,
+        })
+    }
+
+    /// A global variable or a member of one (`cfg`, `cfg.limit`, `v[3]`, named as
+    /// `report --by variable` names them): its ELF address, size in bytes and the
+    /// DWARF type name of the member when known.
+    pub fn variable(&self, spec: &str) -> Result<Variable> {
+        let base = spec.split(['.', '[']).next().unwrap_or(spec);
+        let vars: Vec<_> =
+            self.symbols.static_variables().into_iter().filter(|v| &*v.name == base).collect();
+        let v = match vars.as_slice() {
+            [v] => v,
+            [] => {
+                return Err(Error::Location(format!(
+                    "{spec}: no global variable {base} in {} (a static or global; locals cannot be watched)",
+                    self.path.display()
+                )))
+            }
+            _ => {
+                return Err(Error::Location(format!(
+                    "{spec}: {} global variables are named {base} (file-local statics): rename one",
+                    vars.len()
+                )))
+            }
+        };
+        let start = v.start.0;
+        if v.size == 0 {
+            return Err(Error::Location(format!(
+                "{spec}: the size of {base} is unknown (no DWARF type)"
+            )));
+        }
+        // The member's bytes: the offsets whose name is the member or lies inside it,
+        // as the trace naming says (one implementation of the layout walk).
+        const SCAN: u64 = 1 << 16;
+        let inside = |name: &str| {
+            name == spec || name.strip_prefix(spec).is_some_and(|r| r.starts_with(['.', '[', '+']))
+        };
+        let (mut lo, mut hi, mut leaf) = (None, 0, None);
+        if spec == base {
+            (lo, hi) = (Some(0), v.size);
+            leaf = self.symbols.data_name(Addr(start)).filter(|d| d.path.is_empty());
+        } else {
+            if v.size > SCAN {
+                return Err(Error::Location(format!(
+                    "{spec}: {base} is larger than 64 KiB: watch the whole variable"
+                )));
+            }
+            for off in 0..v.size {
+                let Some(d) = self.symbols.data_name(Addr(start + off)) else { continue };
+                let name = d.display();
+                if inside(&name) {
+                    if lo.is_none() {
+                        lo = Some(off);
+                        // a scalar member's type (an array's first element's is not its)
+                        leaf = (name == spec).then_some(d);
+                    }
+                    hi = off + 1;
+                }
+            }
+        }
+        let lo = lo.ok_or_else(|| {
+            Error::Location(format!(
+                "{spec}: {base} has no member {} (see `memlens report --by variable --group-by field`)",
+                &spec[base.len()..]
+            ))
+        })?;
+        Ok(Variable {
+            name: spec.to_owned(),
+            vaddr: start + lo,
+            size: hi - lo,
+            ty: leaf.and_then(|d| d.leaf_type.map(|t| t.to_string())),
+        })
     }
 
     /// The function containing `vaddr`, for display.

@@ -50,6 +50,11 @@ pub trait ProbeModule: Send {
     fn actions(&self) -> Vec<Action>;
     /// The data columns its probes produce.
     fn columns(&self) -> Vec<Column>;
+    /// Whether its probes live in the memlens runtime (a memlens-built target),
+    /// so a target without it is refused before anything is launched.
+    fn requires_memlens_runtime(&self) -> bool {
+        false
+    }
     /// Resolves `args` (the SPEC after `MODULE:`) against the target's binary and
     /// inserts the probe. Nothing touches the target until everything resolved.
     fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>>;
@@ -76,6 +81,8 @@ pub fn builtin_modules() -> Vec<Box<dyn ProbeModule>> {
         Box::new(crate::count::CountModule),
         Box::new(crate::timer::TimerModule),
         Box::new(crate::perfmod::PerfModule::default()),
+        Box::new(crate::heap::HeapModule),
+        Box::new(crate::watch::WatchModule),
     ]
 }
 
@@ -112,6 +119,19 @@ impl Modules {
                 )))
             }
         }
+    }
+
+    /// Checks `specs` against `binary` before a target is touched: a module that
+    /// lives in the memlens runtime refuses a program not built with memlens.
+    pub fn precheck(&self, specs: &[String], binary: &crate::Binary) -> Result<()> {
+        for spec in specs {
+            let name = spec.split_once(':').map_or(spec.as_str(), |(n, _)| n);
+            let m = self.get(name)?;
+            if m.requires_memlens_runtime() && !binary.memlens_built() {
+                return Err(crate::heap::not_memlens_built(binary, name));
+            }
+        }
+        Ok(())
     }
 
     /// Every module as JSON: name, description, requirements, actions, columns,

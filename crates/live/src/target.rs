@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// A process probes are inserted into.
 pub struct Target {
     pid: i32,
-    binary: Binary,
+    binary: Arc<Binary>,
     /// The uprobe PMU's type, or why there is none (pad probes need none).
     pmu: std::result::Result<u32, String>,
     cpus: Vec<i32>,
@@ -66,7 +66,14 @@ impl Target {
     /// A target whose binary was already read.
     pub fn with_binary(pid: i32, binary: Binary, child: bool) -> Result<Target> {
         let pmu = perf::uprobe_type().map_err(|e| format!("the kernel has no uprobe PMU: {e}"));
-        Ok(Target { pid, binary, pmu, cpus: perf::online_cpus(), child, control: None })
+        Ok(Target {
+            pid,
+            binary: Arc::new(binary),
+            pmu,
+            cpus: perf::online_cpus(),
+            child,
+            control: None,
+        })
     }
 
     /// The process id.
@@ -77,6 +84,11 @@ impl Target {
     /// The executable.
     pub fn binary(&self) -> &Binary {
         &self.binary
+    }
+
+    /// The executable, for probes that name addresses after the target is gone.
+    pub(crate) fn shared_binary(&self) -> Arc<Binary> {
+        self.binary.clone()
     }
 
     /// Uses the memlens runtime's control socket for function probes.

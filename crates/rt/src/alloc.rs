@@ -14,8 +14,8 @@
 //! happened inside malloc.
 
 use crate::real::{self, __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, R};
-use crate::record;
 use crate::state::{ts, Guard};
+use crate::{liveheap, record};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering::*};
 use libc::c_void;
@@ -95,6 +95,9 @@ unsafe extern "C" fn malloc_imp(size: usize, _: usize, _: usize, pc: usize, fp: 
     }
     let p = __libc_malloc(size) as usize;
     if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, size as u64);
+        }
         record::alloc(AllocKind::Malloc, pc as u64, fp, p as u64, size as u64);
     }
     p
@@ -110,6 +113,9 @@ unsafe extern "C" fn calloc_imp(n: usize, size: usize, _: usize, pc: usize, fp: 
     }
     let p = __libc_calloc(n, size) as usize;
     if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, n.wrapping_mul(size) as u64);
+        }
         record::alloc(AllocKind::Calloc, pc as u64, fp, p as u64, n.wrapping_mul(size) as u64);
     }
     p
@@ -131,7 +137,12 @@ unsafe extern "C" fn realloc_imp(old: usize, size: usize, _: usize, pc: usize, f
         return real::__libc_realloc(old as *mut c_void, size) as usize;
     }
     record::before_op();
+    let heap = liveheap::on();
+    let had = if heap { liveheap::realloc_start(old as u64) } else { None };
     let p = real::__libc_realloc(old as *mut c_void, size) as usize;
+    if heap {
+        liveheap::realloc_done(pc as u64, had, old as u64, p as u64, size as u64);
+    }
     if p != 0 || (old != 0 && size == 0) {
         record::realloc(pc as u64, fp, old as u64, p as u64, size as u64);
     }
@@ -157,6 +168,10 @@ unsafe extern "C" fn reallocarray_imp(
 unsafe extern "C" fn free_imp(p: usize, _: usize, _: usize, pc: usize, _fp: usize) -> usize {
     if p == 0 || in_arena(p) {
         return 0;
+    }
+    // before the address can be handed out again
+    if liveheap::on() {
+        liveheap::free(p as u64);
     }
     if !guarded() {
         record::free(FreeKind::Free, pc as u64, p as u64);
@@ -185,6 +200,9 @@ unsafe extern "C" fn posix_memalign_imp(
     }
     *(out as *mut usize) = p;
     if !guarded() {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, size as u64);
+        }
         record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
     }
     0
@@ -202,6 +220,9 @@ unsafe extern "C" fn memalign_imp(
     }
     let p = __libc_memalign(align, size) as usize;
     if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, size as u64);
+        }
         record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
     }
     p
@@ -227,6 +248,9 @@ unsafe extern "C" fn valloc_imp(size: usize, _: usize, _: usize, pc: usize, fp: 
     }
     let p = real::__libc_valloc(size) as usize;
     if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, size as u64);
+        }
         record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
     }
     p
@@ -238,6 +262,9 @@ unsafe extern "C" fn pvalloc_imp(size: usize, _: usize, _: usize, pc: usize, fp:
     }
     let p = real::__libc_pvalloc(size) as usize;
     if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, size as u64);
+        }
         record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
     }
     p
@@ -295,6 +322,9 @@ unsafe extern "C-unwind" fn new_imp<const V: usize>(
         }
     };
     if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, a0 as u64);
+        }
         record::alloc(kind, pc as u64, fp, p as u64, a0 as u64);
     }
     p
@@ -326,6 +356,9 @@ unsafe extern "C-unwind" fn delete_imp<const V: usize>(
         return 0;
     }
     let (r, kind) = DELETE[V];
+    if liveheap::on() {
+        liveheap::free(a0 as u64);
+    }
     record::free(kind, pc as u64, a0 as u64);
     let f = real::get(r);
     let _g = Guard::new();
@@ -405,6 +438,9 @@ unsafe extern "C" fn custom_alloc_imp(
     let on_stack = wrapper_fp >= st.stack_lo.get() && wrapper_fp + 8 <= st.stack_hi.get();
     let fp = if on_stack && wrapper_fp & 7 == 0 { *(wrapper_fp as *const usize) } else { 0 };
     if addr != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc, addr, num.wrapping_mul(size));
+        }
         record::alloc(AllocKind::Custom, pc, fp, addr, num.wrapping_mul(size));
     }
 }
@@ -437,6 +473,9 @@ pub unsafe extern "C" fn __memlens_custom_free(args: *const u64, addr_idx: i64, 
     }
     let addr = *args.add(addr_idx as usize);
     if addr != 0 {
+        if liveheap::on() {
+            liveheap::free(addr);
+        }
         record::free(FreeKind::Custom, pc, addr);
     }
 }

@@ -12,9 +12,21 @@
 //!
 //! - `hello` → `ok memlens-rt 1 pid=<pid> bias=<hex>` (the executable's load bias)
 //! - `add <id> count|timer <pad file address hex>` → `ok` or `err <reason>`
+//! - `add <id> heap` → `ok`, or `err` when a heap probe is active already
+//!   (`liveheap.rs`: bytes in use per allocation site from now on)
+//! - `add <id> watch <file address hex> <size>` → `ok`, or `err` when a watch probe
+//!   is active already (`livewatch.rs`: loads and stores of those bytes)
 //! - `rm <id>` → `ok` (the pad's original bytes are back) or `err <reason>`
-//! - `read` → `ok` then ` <id> <count> <sum_ns> <min_ns> <max_ns>` per probe
-//! - at `exit` the runtime sends `exit ok <id> <count> ...` unasked (the last values)
+//! - `read` → `ok` then ` <id> <count> <sum_ns> <min_ns> <max_ns>` per probe; for
+//!   the heap probe ` <id> <bytes> <blocks> <peak_bytes> <dropped>`, for the watch
+//!   probe ` <id> <loads> <stores> <dropped> <value>` (the bytes now, when ≤ 8)
+//! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes>` per
+//!   allocation site (run-time return addresses; `1`: the catch-all row)
+//! - `watch` → `ok <last store's tid> <its pc hex>` (`0 0`: none yet), then
+//!   ` <tid> <pc hex> <loads> <stores>` per (thread, code address)
+//! - at `exit` the runtime sends `exit ok <id> <count> ...` unasked (the last values),
+//!   then `exit heap ...` (the `heap` answer) when a heap probe is active, and
+//!   `exit watch ...` likewise
 //! - `go` → `ok`: with `MEMLENS_CONTROL_HOLD` set the runtime waits (at most 10 s)
 //!   for it before `main`, so probes inserted first see every call
 //!
@@ -35,6 +47,8 @@ pub(crate) const MAX: usize = 256;
 const FREE: u8 = 0;
 const COUNT: u8 = 1;
 const TIMER: u8 = 2;
+const HEAP: u8 = 3;
+const WATCH: u8 = 4;
 
 struct Slot {
     kind: AtomicU8,
@@ -272,7 +286,15 @@ extern "C" fn at_exit() {
         return;
     }
     let _g = crate::state::Guard::new();
-    let line = format!("exit {}\n", request("read"));
+    let mut line = format!("exit {}\n", request("read"));
+    if crate::liveheap::on() {
+        let sites = request("heap");
+        line.push_str(&format!("exit heap{}\n", sites.strip_prefix("ok").unwrap_or("")));
+    }
+    if crate::livewatch::on() {
+        let rows = request("watch");
+        line.push_str(&format!("exit watch{}\n", rows.strip_prefix("ok").unwrap_or("")));
+    }
     // SAFETY: writing a buffer we own to the session's socket.
     unsafe { libc::send(fd, line.as_ptr().cast(), line.len(), libc::MSG_NOSIGNAL) };
 }
@@ -282,6 +304,30 @@ fn request(line: &str) -> String {
     match w.as_slice() {
         ["hello"] => {
             format!("ok memlens-rt 1 pid={} bias={:#x}", sys::getpid(), BIAS.load(Relaxed))
+        }
+        ["add", id, "heap"] => match id.parse::<u32>().map_err(|_| "bad id").and_then(add_heap) {
+            Ok(()) => "ok".into(),
+            Err(e) => format!("err {e}"),
+        },
+        ["add", id, "watch", at, size] => {
+            let (Ok(id), Some(at), Ok(size)) = (id.parse::<u32>(), hex(at), size.parse::<u64>())
+            else {
+                return "err usage: add ID watch ADDR_HEX SIZE".into();
+            };
+            match add_watch(id, at.wrapping_add(BIAS.load(Relaxed)), size) {
+                Ok(()) => "ok".into(),
+                Err(e) => format!("err {e}"),
+            }
+        }
+        ["watch"] => {
+            let mut s = String::from("ok");
+            crate::livewatch::rows(&mut s);
+            s
+        }
+        ["heap"] => {
+            let mut s = String::from("ok");
+            crate::liveheap::sites(&mut s);
+            s
         }
         ["add", id, kind, pad] => {
             let kind = match *kind {
@@ -308,6 +354,16 @@ fn request(line: &str) -> String {
         ["read"] => {
             let mut s = String::from("ok");
             for slot in SLOTS.iter().filter(|s| s.kind.load(Acquire) != FREE) {
+                if slot.kind.load(Relaxed) == HEAP {
+                    let [b, n, peak, dropped] = crate::liveheap::totals();
+                    s.push_str(&format!(" {} {b} {n} {peak} {dropped}", slot.id.load(Relaxed)));
+                    continue;
+                }
+                if slot.kind.load(Relaxed) == WATCH {
+                    let [l, st, dropped, v] = crate::livewatch::totals();
+                    s.push_str(&format!(" {} {l} {st} {dropped} {v}", slot.id.load(Relaxed)));
+                    continue;
+                }
                 let min = slot.min.load(Relaxed);
                 s.push_str(&format!(
                     " {} {} {} {} {}",
@@ -320,7 +376,7 @@ fn request(line: &str) -> String {
             }
             s
         }
-        _ => format!("err unknown request `{line}` (hello, add, rm, read, go)"),
+        _ => format!("err unknown request `{line}` (hello, add, rm, read, heap, watch, go)"),
     }
 }
 
@@ -355,13 +411,7 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     } else {
         return Err("no 5-byte NOP pad there (was the program built with memlens cc?)");
     };
-    let (i, slot) = SLOTS
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.kind.compare_exchange(FREE, u8::MAX, Acquire, Relaxed).is_ok())
-        .ok_or("too many probes")?;
-    USED.fetch_max(i + 1, Relaxed);
-    slot.id.store(id, Relaxed);
+    let slot = take_slot(id)?;
     slot.orig.store(orig, Relaxed);
     slot.count.store(0, Relaxed);
     slot.sum.store(0, Relaxed);
@@ -380,11 +430,71 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Takes a free slot for probe `id` (its kind still reserved, `u8::MAX`).
+fn take_slot(id: u32) -> Result<&'static Slot, &'static str> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) != FREE && s.id.load(Relaxed) == id) {
+        return Err("a probe with this id exists");
+    }
+    let (i, slot) = SLOTS
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.kind.compare_exchange(FREE, u8::MAX, Acquire, Relaxed).is_ok())
+        .ok_or("too many probes")?;
+    USED.fetch_max(i + 1, Relaxed);
+    slot.id.store(id, Relaxed);
+    slot.pad_end.store(0, Relaxed);
+    Ok(slot)
+}
+
+fn add_heap(id: u32) -> Result<(), &'static str> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) == HEAP) {
+        return Err("a heap probe is active already (one per program)");
+    }
+    let slot = take_slot(id)?;
+    crate::liveheap::start();
+    slot.kind.store(HEAP, Release);
+    ON.store(true, Relaxed);
+    Ok(())
+}
+
+/// `addr..addr+size` lies in a segment of the executable (a global variable).
+fn in_image(addr: u64, size: u64) -> bool {
+    let mods = crate::modules::scan();
+    let Some(m) = mods.first() else { return false };
+    let Some(rel) = addr.checked_sub(m.bias) else { return false };
+    m.segments.iter().any(|s| s.vaddr <= rel && rel + size <= s.vaddr + s.memsz)
+}
+
+fn add_watch(id: u32, addr: u64, size: u64) -> Result<(), &'static str> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) == WATCH) {
+        return Err("a watch probe is active already (one per program)");
+    }
+    if size == 0 || !in_image(addr, size) {
+        return Err("the address range is not in the program's data");
+    }
+    let slot = take_slot(id)?;
+    crate::livewatch::start(addr, size);
+    slot.kind.store(WATCH, Release);
+    ON.store(true, Relaxed);
+    Ok(())
+}
+
 fn remove(id: u32) -> Result<(), &'static str> {
     let slot = SLOTS
         .iter()
-        .find(|s| matches!(s.kind.load(Acquire), COUNT | TIMER) && s.id.load(Relaxed) == id)
+        .find(|s| {
+            matches!(s.kind.load(Acquire), COUNT | TIMER | HEAP | WATCH) && s.id.load(Relaxed) == id
+        })
         .ok_or("no such probe")?;
+    match slot.kind.load(Relaxed) {
+        HEAP => crate::liveheap::stop(),
+        WATCH => crate::livewatch::stop(),
+        _ => {}
+    }
+    if matches!(slot.kind.load(Relaxed), HEAP | WATCH) {
+        slot.kind.store(FREE, Release);
+        return Ok(());
+    }
     let pad_end = slot.pad_end.load(Relaxed);
     let pad = pad_end - 5;
     let orig = slot.orig.load(Relaxed);

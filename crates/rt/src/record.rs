@@ -100,6 +100,9 @@ pub(crate) unsafe fn access<const TAG: u8>(pc: u64, addr: u64) {
 /// An atomic load or store whose value is known.
 #[inline(always)]
 pub(crate) unsafe fn atomic_access<const TAG: u8>(pc: u64, addr: u64, value: u64) {
+    if crate::livewatch::on() {
+        crate::livewatch::access(TAG, addr as usize, pc as usize);
+    }
     if !fast(ts(), access_class(TAG), |e, p| e.access(p, TAG, pc, addr)) {
         slow_atomic(TAG, pc, addr, value);
     }
@@ -135,9 +138,22 @@ pub(crate) unsafe fn copy(pc: u64, dst: u64, src: u64, len: u64, may_init: bool)
     }
 }
 
+/// For a watch probe, a read-modify-write reads and (unless a failed CAS) writes.
+#[inline(always)]
+fn watch_rmw(op: RmwOp, lg: u8, pc: u64, addr: u64) {
+    if crate::livewatch::on() {
+        let (a, n, pc) = (addr as usize, 1usize << lg, pc as usize);
+        crate::livewatch::range(false, a, n, pc);
+        if op != RmwOp::CasFailed {
+            crate::livewatch::range(true, a, n, pc);
+        }
+    }
+}
+
 /// An atomic read-modify-write performed by the runtime (`old`: value before).
 #[inline(always)]
 pub(crate) unsafe fn rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
+    watch_rmw(op, lg, pc, addr);
     let c = if op == RmwOp::CasFailed { class::CAS_FAIL } else { class::RMW };
     if !fast(ts(), c, |e, p| e.rmw(p, op, lg, pc, addr, None)) {
         slow_rmw(op, lg, pc, addr, old);
@@ -151,6 +167,7 @@ pub(crate) unsafe fn clocked_rmw(t: u64, op: RmwOp, lg: u8, pc: u64, addr: u64, 
     if t == 0 {
         return rmw(op, lg, pc, addr, old);
     }
+    watch_rmw(op, lg, pc, addr);
     let st = ts();
     let c = if op == RmwOp::CasFailed { class::CAS_FAIL } else { class::RMW };
     let done = fast(st, c, |e, p| {
@@ -169,6 +186,9 @@ pub(crate) unsafe fn clocked_rmw(t: u64, op: RmwOp, lg: u8, pc: u64, addr: u64, 
 pub(crate) unsafe fn clocked_atomic_access<const TAG: u8>(t: u64, pc: u64, addr: u64, value: u64) {
     if t == 0 {
         return atomic_access::<TAG>(pc, addr, value);
+    }
+    if crate::livewatch::on() {
+        crate::livewatch::access(TAG, addr as usize, pc as usize);
     }
     let st = ts();
     let done = fast(st, access_class(TAG), |e, p| {

@@ -2,8 +2,8 @@
 //! memory intrinsics, function entry/exit, vtable pointers, fences and `__tsan_init`.
 //! (Atomics are in [`crate::atomics`].)
 
-use crate::record;
 use crate::strings::{real_memcpy, real_memmove, real_memset};
+use crate::{livewatch, record};
 use memlens_format::codec::access_tag;
 use memlens_format::AccessKind::{Read, Write};
 
@@ -20,24 +20,44 @@ pub(crate) const W4: u8 = access_tag(Write, false, 4);
 
 /// `(addr, return address)`: one load or store.
 pub(crate) unsafe extern "C" fn imp_access<const TAG: u8>(addr: usize, pc: usize) {
+    if livewatch::on() {
+        livewatch::access(TAG, addr, pc);
+    }
     record::access::<TAG>(pc as u64, addr as u64);
 }
 
 unsafe extern "C" fn imp_range<const WRITE: bool>(addr: usize, len: usize, pc: usize) {
+    if livewatch::on() {
+        livewatch::range(WRITE, addr, len, pc);
+    }
     record::range(WRITE, pc as u64, addr as u64, len as u64, true);
 }
 
+/// A copy reads `src` and writes `dst`, for a watch probe.
+#[inline(always)]
+fn watch_copy(dst: usize, src: usize, n: usize, pc: usize) {
+    if livewatch::on() {
+        livewatch::range(false, src, n, pc);
+        livewatch::range(true, dst, n, pc);
+    }
+}
+
 unsafe extern "C" fn imp_memcpy(dst: *mut u8, src: *const u8, n: usize, pc: usize) -> *mut u8 {
+    watch_copy(dst as usize, src as usize, n, pc);
     record::copy(pc as u64, dst as u64, src as u64, n as u64, true);
     real_memcpy(dst, src, n)
 }
 
 unsafe extern "C" fn imp_memmove(dst: *mut u8, src: *const u8, n: usize, pc: usize) -> *mut u8 {
+    watch_copy(dst as usize, src as usize, n, pc);
     record::copy(pc as u64, dst as u64, src as u64, n as u64, true);
     real_memmove(dst, src, n)
 }
 
 unsafe extern "C" fn imp_memset(dst: *mut u8, c: i32, n: usize, pc: usize) -> *mut u8 {
+    if livewatch::on() {
+        livewatch::range(true, dst as usize, n, pc);
+    }
     record::range(true, pc as u64, dst as u64, n as u64, true);
     real_memset(dst, c, n)
 }

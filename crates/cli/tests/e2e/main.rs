@@ -19,6 +19,7 @@ mod filters;
 mod limits;
 mod live;
 mod live_gui;
+mod live_mem;
 mod live_pads;
 mod live_probes;
 mod names;

@@ -1,0 +1,409 @@
+//! In-process memory probes (`heap`, `watch`) of `memlens live` on programs built
+//! with `memlens cc` and started with `MEMLENS_CONTROL=1`: the runtime accounts
+//! allocations per call site (crates/rt/src/liveheap.rs). The programs take one
+//! command per line on stdin and answer each with a line, so every value is exact.
+
+use crate::live_probes::Live;
+use crate::util::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+fn build(dir: &Path, src: &str) -> PathBuf {
+    let exe = dir.join(src.trim_end_matches(".c"));
+    let out = Command::new(memlens())
+        .args(["cc", "-O1", "-g", "-pthread"])
+        .arg(programs().join(src))
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cc: {}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// A program driven over stdin, started with its runtime's control socket.
+struct Driven {
+    child: Child,
+    input: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Driven {
+    fn start(dir: &Path, exe: &Path) -> Driven {
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let mut child = Command::new(exe)
+            .env("MEMLENS_CONTROL", "1")
+            .env("XDG_RUNTIME_DIR", &run)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let d = Driven { child, input, lines };
+        let first = d.line();
+        assert!(first.starts_with("ready"), "{first}");
+        d
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn line(&self) -> String {
+        self.lines.recv_timeout(Duration::from_secs(120)).expect("the target printed nothing")
+    }
+
+    /// Sends one command and returns the numbers of its "done" line.
+    fn send(&mut self, cmd: &str) -> Vec<i64> {
+        writeln!(self.input, "{cmd}").unwrap();
+        self.input.flush().unwrap();
+        let l = self.line();
+        let name = cmd.split(' ').next().unwrap();
+        assert!(l.starts_with(&format!("done {name} ")), "{cmd}: {l}");
+        l.split(' ').skip(2).map(|w| w.parse().unwrap()).collect()
+    }
+
+    /// Sends one command and returns the number its "done" line ends with.
+    fn run(&mut self, cmd: &str) -> i64 {
+        *self.send(cmd).last().unwrap()
+    }
+
+    fn quit(mut self) {
+        writeln!(self.input, "q").unwrap();
+        self.input.flush().unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The heap probe's row of the site at `marker` in liveheap.c: (bytes, blocks, peak).
+fn site(probe: &Value, marker: &str) -> Option<(u64, u64, u64)> {
+    let at = format!("liveheap.c:{} ", line_of("liveheap.c", marker));
+    let rows = probe["sites"].as_array().expect("sites");
+    let row = rows.iter().find(|r| r["site"].as_str().unwrap().contains(&at))?;
+    let n = |k: &str| row[k].as_u64().unwrap();
+    Some((n("bytes"), n("blocks"), n("peak_bytes")))
+}
+
+fn totals(p: &Value) -> (u64, u64, u64, u64) {
+    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+    (n("bytes"), n("blocks"), n("peak_bytes"), n("dropped"))
+}
+
+#[test]
+fn heap_bytes_blocks_and_peaks_per_site_exact() {
+    let dir = scratch("live-heap");
+    let exe = build(&dir, "liveheap.c");
+    let mut t = Driven::start(&dir, &exe);
+    // Blocks from before the probe are not counted, nor are their frees.
+    t.run("o 10");
+    let live = Live::attach(&dir, t.pid(), &["--no-gui"]);
+    let heap = live.add("heap");
+    let p = live.get(heap);
+    assert_eq!(p["module"], "heap");
+    assert_eq!(totals(&p), (0, 0, 0, 0), "{p}");
+    assert_eq!(p["sites"], Value::Array(vec![]), "{p}");
+
+    t.run("a 20"); // 20 × 100 at A
+    t.run("b 5"); // 5 × 1000 at B (calloc)
+    t.run("fa 5");
+    t.run("fb 2");
+    let p = live.get(heap);
+    assert_eq!(site(&p, "heap-a"), Some((1500, 15, 2000)), "{p}");
+    assert_eq!(site(&p, "heap-b"), Some((3000, 3, 5000)), "{p}");
+    assert_eq!(totals(&p), (4500, 18, 7000, 0), "{p}");
+    let name = p["sites"][0]["site"].as_str().unwrap();
+    assert!(name.ends_with(" alloc_b"), "FILE:LINE FUNCTION: {name}");
+
+    // realloc moves a block to the realloc's site; old blocks' frees are ignored
+    t.run("g");
+    t.run("fo");
+    let p = live.get(heap);
+    assert_eq!(site(&p, "heap-a"), Some((1400, 14, 2000)), "{p}");
+    assert_eq!(site(&p, "heap-c"), Some((5000, 1, 5000)), "{p}");
+    assert_eq!(totals(&p), (9400, 18, 9400, 0), "{p}");
+    assert_eq!(site(&p, "heap-o"), None, "{p}");
+    // sorted by bytes in use
+    let bytes: Vec<u64> =
+        p["sites"].as_array().unwrap().iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(bytes, [5000, 3000, 1400], "{p}");
+
+    // 1000 short-lived blocks: in use 0, peak one block
+    assert!(t.run("t 1000") >= 0);
+    let p = live.get(heap);
+    assert_eq!(site(&p, "heap-t"), Some((0, 0, 64)), "{p}");
+    assert_eq!(totals(&p).0, 9400);
+
+    // 8 threads allocating and freeing at once: the accounting stays exact.
+    t.run("p 4000");
+    let p = live.get(heap);
+    let (bytes, blocks, peak) = site(&p, "heap-p").unwrap();
+    assert_eq!((bytes, blocks), (8 * 2000 * 100, 8 * 2000), "{p}");
+    assert!((bytes..=bytes + 8 * 100).contains(&peak), "{p}");
+    // pthread_create's own blocks (libc's, outside the executable) count too: the
+    // totals are the sites' sums
+    let sum = |k: &str| -> u64 {
+        p["sites"].as_array().unwrap().iter().map(|r| r[k].as_u64().unwrap()).sum()
+    };
+    assert_eq!((totals(&p).0, totals(&p).1), (sum("bytes"), sum("blocks")), "{p}");
+    assert!(totals(&p).0 >= 9400 + bytes, "{p}");
+    let libs: Vec<&str> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["site"].as_str().unwrap())
+        .filter(|s| s.starts_with("0x"))
+        .collect();
+    assert!(
+        !libs.is_empty() && libs.iter().all(|s| s.contains(" in ") && s.contains(".so")),
+        "{p}"
+    );
+    assert_eq!(totals(&p).3, 0, "{p}");
+
+    // Removed: allocation goes on unaffected, and a new probe starts from zero.
+    live.rm(heap);
+    assert!(live.list().is_empty());
+    t.run("a 5");
+    t.run("fa 20");
+    t.run("b 1");
+    let again = live.add("heap");
+    t.run("fb 4"); // blocks from before this probe
+    t.run("a 3");
+    let p = live.get(again);
+    assert_eq!(totals(&p), (300, 3, 300, 0), "{p}");
+    assert_eq!(site(&p, "heap-a"), Some((300, 3, 300)), "{p}");
+    // one heap probe at a time
+    let o = live.probe(&["add", "heap"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("a heap probe is active already"), "{}", stderr(&o));
+    t.quit();
+}
+
+#[test]
+fn heap_from_launch_ends_with_the_values_at_exit() {
+    let dir = scratch("live-heap-launch");
+    let exe = build(&dir, "liveheap.c");
+    let stream = dir.join("stream.jsonl");
+    let mut live = Command::new(memlens())
+        .args(["live", "--no-gui", "--probe", "heap", "--every", "50ms", "--json-stream"])
+        .arg(&stream)
+        .arg("--")
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    live.stdin.take().unwrap().write_all(b"a 3\nb 2\nfb 1\nq\n").unwrap();
+    let o = live.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["final"], true, "{last}");
+    let p = &last["probes"][0];
+    assert_eq!(site(p, "heap-a"), Some((300, 3, 300)), "{last}");
+    assert_eq!(site(p, "heap-b"), Some((1000, 1, 2000)), "{last}");
+    // stdio's buffers are allocated inside libc, also counted
+    assert!(totals(p).0 >= 1300, "{last}");
+}
+
+/// The row of `rows` (`lines` of a watch probe) at `marker` in livewatch.c.
+fn at_line<'a>(rows: &'a Value, marker: &str) -> &'a Value {
+    let at = format!("livewatch.c:{} ", line_of("livewatch.c", marker));
+    let rows = rows.as_array().expect("rows");
+    rows.iter().find(|r| r["line"].as_str().unwrap().contains(&at)).unwrap_or(&Value::Null)
+}
+
+fn ls(row: &Value) -> (u64, u64) {
+    (row["loads"].as_u64().unwrap(), row["stores"].as_u64().unwrap())
+}
+
+#[test]
+fn watch_counts_loads_and_stores_per_thread_and_line_exact() {
+    let dir = scratch("live-watch");
+    let exe = build(&dir, "livewatch.c");
+    let mut t = Driven::start(&dir, &exe);
+    t.send("r 4 4 4"); // before the probe: not counted
+    let live = Live::attach(&dir, t.pid(), &["--no-gui"]);
+    let w = live.add("watch:cfg.limit");
+    let p = live.get(w);
+    let loc = p["location"].as_str().unwrap();
+    assert!(loc.starts_with("cfg.limit @ 0x") && loc.ends_with("(4 bytes, int)"), "{p}");
+    assert_eq!((ls(&p), &p["value"], &p["last_store"]), ((0, 0), &json!(1004), &Value::Null));
+
+    // A stores 1..=10, then B stores 1001..=1005 and loads it 3 times.
+    let r = t.send("r 10 5 3");
+    let (a, b) = (r[0], r[1]);
+    assert_eq!(r[2], 3 * 1005);
+    let p = live.get(w);
+    // cfg.after, stored next to each cfg.limit store, is not counted
+    assert_eq!(ls(&p), (3, 15), "{p}");
+    assert_eq!(p["value"], 1005, "{p}");
+    assert_eq!(p["dropped"], 0, "{p}");
+    assert_eq!(
+        p["threads"],
+        json!([{"thread": a, "loads": 0, "stores": 10}, {"thread": b, "loads": 3, "stores": 5}]),
+        "{p}"
+    );
+    assert_eq!(ls(at_line(&p["lines"], "watch-a")), (0, 10), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-b")), (0, 5), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-load")), (3, 0), "{p}");
+    assert_eq!(p["lines"].as_array().unwrap().len(), 3, "{p}");
+    assert_eq!(p["last_store"]["thread"], b, "{p}");
+    let last = p["last_store"]["line"].as_str().unwrap();
+    assert!(last.contains(&format!("livewatch.c:{} set_b", line_of("livewatch.c", "watch-b"))));
+
+    // one watch at a time; bad variables are one line and exit 2
+    for (spec, why) in [
+        ("watch:counter", "a watch probe is active already"),
+        ("watch:cfg.nope", "cfg has no member .nope"),
+        ("watch:nosuch", "no global variable nosuch"),
+    ] {
+        let o = live.probe(&["add", spec]);
+        assert_eq!(o.status.code(), Some(2), "{spec}");
+        assert!(stderr(&o).contains(why) && stderr(&o).lines().count() == 1, "{}", stderr(&o));
+    }
+
+    // Removed: the program runs on; a new watch counts from zero.
+    live.rm(w);
+    assert_eq!(t.send("r 2 2 2")[2], 2 * 1002);
+    let c = live.add("watch:counter");
+    assert_eq!(t.run("c 7"), 7);
+    let p = live.get(c);
+    // 7 increments, and main's printf of the result loads it once more
+    assert_eq!((ls(&p), &p["value"]), ((8, 7), &json!(7)), "{p}");
+    assert_eq!(p["threads"], json!([{"thread": t.pid(), "loads": 8, "stores": 7}]), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-counter")), (7, 7), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-print")), (1, 0), "{p}");
+    assert!(p["location"].as_str().unwrap().starts_with("counter @ 0x"), "{p}");
+
+    // one element of an array
+    live.rm(c);
+    let h = live.add("watch:hist[2]");
+    assert!(live.get(h)["location"].as_str().unwrap().ends_with("(4 bytes, int)"));
+    assert_eq!(t.run("h 12"), 3);
+    let p = live.get(h);
+    assert_eq!((ls(&p), &p["value"]), ((4, 3), &json!(3)), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-hist")), (3, 3), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-hist-print")), (1, 0), "{p}");
+
+    // atomics: a fetch-add reads and writes, an atomic load reads
+    live.rm(h);
+    let x = live.add("watch:hits");
+    assert_eq!(t.run("x 6"), 6);
+    let p = live.get(x);
+    assert_eq!((ls(&p), &p["value"]), ((7, 6), &json!(6)), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-rmw")), (6, 6), "{p}");
+    assert_eq!(ls(at_line(&p["lines"], "watch-aload")), (1, 0), "{p}");
+    t.quit();
+}
+
+/// The heap probe's row of the site at `marker` in `src`: (bytes, blocks, peak).
+fn site_in(probe: &Value, src: &str, marker: &str) -> Option<(u64, u64, u64)> {
+    let at = format!("{src}:{} ", line_of(src, marker));
+    let rows = probe["sites"].as_array().expect("sites");
+    let row = rows.iter().find(|r| r["site"].as_str().unwrap().contains(&at))?;
+    let n = |k: &str| row[k].as_u64().unwrap();
+    Some((n("bytes"), n("blocks"), n("peak_bytes")))
+}
+
+#[test]
+fn heap_charges_cxx_container_growth_to_the_user_line() {
+    let dir = scratch("live-heap-cxx");
+    let exe = dir.join("liveheap-cxx");
+    let out = Command::new(memlens())
+        .args(["c++", "-O1", "-g"])
+        .arg(programs().join("liveheap.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens c++: {}", String::from_utf8_lossy(&out.stderr));
+    let stream = dir.join("stream.jsonl");
+    let mut live = Command::new(memlens())
+        .args(["live", "--no-gui", "--probe", "heap", "--json-stream"])
+        .arg(&stream)
+        .arg("--")
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    live.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let o = live.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "done 1024");
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let p = &last["probes"][0];
+    // 1, 2, 4, ... 1024 ints: the last buffer stays, the one before it was the peak's
+    // other half. clang inlines libstdc++'s allocator into main: the push_back line;
+    // g++ calls it out of line, and only the call site is known: the allocator.
+    let growth = site_in(p, "liveheap.cpp", "cxx-push").or_else(|| {
+        let rows = p["sites"].as_array().unwrap();
+        let r = rows.iter().find(|r| {
+            r["site"].as_str().unwrap().contains("std::__new_allocator<int>::allocate")
+        })?;
+        let n = |k: &str| r[k].as_u64().unwrap();
+        Some((n("bytes"), n("blocks"), n("peak_bytes")))
+    });
+    assert_eq!(growth, Some((4096, 1, 4096 + 2048)), "{last}");
+    assert_eq!(site_in(p, "liveheap.cpp", "cxx-vec"), Some((24, 1, 24)), "{last}");
+    assert_eq!(site_in(p, "liveheap.cpp", "cxx-new"), Some((40, 1, 40)), "{last}");
+}
+
+#[test]
+fn memory_probes_on_a_program_not_built_by_memlens_are_refused() {
+    let dir = scratch("live-mem-plain");
+    let exe = dir.join("plain");
+    let out = Command::new("gcc")
+        .args(["-O1", "-g"])
+        .arg(programs().join("liveheap.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
+    for spec in ["heap", "watch:old"] {
+        let o = Command::new(memlens())
+            .args(["live", "--no-gui", "--probe", spec, "--"])
+            .arg(&exe)
+            .env("XDG_RUNTIME_DIR", &dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let name = spec.split(':').next().unwrap();
+        assert!(err.contains(&format!("module {name} needs a memlens-built target")), "{err}");
+        assert!(err.contains("memlens cc"), "{err}");
+        assert!(!stdout(&o).contains("ready"), "the program never ran: {}", stdout(&o));
+    }
+}
