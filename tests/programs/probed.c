@@ -2,12 +2,15 @@
  * `probed N`: prints "ready PID", then each SIGUSR1 runs exactly N calls of work()
  * and one rec(4) (5 nested calls) in the main thread, each SIGUSR2 has each of 8
  * threads (created at start) run N calls of work(); after each phase one line. SIGHUP
- * ends it. `probed --once N`: N calls of work() and rec(4), one line, exit 0. */
+ * ends it. `probed --once N`: N calls of work() and rec(4), one line, exit 0.
+ * `probed --fork N`: a forked child makes N calls of work(), forks a grandchild
+ * that makes 3N and exits, then execs `probed --once N`; the parent waits for it, makes 2N calls, one line, and ends with _exit(0). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define THREADS 8
@@ -62,6 +65,37 @@ int main(int argc, char **argv) {
         t += rec(4);
         printf("once %ld\n", t);
         return 0;
+    }
+    if (argc > 2 && strcmp(argv[1], "--fork") == 0) {
+        long n = atol(argv[2]), t = 0;
+        fflush(stdout);
+        pid_t c = fork();
+        if (c == 0) {
+            for (long i = 0; i < n; i++)
+                t += work(i);
+            /* a grandchild that ends with exit(): its runtime must not send its
+               values on the parent's connection */
+            pid_t g = fork();
+            if (g == 0) {
+                for (long i = 0; i < 3 * n; i++)
+                    t += work(i);
+                exit(t == 42);
+            }
+            waitpid(g, NULL, 0);
+            char *args[] = {argv[0], "--once", argv[2], NULL};
+            execv("/proc/self/exe", args);
+            _exit(127);
+        }
+        int st = 0;
+        waitpid(c, &st, 0);
+        for (long i = 0; i < 2 * n; i++)
+            t += work(i);
+        printf("parent %ld child %d\n", t, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        fflush(stdout);
+        /* no exit handlers: the collector's last values are what it read, never
+           what a child of ours said at its exit */
+        usleep(300000);
+        _exit(0);
     }
     n_calls = argc > 1 ? atol(argv[1]) : 1000;
     sigset_t set;

@@ -249,6 +249,7 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
 /// uprobes: the program runs on exactly as before.
 fn session(conn: UnixStream) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
+    SESSION_PID.store(sys::getpid(), Release);
     SESSION_FD.store(conn.as_raw_fd(), Release);
     let mut mine: Vec<u32> = Vec::new();
     let r = (|| {
@@ -277,12 +278,15 @@ fn session(conn: UnixStream) -> std::io::Result<()> {
 
 /// The collector's connection (-1: none), for the values at exit.
 static SESSION_FD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
+/// The process that holds the connection: a forked child inherits the descriptor
+/// (and its patched pads, counting in its own copy) but must not speak on it.
+static SESSION_PID: AtomicU32 = AtomicU32::new(0);
 
 /// At `exit`: the collector gets every probe's final values unasked (a line
 /// `exit <read answer>`), since it cannot ask a process that is gone.
 extern "C" fn at_exit() {
     let fd = SESSION_FD.load(Acquire);
-    if fd < 0 || !ON.load(Relaxed) {
+    if fd < 0 || !ON.load(Relaxed) || SESSION_PID.load(Acquire) != sys::getpid() {
         return;
     }
     let _g = crate::state::Guard::new();

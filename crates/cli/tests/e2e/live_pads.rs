@@ -139,3 +139,40 @@ fn launch_inserts_pad_probes_before_main() {
     assert_eq!(probes[1]["count"], 5, "rec(4): five nested calls: {last}");
     assert!(std::fs::read_dir(dir.join("memlens")).unwrap().next().is_none());
 }
+
+/// The target forks and execs with pad probes in place: the child runs its patched
+/// copy (its calls count in its own memory, never in the parent's values, and its
+/// exit does not end the parent's probes), the program it execs starts from the
+/// file's code, and the parent's count is exact.
+#[test]
+fn pads_in_place_across_fork_and_exec() {
+    let dir = scratch("live-pads-fork");
+    let exe = build_padded(&dir);
+    let stream = dir.join("stream.jsonl");
+    let o = Command::new(memlens())
+        .args(["live", "--probe", "count:work", "--json-stream"])
+        .arg(&stream)
+        .args(["--every", "20ms", "--"])
+        .arg(&exe)
+        .args(["--fork", "300"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("once "), "the exec'd program ran: {out}");
+    assert!(out.contains(" child 0"), "the child exited 0: {out}");
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["final"], true, "{last}");
+    assert_eq!(last["exit_code"], 0, "{last}");
+    let p = &last["probes"][0];
+    assert!(p["location"].as_str().unwrap().ends_with("(pad)"), "{p}");
+    assert_eq!(p["count"], 600, "the parent's 2N calls only: {last}");
+    // no snapshot ever counted the child's calls as the parent's
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let n = v["probes"][0]["count"].as_u64().unwrap_or(0);
+        assert!(n <= 600, "a snapshot above the parent's calls: {l}");
+    }
+}
