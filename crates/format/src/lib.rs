@@ -48,6 +48,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod callstack;
 pub mod chunk;
 pub mod codec;
 pub mod complete;
@@ -59,6 +60,7 @@ pub mod types;
 pub mod varint;
 pub mod writer;
 
+pub use callstack::{CallStack, StackFrame};
 pub use chunk::{
     ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, FileHeader, PayloadBuf,
     CHUNK_HEADER_SIZE, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
