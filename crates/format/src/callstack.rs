@@ -3,9 +3,10 @@
 //! exports share, so they nest calls alike after a `longjmp` or a missing exit.
 //!
 //! - An entry first closes the frames left without an exit (`longjmp`, unwinding
-//!   without cleanups): those whose frame pointer lies below the new one's (the
-//!   stack grows down, so they are inside it). Frames without a frame pointer
-//!   (`--dbi` traces) are never closed this way.
+//!   without cleanups): those whose frame pointer lies strictly below the new one's
+//!   (the stack grows down, so they are inside it). Frames without a frame pointer
+//!   (`--dbi` traces) are never closed this way. The runtime closes such frames
+//!   itself (synthesised exits); this covers traces where it could not.
 //! - An exit of an unknown function (synthesised by the runtime, or a pc no symbol
 //!   covers) closes the innermost frame.
 //! - An exit of a known function closes that function's innermost open frame and
@@ -158,16 +159,21 @@ mod tests {
     fn an_entry_after_a_longjmp_closes_the_frames_inside_it() {
         let mut s = CallStack::new();
         let mut closed = Vec::new();
-        // main at fp 1000 → a 900 → b 800 → c 700, then longjmp to main, which calls d
+        // main at fp 1000 → a 900 → b 800 → c 700, then longjmp to main, which calls
+        // d at 950: a, b and c were left
         for f in [Fr(1000, 1), Fr(900, 2), Fr(800, 3), Fr(700, 4)] {
             s.enter(f, |f, d| closed.push((f.1, d)));
         }
-        s.enter(Fr(900, 5), |f, d| closed.push((f.1, d)));
+        s.enter(Fr(950, 5), |f, d| closed.push((f.1, d)));
         assert_eq!(closed, [(4, 3), (3, 2), (2, 1)]);
         assert_eq!(funcs(&s), [1, 5]);
+        // a frame at the new one's own frame pointer stays (names' rule: strictly below)
+        s.enter(Fr(950, 8), discard);
+        assert_eq!(funcs(&s), [1, 5, 8]);
+        s.exit(8, discard);
         // frames without a frame pointer are never closed by an entry
         s.enter(Fr(0, 6), discard);
-        s.enter(Fr(950, 7), discard);
+        s.enter(Fr(960, 7), discard);
         assert_eq!(funcs(&s), [1, 5, 6, 7]);
     }
 

@@ -320,7 +320,7 @@ pub fn variable_rows(
                 "variable": name, "kind": kind.name(), "loads": c.loads, "stores": c.stores,
                 "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
                 "threads": c.threads.len(),
-                "lines": lines.iter().map(|(l, n)| serde_json::json!({"line": l, "accesses": n})).collect::<Vec<_>>(),
+                "lines": lines.iter().map(|(l, n)| serde_json::json!({"location": l, "accesses": n})).collect::<Vec<_>>(),
             })
         })
         .collect();
