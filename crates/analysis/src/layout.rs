@@ -14,7 +14,6 @@ use crate::names::Namer;
 use crate::table::{ratio, Column, Render, RenderOpts, Section, Table};
 use crate::{for_each_touch, Kernel};
 use memlens_format::{Event, Pc, ThreadId};
-use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Options of [`Layout`].

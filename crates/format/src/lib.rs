@@ -24,6 +24,8 @@
 //!   About 1.5× faster than [`codec::Decoder::next_batch`] (docs/PERFORMANCE.md).
 //! - [`TraceWriter`] and [`TraceReader`]: files.
 //! - [`MetaRecord`]: process, [`Module`] map, options, end status.
+//! - [`CallStack`]: a thread's open calls rebuilt from its entries and exits, by the
+//!   one rule every reader (names, the viewer, the exports) follows.
 //!
 //! # Example
 //! ```

@@ -27,6 +27,7 @@ mod parallel_read;
 mod paths;
 mod record;
 mod rust;
+mod schemas;
 mod soak;
 mod stream;
 mod tables;
