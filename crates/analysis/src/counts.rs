@@ -373,7 +373,7 @@ impl crate::table::Render for Counts {
             "Allocations by call site",
             vec![
                 Column::text("location", "call site"),
-                Column::num("count", "blocks"),
+                Column::num("blocks", "blocks"),
                 Column::num("bytes", "bytes"),
             ],
         );
@@ -381,7 +381,7 @@ impl crate::table::Render for Counts {
             let c = namer.code(*pc);
             al.rows.push(row! {
                 "function" => c.function, "file" => c.file, "line" => c.line, "location" => c.location(),
-                "count" => a.count, "bytes" => a.bytes,
+                "blocks" => a.count, "bytes" => a.bytes,
             });
         }
         let mut threads: Vec<_> = self.by_thread.iter().collect();

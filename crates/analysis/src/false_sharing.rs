@@ -385,10 +385,10 @@ fn line_row(namer: &dyn Namer, l: &LineReport, cfg_line: u64) -> crate::table::R
         per_thread_vars.push(vars);
         threads.push(json!({
             "thread": u.thread.0,
-            "reads": u.reads,
-            "writes": u.writes,
-            "bytes": fmt_ranges(&ranges),
-            "written_bytes": fmt_ranges(&u.write_bytes.ranges()),
+            "loads": u.reads,
+            "stores": u.writes,
+            "byte_ranges": fmt_ranges(&ranges),
+            "stored_byte_ranges": fmt_ranges(&u.write_bytes.ranges()),
             "variables": names,
         }));
         for &(pc, n) in &u.pcs {
@@ -420,16 +420,16 @@ fn line_row(namer: &dyn Namer, l: &LineReport, cfg_line: u64) -> crate::table::R
         )
     };
     row! {
-        "line_address" => format!("{}", l.addr),
+        "line_addr" => format!("{}", l.addr),
         "line_size" => l.size,
         "kind" => l.kind,
         "variables" => names,
-        "threads" => threads,
-        "thread_count" => l.threads.len(),
-        "reads" => l.reads(),
-        "writes" => l.writes(),
+        "per_thread" => threads,
+        "threads" => l.threads.len(),
+        "loads" => l.reads(),
+        "stores" => l.writes(),
         "transfers" => l.transfers,
-        "lines" => code.iter().map(|(c, n)| json!({"file": c.file, "line": c.line, "function": c.function, "count": n})).collect::<Vec<_>>(),
+        "lines" => code.iter().map(|(c, n)| json!({"file": c.file, "line": c.line, "function": c.function, "accesses": n})).collect::<Vec<_>>(),
         "fix" => fix,
     }
 }
@@ -441,18 +441,18 @@ impl Render for FalseSharingReport {
     fn render(&self, namer: &dyn Namer, opts: &RenderOpts) -> Table {
         let cols = || {
             vec![
-                Column::text("line_address", "line"),
+                Column::text("line_addr", "line"),
                 Column::text("kind", "kind"),
-                Column::num("thread_count", "threads"),
-                Column::num("reads", "reads"),
-                Column::num("writes", "writes"),
+                Column::num("threads", "threads"),
+                Column::num("loads", "loads"),
+                Column::num("stores", "stores"),
                 Column::num("transfers", "transfers"),
                 Column::text("variables", "variables"),
             ]
         };
         let mut sections = Vec::new();
         for (name, title, list) in [
-            ("lines", "False sharing", &self.lines),
+            ("cache_lines", "False sharing", &self.lines),
             ("predicted", "Predicted false sharing at the larger line size", &self.predicted),
         ] {
             let mut s = Section::new(name, title, cols());
@@ -539,15 +539,16 @@ mod tests {
         assert_eq!(rep.predicted[0].addr, Addr(0x4000));
 
         let j = rep.render(&Counters, &RenderOpts::default()).to_json();
-        let row = &j["lines"][0];
-        assert_eq!(row["line_address"], "0x1000");
+        let row = &j["cache_lines"][0];
+        assert_eq!(row["line_addr"], "0x1000");
         assert_eq!(row["kind"], "false");
         assert_eq!(row["variables"], json!(["counts[0]", "counts[1]", "counts[2]", "counts[3]"]));
-        assert_eq!(row["threads"][1]["bytes"], "8-15");
+        assert_eq!(row["per_thread"][1]["byte_ranges"], "8-15");
+        assert_eq!((row["threads"].as_u64(), row["loads"].as_u64()), (Some(4), Some(20)));
         assert_eq!(row["transfers"], 19);
         assert_eq!(row["lines"].as_array().unwrap().len(), 2);
         assert!(row["fix"].as_str().unwrap().starts_with("pad: counts"), "{}", row["fix"]);
-        assert_eq!(j["predicted"][0]["line_address"], "0x4000");
+        assert_eq!(j["predicted"][0]["line_addr"], "0x4000");
         assert!(j["predicted"][0]["fix"].as_str().unwrap().contains("128-byte"));
     }
 

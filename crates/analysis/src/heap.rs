@@ -315,8 +315,8 @@ impl Render for HeapReport {
                 Column::num("bytes", "bytes"),
                 Column::num("max_live_bytes", "max live"),
                 Column::num("mean_lifetime", "lifetime"),
-                Column::num("reads_per_byte", "reads/B"),
-                Column::num("writes_per_byte", "writes/B"),
+                Column::num("bytes_read_per_byte", "read/B"),
+                Column::num("bytes_written_per_byte", "written/B"),
                 Column::num("never_read_bytes", "never read"),
                 Column::num("never_written_bytes", "never written"),
                 Column::num("short_lived", "short-lived"),
@@ -334,10 +334,10 @@ impl Render for HeapReport {
                 "max_live_blocks" => s.max_live_blocks, "max_live_bytes" => s.max_live_bytes,
                 "mean_lifetime" => s.mean_lifetime(), "short_lived" => s.short_lived,
                 "live_at_end" => s.live_at_end, "live_bytes_at_end" => s.live_bytes_at_end,
-                "reads" => s.reads, "writes" => s.writes,
+                "loads" => s.reads, "stores" => s.writes,
                 "bytes_read" => s.bytes_read, "bytes_written" => s.bytes_written,
-                "reads_per_byte" => ratio(s.bytes_read, s.bytes),
-                "writes_per_byte" => ratio(s.bytes_written, s.bytes),
+                "bytes_read_per_byte" => ratio(s.bytes_read, s.bytes),
+                "bytes_written_per_byte" => ratio(s.bytes_written, s.bytes),
                 "detail_bytes" => s.detail_bytes,
                 "never_read_bytes" => s.never_read_bytes,
                 "never_written_bytes" => s.never_written_bytes,
@@ -399,7 +399,7 @@ mod tests {
         assert_eq!(j["sites"][0]["bytes"], 4000);
         assert_eq!(j["sites"][0]["stack"], json!(["0x200"]));
         assert_eq!(j["sites"][1]["accesses_by_offset"][0], 6);
-        assert_eq!(j["sites"][1]["reads_per_byte"], 1.0);
+        assert_eq!(j["sites"][1]["bytes_read_per_byte"], 1.0);
         assert_eq!(j["summary"][0]["blocks"], 4);
     }
 

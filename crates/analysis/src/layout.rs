@@ -14,7 +14,6 @@ use crate::names::Namer;
 use crate::table::{ratio, Column, Render, RenderOpts, Section, Table};
 use crate::{for_each_touch, Kernel};
 use memlens_format::{Event, Pc, ThreadId};
-use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Options of [`Layout`].
@@ -130,8 +129,8 @@ impl SiteLayout {
                 if fa.writers & fb.writers == 0 && padded.insert((*a, *b)) {
                     out.push(format!(
                         "pad: offsets {a} and {b} share a cache line but are written by different threads ({} / {}); put them on separate {line}-byte lines",
-                        threads(fa.writers),
-                        threads(fb.writers)
+                        thread_list(fa.writers),
+                        thread_list(fb.writers)
                     ));
                 }
             }
@@ -156,9 +155,14 @@ fn list(v: impl Iterator<Item = u64>) -> String {
     parts.join(", ")
 }
 
-fn threads(mask: u64) -> String {
-    let parts: Vec<String> =
-        (0..64).filter(|i| mask >> i & 1 == 1).map(|i| format!("T{i}")).collect();
+/// The thread indices of a mask.
+fn threads(mask: u64) -> Vec<u32> {
+    (0..64).filter(|i| mask >> i & 1 == 1).collect()
+}
+
+/// The threads of a mask as text: `T0,T2`.
+fn thread_list(mask: u64) -> String {
+    let parts: Vec<String> = threads(mask).iter().map(|i| format!("T{i}")).collect();
     parts.join(",")
 }
 
@@ -288,10 +292,11 @@ impl Render for LayoutReport {
                 Column::text("site", "site"),
                 Column::num("offset", "offset"),
                 Column::num("size", "size"),
-                Column::num("reads", "reads"),
-                Column::num("writes", "writes"),
+                Column::num("loads", "loads"),
+                Column::num("stores", "stores"),
                 Column::num("share", "share %"),
-                Column::text("threads", "threads"),
+                Column::num("threads", "threads"),
+                Column::text("stored_by", "stored by"),
             ],
         );
         let mut pairs = Section::new(
@@ -301,7 +306,7 @@ impl Render for LayoutReport {
                 Column::text("site", "site"),
                 Column::num("a", "offset a"),
                 Column::num("b", "offset b"),
-                Column::num("count", "count"),
+                Column::num("co_accesses", "co-accesses"),
             ],
         );
         for s in sites {
@@ -322,17 +327,17 @@ impl Render for LayoutReport {
             fl.sort_by(|a, b| (b.1.accesses(), a.0).cmp(&(a.1.accesses(), b.0)));
             for (o, f) in fl {
                 fields.rows.push(row! {
-                    "site" => name, "offset" => o, "size" => f.size, "reads" => f.reads, "writes" => f.writes,
+                    "site" => name, "offset" => o, "size" => f.size, "loads" => f.reads, "stores" => f.writes,
                     "share" => 100.0 * ratio(f.accesses(), total),
-                    "threads" => threads(f.readers | f.writers),
-                    "readers" => json!(threads(f.readers)), "writers" => json!(threads(f.writers)),
+                    "threads" => (f.readers | f.writers).count_ones(),
+                    "loaded_by" => threads(f.readers), "stored_by" => threads(f.writers),
                 });
             }
             let mut pl: Vec<(&(u64, u64), &u64)> = s.pairs.iter().collect();
             pl.sort_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
             pl.truncate(10);
             for ((a, b), n) in pl {
-                pairs.rows.push(row! { "site" => name, "a" => a, "b" => b, "count" => n });
+                pairs.rows.push(row! { "site" => name, "a" => a, "b" => b, "co_accesses" => n });
             }
         }
         Table { sections: vec![sec, fields, pairs] }
@@ -380,6 +385,6 @@ mod tests {
         let j = rep.render(&NoNames, &RenderOpts::default()).to_json();
         assert_eq!(j["sites"][0]["accesses"], 103);
         assert_eq!(j["fields"][0]["share"].as_f64().map(|x| x.round()), Some(49.0));
-        assert_eq!(j["pairs"][0]["count"], 99);
+        assert_eq!(j["pairs"][0]["co_accesses"], 99);
     }
 }

@@ -53,6 +53,11 @@ pub trait Namer {
     fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
         None
     }
+    /// Start of the function holding code address `pc`, if known: how function
+    /// exits are matched to entries ([`memlens_format::CallStack`]).
+    fn function_start(&self, _pc: Pc) -> Option<Pc> {
+        None
+    }
 }
 
 /// A [`Namer`] that knows nothing: code addresses print as hex function names, data
@@ -81,6 +86,10 @@ impl<N: Namer + ?Sized> Namer for &N {
 
     fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
         (**self).access_namer()
+    }
+
+    fn function_start(&self, pc: Pc) -> Option<Pc> {
+        (**self).function_start(pc)
     }
 }
 

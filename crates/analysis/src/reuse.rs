@@ -437,7 +437,7 @@ impl Render for ReuseReport {
             vec![
                 Column::num("accesses", "accesses"),
                 Column::num("cold", "cold"),
-                Column::num("distinct_lines", "distinct lines"),
+                Column::num("distinct_cache_lines", "distinct lines"),
                 Column::num("mean_distance", "mean distance"),
                 Column::num("mean_time", "mean time"),
             ],
@@ -446,7 +446,7 @@ impl Render for ReuseReport {
             "line_size" => self.line,
             "accesses" => o.accesses(),
             "cold" => o.distance.cold,
-            "distinct_lines" => self.distinct_lines,
+            "distinct_cache_lines" => self.distinct_lines,
             "mean_distance" => o.distance.mean(),
             "mean_time" => o.time.mean(),
         });
@@ -503,7 +503,7 @@ impl Render for ReuseReport {
                 "function" => c.function, "file" => c.file, "line" => c.line, "location" => c.location(),
                 "accesses" => s.accesses(), "cold" => s.distance.cold,
                 "mean_distance" => s.distance.mean(), "mean_time" => s.time.mean(),
-                "distance" => hist_json(&s.distance), "time" => hist_json(&s.time),
+                "distance_histogram" => hist_json(&s.distance), "time_histogram" => hist_json(&s.time),
             });
         }
 
@@ -524,7 +524,7 @@ impl Render for ReuseReport {
             by_var.rows.push(row! {
                 "variable" => v, "accesses" => s.accesses(), "cold" => s.distance.cold,
                 "mean_distance" => s.distance.mean(), "mean_time" => s.time.mean(),
-                "distance" => hist_json(&s.distance), "time" => hist_json(&s.time),
+                "distance_histogram" => hist_json(&s.distance), "time_histogram" => hist_json(&s.time),
             });
         }
         Table { sections: vec![summary, hist, by_line, by_var] }

@@ -11,8 +11,9 @@
 //! is shared when the same bytes of it were touched by two threads (not two blocks
 //! from one allocation site, nor the same local in two threads' stacks), and its
 //! row counts every access to it, as `report --by variable` does.
-//! JSON rows use DINAMITE's keys: `threadcount`, `totalcount`, `threads`
-//! (`[[tid, count], ...]`), `file`, `line`, `variable`.
+//! JSON rows use the common vocabulary (docs/output.md): `threads` (how many),
+//! `accesses`, `loads`, `stores`, `per_thread` (`[[thread, accesses], ...]`), with
+//! DINAMITE's `threadcount` and `totalcount` kept beside them as aliases.
 
 use crate::fxhash::FxHashMap;
 use crate::names::{CodeName, CurrentVariable, Namer};
@@ -240,18 +241,21 @@ fn dinamite_row(namer: &dyn Namer, variable: &str, d: &SharedData) -> crate::tab
     threads.sort_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
     row! {
         "variable" => variable,
+        "threads" => d.thread_count(),
+        "accesses" => d.total(),
+        // DINAMITE's names of the two above
         "threadcount" => d.thread_count(),
         "totalcount" => d.total(),
-        "threads" => threads.iter().map(|(t, n)| json!([t.0, n])).collect::<Vec<_>>(),
+        "per_thread" => threads.iter().map(|(t, n)| json!([t.0, n])).collect::<Vec<_>>(),
         "uniform" => d.uniform(),
-        "reads" => d.reads,
-        "writes" => d.writes,
+        "loads" => d.reads,
+        "stores" => d.writes,
         "file" => top.file,
         "line" => top.line,
         "function" => top.function,
         "location" => top.location(),
         "lines" => lines.iter().map(|(c, n)| json!({
-            "file": c.file, "line": c.line, "function": c.function, "count": n,
+            "file": c.file, "line": c.line, "function": c.function, "accesses": n,
         })).collect::<Vec<_>>(),
     }
 }
@@ -263,10 +267,10 @@ impl Render for SharingReport {
         let cols = |first: Column| {
             vec![
                 first,
-                Column::num("threadcount", "threads"),
-                Column::num("totalcount", "accesses"),
-                Column::num("reads", "reads"),
-                Column::num("writes", "writes"),
+                Column::num("threads", "threads"),
+                Column::num("accesses", "accesses"),
+                Column::num("loads", "loads"),
+                Column::num("stores", "stores"),
                 Column::text("uniform", "uniform"),
                 Column::text("location", "top line"),
             ]
@@ -288,14 +292,14 @@ impl Render for SharingReport {
         let mut by_addr = Section::new(
             "by_address",
             "Shared addresses",
-            cols(Column::text("address", "address"))
+            cols(Column::text("addr", "address"))
                 .into_iter()
                 .chain([Column::text("variable", "variable")])
                 .collect(),
         );
         for (a, d) in &addrs {
             let mut r = dinamite_row(namer, &crate::names::name_of(namer, *a), d);
-            r.insert("address".into(), json!(format!("{a}")));
+            r.insert("addr".into(), json!(format!("{a}")));
             by_addr.rows.push(r);
         }
         Table { sections: vec![by_var, by_addr] }
@@ -366,16 +370,16 @@ mod tests {
         let j = t.to_json();
         let v = &j["by_variable"][0];
         assert_eq!(v["variable"], "stats");
-        assert_eq!(v["threadcount"], 3);
-        assert_eq!(v["totalcount"], 270);
-        assert_eq!(v["threads"], json!([[0, 100], [1, 90], [2, 80]]));
+        assert_eq!((v["threads"].as_u64(), v["threadcount"].as_u64()), (Some(3), Some(3)));
+        assert_eq!((v["accesses"].as_u64(), v["totalcount"].as_u64()), (Some(270), Some(270)));
+        assert_eq!(v["per_thread"], json!([[0, 100], [1, 90], [2, 80]]));
         assert_eq!(v["uniform"], true);
-        assert_eq!((v["reads"].as_u64(), v["writes"].as_u64()), (Some(135), Some(135)));
+        assert_eq!((v["loads"].as_u64(), v["stores"].as_u64()), (Some(135), Some(135)));
         assert_eq!(v["file"], "s.c");
         assert_eq!(v["lines"].as_array().unwrap().len(), 2);
         let c = &j["by_variable"][1];
         assert_eq!(
-            (c["variable"].as_str(), c["totalcount"].as_u64(), c["uniform"].as_bool()),
+            (c["variable"].as_str(), c["accesses"].as_u64(), c["uniform"].as_bool()),
             (Some("counter"), Some(22), Some(false))
         );
         assert_eq!(c["line"], 20);

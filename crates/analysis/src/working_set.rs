@@ -198,7 +198,7 @@ impl Kernel for WorkingSet {
 fn point_row(p: &Interval, i: usize, line: u64) -> crate::table::Row {
     row! {
         "interval" => i, "start" => p.start, "accesses" => p.accesses,
-        "lines" => p.lines, "pages" => p.pages, "bytes" => p.lines * line,
+        "cache_lines" => p.lines, "pages" => p.pages, "bytes" => p.lines * line,
     }
 }
 
@@ -210,17 +210,17 @@ impl Render for WorkingSetReport {
             "summary",
             "Working set",
             vec![
-                Column::num("interval", "interval"),
-                Column::num("footprint_lines", "footprint lines"),
+                Column::num("interval_accesses", "interval"),
+                Column::num("footprint_cache_lines", "footprint lines"),
                 Column::num("footprint_bytes", "footprint bytes"),
-                Column::num("max_lines", "max lines/interval"),
+                Column::num("max_cache_lines", "max lines/interval"),
                 Column::num("max_pages", "max pages/interval"),
             ],
         );
         summary.rows.push(row! {
-            "interval" => self.interval, "line_size" => self.line, "page_size" => self.page,
-            "footprint_lines" => self.footprint_lines, "footprint_bytes" => self.footprint_lines * self.line,
-            "max_lines" => self.overall.iter().map(|p| p.lines).max().unwrap_or(0),
+            "interval_accesses" => self.interval, "line_size" => self.line, "page_size" => self.page,
+            "footprint_cache_lines" => self.footprint_lines, "footprint_bytes" => self.footprint_lines * self.line,
+            "max_cache_lines" => self.overall.iter().map(|p| p.lines).max().unwrap_or(0),
             "max_pages" => self.overall.iter().map(|p| p.pages).max().unwrap_or(0),
         });
         let cols = |first: Vec<Column>| {
@@ -229,7 +229,7 @@ impl Render for WorkingSetReport {
                 Column::num("interval", "interval"),
                 Column::num("start", "start"),
                 Column::num("accesses", "accesses"),
-                Column::num("lines", "lines"),
+                Column::num("cache_lines", "lines"),
                 Column::num("pages", "pages"),
             ]);
             c

@@ -395,9 +395,9 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
             v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
             v.into_iter()
                 .take(top)
-                .map(|(n, (count, bytes))| {
+                .map(|(n, (blocks, bytes))| {
                     json!({"file": &*n.file, "line": n.line, "function": &*n.function,
-                        "count": count, "bytes": bytes})
+                        "blocks": blocks, "bytes": bytes})
                 })
                 .collect()
         }
@@ -442,7 +442,7 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
             "calls",
             "name",
         ],
-        By::Alloc => &["count", "bytes", "file", "line", "function"],
+        By::Alloc => &["blocks", "bytes", "file", "line", "function"],
         By::Variable(_) => {
             &["loads", "stores", "bytes_read", "bytes_written", "threads", "kind", "variable"]
         }
@@ -618,7 +618,7 @@ pub fn event_json(ev: &Event) -> Value {
         Event::Fork { child_pid } => json!({"event": "fork", "child_pid": child_pid}),
         Event::Exec => json!({"event": "exec"}),
         Event::Clock(t) => json!({"event": "clock", "time": t}),
-        Event::Dropped(n) => json!({"event": "dropped", "count": n}),
+        Event::Dropped(n) => json!({"event": "dropped", "events": n}),
         Event::Signal(s) => json!({"event": "signal", "signal": s}),
     }
 }

@@ -2,7 +2,7 @@
 //! each code address symbolised once.
 
 use crate::DynNamer;
-use memlens_format::Pc;
+use memlens_format::{Pc, StackFrame};
 use std::collections::HashMap;
 
 /// One function as the viewers show it.
@@ -15,17 +15,41 @@ pub(crate) struct Frame {
     pub json_name: String,
 }
 
+/// An open call of frame `frame`, nested by [`memlens_format::CallStack`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Open {
+    pub frame: u32,
+    fp: u64,
+    fstart: u64,
+}
+
+impl StackFrame for Open {
+    fn frame_pointer(&self) -> u64 {
+        self.fp
+    }
+    fn function(&self) -> u64 {
+        self.fstart
+    }
+}
+
 /// Interns frames by code address.
 pub(crate) struct Frames<'n> {
     namer: DynNamer<'n>,
     by_pc: HashMap<Pc, u32>,
+    starts: HashMap<Pc, u64>,
     by_key: HashMap<(String, String), u32>,
     pub list: Vec<Frame>,
 }
 
 impl<'n> Frames<'n> {
     pub fn new(namer: DynNamer<'n>) -> Frames<'n> {
-        Frames { namer, by_pc: HashMap::new(), by_key: HashMap::new(), list: Vec::new() }
+        Frames {
+            namer,
+            by_pc: HashMap::new(),
+            starts: HashMap::new(),
+            by_key: HashMap::new(),
+            list: Vec::new(),
+        }
     }
 
     /// The frame of a function-entry address.
@@ -45,6 +69,20 @@ impl<'n> Frames<'n> {
         }
         self.by_pc.insert(pc, i);
         i
+    }
+
+    /// The open call of a function entry at `pc` with frame pointer `fp`.
+    pub fn open(&mut self, pc: Pc, fp: u64) -> Open {
+        Open { frame: self.of(pc), fp, fstart: self.start(pc) }
+    }
+
+    /// The function an exit at `pc` leaves (0: unknown), as [`Open`] matches it.
+    pub fn start(&mut self, pc: Pc) -> u64 {
+        if pc.0 == 0 {
+            return 0;
+        }
+        let namer = self.namer;
+        *self.starts.entry(pc).or_insert_with(|| namer.function_start(pc).map_or(0, |s| s.0))
     }
 
     pub fn get(&self, i: u32) -> &Frame {

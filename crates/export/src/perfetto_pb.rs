@@ -317,9 +317,17 @@ pub fn perfetto_pb(
         };
         let st = &mut seq.state;
         match &ev.event {
-            Event::FuncEnter { pc, .. } => {
-                let f = frames.of(*pc);
-                st.stack.push(f);
+            Event::FuncEnter { pc, frame, .. } => {
+                let open = frames.open(*pc, frame.0);
+                // frames left by a longjmp close first (the one CallStack rule)
+                let mut left = 0;
+                seq.state.stack.enter(open, |_, _| left += 1);
+                for _ in 0..left {
+                    let ts = seq.state.ts(now).0;
+                    w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
+                }
+                let st = &mut seq.state;
+                let f = open.frame;
                 sum.calls += 1;
                 let ts = st.ts(now).0;
                 let mut p = slice(t, seq.delta(ts), TYPE_SLICE_BEGIN, Some(u64::from(f) + 1));
@@ -342,10 +350,12 @@ pub fn perfetto_pb(
                 }
                 w.write(&p)?;
             }
-            Event::FuncExit { .. } => {
+            Event::FuncExit { pc } => {
                 // An exit without a recorded entry (tracing began inside it) is dropped.
-                if st.stack.pop().is_some() {
-                    let ts = st.ts(now).0;
+                let mut closed = 0;
+                st.stack.exit(frames.start(*pc), |_, _| closed += 1);
+                for _ in 0..closed {
+                    let ts = seq.state.ts(now).0;
                     w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
                 }
             }
@@ -354,7 +364,7 @@ pub fn perfetto_pb(
                     let ts = seq.state.ts(now).0;
                     w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
                 }
-                seq.state.stack.clear();
+                seq.state.stack.close_all(memlens_format::callstack::discard);
             }
             Event::ThreadName(n) => {
                 // not before the thread's last slice event: the clock counts up

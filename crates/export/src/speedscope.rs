@@ -6,9 +6,9 @@
 //! frame table, known only at the end, follows the profiles (JSON objects are
 //! unordered).
 
-use crate::frames::{thread_label, Frames};
+use crate::frames::{thread_label, Frames, Open};
 use crate::{DynNamer, Error, Summary};
-use memlens_format::{Event, TraceReader};
+use memlens_format::{CallStack, Event, TraceReader};
 use std::io::{BufWriter, Write};
 
 /// Writes one evented speedscope profile per thread, weighted by memory operations.
@@ -26,7 +26,8 @@ pub fn speedscope(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resu
         sum.threads += 1;
         out.write_all(b"{\"type\":\"evented\",\"unit\":\"none\",\"startValue\":0,\"events\":[")?;
         let mut label = thread_label(s.thread.0, "");
-        let mut stack: Vec<u32> = Vec::new();
+        let mut stack = CallStack::new();
+        let mut closed = Vec::new();
         let mut now = 0u64;
         let mut first = true;
         let mut ev_out = |out: &mut BufWriter<_>, kind: char, f: u32, at: u64| {
@@ -39,16 +40,21 @@ pub fn speedscope(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resu
                 Event::ThreadStart { name, .. } | Event::ThreadName(name) => {
                     label = thread_label(s.thread.0, &name)
                 }
-                Event::FuncEnter { pc, .. } => {
-                    let f = frames.of(pc);
-                    stack.push(f);
+                Event::FuncEnter { pc, frame, .. } => {
+                    let f = frames.open(pc, frame.0);
+                    // frames left by a longjmp close first
+                    stack.enter(f, |o: Open, _| closed.push(o.frame));
+                    for c in closed.drain(..) {
+                        ev_out(&mut out, 'C', c, now)?;
+                    }
                     sum.calls += 1;
-                    ev_out(&mut out, 'O', f, now)?;
+                    ev_out(&mut out, 'O', f.frame, now)?;
                 }
-                Event::FuncExit { .. } => {
+                Event::FuncExit { pc } => {
                     // An exit without a recorded entry (tracing began inside it) is dropped.
-                    if let Some(f) = stack.pop() {
-                        ev_out(&mut out, 'C', f, now)?;
+                    stack.exit(frames.start(pc), |o: Open, _| closed.push(o.frame));
+                    for c in closed.drain(..) {
+                        ev_out(&mut out, 'C', c, now)?;
                     }
                 }
                 e => {
@@ -57,8 +63,9 @@ pub fn speedscope(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resu
                 }
             }
         }
-        while let Some(f) = stack.pop() {
-            ev_out(&mut out, 'C', f, now)?;
+        stack.close_all(|o: Open, _| closed.push(o.frame));
+        for c in closed.drain(..) {
+            ev_out(&mut out, 'C', c, now)?;
         }
         sum.operations += now;
         write!(out, "\n],\"endValue\":{now},\"name\":{}}}", crate::json_str(&label))?;

@@ -12,10 +12,10 @@
 //! timestamps; so each `B`/`E` of a thread is at least 1 ns after the previous one.
 //! The nudges do not accumulate: `ts` is `max(operations µs, previous + 1 ns)`.
 
-use crate::frames::{thread_label, Frames, ThreadIds};
+use crate::frames::{thread_label, Frames, Open, ThreadIds};
 use crate::{DynNamer, Error, Summary};
 use memlens_analysis::Merged;
-use memlens_format::{Event, ThreadId, TraceReader};
+use memlens_format::{CallStack, Event, ThreadId, TraceReader};
 use std::collections::HashMap;
 use std::io::{BufWriter, Write};
 
@@ -40,7 +40,7 @@ pub fn spall(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Result<Su
 #[derive(Default)]
 pub(crate) struct ThreadState {
     pub tid: u32,
-    pub stack: Vec<u32>,
+    pub stack: CallStack<Open>,
     named: bool,
     // ns of the thread's last B/E + 1: the earliest its next one may have
     next_ns: u64,
@@ -148,19 +148,26 @@ fn write(
         }
         let tid = st.tid;
         match &ev.event {
-            Event::FuncEnter { pc, .. } => {
-                let f = frames.of(*pc);
-                st.stack.push(f);
+            Event::FuncEnter { pc, frame, .. } => {
+                let f = frames.open(*pc, frame.0);
+                // frames left by a longjmp close first
+                let mut left = 0;
+                st.stack.enter(f, |_, _| left += 1);
+                for _ in 0..left {
+                    w.end(tid, st.ts(now))?;
+                }
                 sum.calls += 1;
-                let name = &frames.get(f).json_name;
+                let name = &frames.get(f.frame).json_name;
                 let ts = st.ts(now);
                 w.event(format_args!(
                     r#"{{"name":{name},"cat":"function","ph":"B","pid":{pid},"tid":{tid},"ts":{ts}}}"#
                 ))?;
             }
-            Event::FuncExit { .. } => {
+            Event::FuncExit { pc } => {
                 // An exit without a recorded entry (tracing began inside it) is dropped.
-                if st.stack.pop().is_some() {
+                let mut closed = 0;
+                st.stack.exit(frames.start(*pc), |_, _| closed += 1);
+                for _ in 0..closed {
                     w.end(tid, st.ts(now))?;
                 }
             }
@@ -168,7 +175,7 @@ fn write(
                 for _ in 0..st.stack.len() {
                     w.end(tid, st.ts(now))?;
                 }
-                st.stack.clear();
+                st.stack.close_all(memlens_format::callstack::discard);
             }
             Event::ThreadName(n) => w.thread_name(tid, t, &thread_label(t.0, n))?,
             e => {

@@ -24,6 +24,8 @@
 //!   About 1.5× faster than [`codec::Decoder::next_batch`] (docs/PERFORMANCE.md).
 //! - [`TraceWriter`] and [`TraceReader`]: files.
 //! - [`MetaRecord`]: process, [`Module`] map, options, end status.
+//! - [`CallStack`]: a thread's open calls rebuilt from its entries and exits, by the
+//!   one rule every reader (names, the viewer, the exports) follows.
 //!
 //! # Example
 //! ```
@@ -48,6 +50,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod callstack;
 pub mod chunk;
 pub mod codec;
 pub mod complete;
@@ -59,6 +62,7 @@ pub mod types;
 pub mod varint;
 pub mod writer;
 
+pub use callstack::{CallStack, StackFrame};
 pub use chunk::{
     ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, FileHeader, PayloadBuf,
     CHUNK_HEADER_SIZE, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,

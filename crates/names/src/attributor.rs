@@ -297,8 +297,8 @@ impl<'s> Attributor<'s> {
             return None;
         }
         let i = t.owner(addr.0)?;
-        let (fpc, rbp) = (t.frames[i].pc, t.frames[i].rbp);
-        let callee_site = t.frames.get(i + 1).map(|o| o.call_site);
+        let (fpc, rbp) = (t.frames.frames()[i].pc, t.frames.frames()[i].rbp);
+        let callee_site = t.frames.frames().get(i + 1).map(|o| o.call_site);
         let key = (fpc, addr.0 as i64 - (rbp + 16) as i64, pc, callee_site.unwrap_or(Pc(0)));
         if let Some(&id) = self.stack_cache.get(&key) {
             return Some(id);

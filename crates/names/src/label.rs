@@ -3,7 +3,8 @@
 
 use crate::heap::Block;
 use crate::{Kind, Label, Maps};
-use memlens_format::{Addr, Pc, ThreadId};
+use memlens_format::callstack::discard;
+use memlens_format::{Addr, CallStack, Pc, StackFrame, ThreadId};
 use memlens_symbols::{DataKind, FrameBase, HeapType, Symbolizer, TypeSource};
 use std::sync::Arc;
 
@@ -19,12 +20,21 @@ pub(crate) struct OpenFrame {
     pub(crate) call_site: Pc,
 }
 
+impl StackFrame for OpenFrame {
+    fn frame_pointer(&self) -> u64 {
+        self.rbp
+    }
+    fn function(&self) -> u64 {
+        self.func
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ThreadState {
     pub(crate) stack: Option<(u64, u64)>,
     pub(crate) tls: u64,
     /// Open frames, outermost first.
-    pub(crate) frames: Vec<OpenFrame>,
+    pub(crate) frames: CallStack<OpenFrame>,
     /// A frame with a frame pointer was ever open: without one (`--dbi` traces) no
     /// frame owns a stack address, and [`ThreadState::owner`] need not scan them all
     /// for each stack access.
@@ -40,28 +50,15 @@ impl ThreadState {
         self.tls = tls;
     }
 
-    /// A function entry.
+    /// A function entry (frames left by longjmp close: [`CallStack`]).
     pub(crate) fn enter(&mut self, f: OpenFrame) {
-        // Frames left by longjmp or unwinding without an exit: drop those
-        // whose frame lies below (inside) the new one's.
-        while self.frames.last().is_some_and(|o| o.rbp != 0 && f.rbp != 0 && o.rbp < f.rbp) {
-            self.frames.pop();
-        }
         self.framed |= f.rbp != 0;
-        self.frames.push(f);
+        self.frames.enter(f, discard);
     }
 
     /// A function exit of the function starting at `func` (0: unknown).
     pub(crate) fn exit(&mut self, func: u64) {
-        // An exit closes the innermost frame of its function; an exit that
-        // matches no open frame (instrumentation that reports exits of
-        // functions whose entries it did not) is ignored, so that the
-        // frames of the callers stay known.
-        if func == 0 {
-            self.frames.pop();
-        } else if let Some(i) = self.frames.iter().rposition(|o| o.func == func) {
-            self.frames.truncate(i);
-        }
+        self.frames.exit(func, discard);
     }
 
     /// Whether `addr` is in this thread's stack.
@@ -76,7 +73,7 @@ impl ThreadState {
         if !self.framed {
             return None;
         }
-        self.frames.iter().rposition(|o| o.rbp != 0 && o.rbp + 16 > addr)
+        self.frames.frames().iter().rposition(|o| o.rbp != 0 && o.rbp + 16 > addr)
     }
 }
 

@@ -426,8 +426,8 @@ impl<'a> Worker<'a> {
         let st = &cur.st;
         let dep = if st.in_stack(addr.0) {
             if let Some(i) = st.owner(addr.0) {
-                let (fpc, rbp) = (st.frames[i].pc, st.frames[i].rbp);
-                let callee_site = st.frames.get(i + 1).map(|o| o.call_site);
+                let (fpc, rbp) = (st.frames.frames()[i].pc, st.frames.frames()[i].rbp);
+                let callee_site = st.frames.frames().get(i + 1).map(|o| o.call_site);
                 let key =
                     (fpc, addr.0 as i64 - (rbp + 16) as i64, pc, callee_site.unwrap_or(Pc(0)));
                 let id = match self.stack_names.get(&key) {

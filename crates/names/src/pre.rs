@@ -2,7 +2,8 @@
 //! summary of what it does to the frames open before it.
 
 use crate::{function_start, Error, OpenFrame, ThreadState};
-use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, TraceReader};
+use memlens_format::callstack::discard;
+use memlens_format::{Addr, CallStack, ChunkDecoder, Event, Pc, StreamChunk, TraceReader};
 use memlens_symbols::Symbolizer;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -18,9 +19,8 @@ pub(crate) enum HeapEv {
 enum PrefixOp {
     /// An entry with this frame pointer: pops frames below it.
     PopBelow(u64),
-    /// An exit of an unknown function: pops one frame.
-    Pop,
-    /// An exit of the function starting here: closes its innermost frame, if open.
+    /// An exit of the function starting here (0: unknown) that closed none of the
+    /// chunk's own frames.
     Close(u64),
 }
 
@@ -37,7 +37,7 @@ pub(crate) struct ChunkPre {
     /// Applied first, to the frames open at the chunk's start.
     ops: Vec<PrefixOp>,
     /// Then pushed.
-    local: Vec<OpenFrame>,
+    local: CallStack<OpenFrame>,
     /// Then replayed: from the first exit whose effect depends on the frames open
     /// before the chunk while some of the chunk's own are open.
     raw: Vec<RawFrame>,
@@ -55,29 +55,22 @@ impl ChunkPre {
             self.raw.push(RawFrame::Enter(f));
             return;
         }
-        while self.local.last().is_some_and(|o| o.rbp != 0 && f.rbp != 0 && o.rbp < f.rbp) {
-            self.local.pop();
-        }
-        if self.local.is_empty() && f.rbp != 0 {
+        self.local.enter(f, discard);
+        if self.local.len() == 1 && f.rbp != 0 {
             self.ops.push(PrefixOp::PopBelow(f.rbp));
         }
-        self.local.push(f);
     }
 
     fn exit(&mut self, func: u64) {
         if !self.raw.is_empty() {
             self.raw.push(RawFrame::Exit(func));
-        } else if func == 0 {
-            if self.local.pop().is_none() {
-                self.ops.push(PrefixOp::Pop);
+        } else if !self.local.exit(func, discard) {
+            if self.local.is_empty() {
+                self.ops.push(PrefixOp::Close(func));
+            } else {
+                // closes an earlier frame (and all of ours) only if one is open: replay
+                self.raw.push(RawFrame::Exit(func));
             }
-        } else if let Some(i) = self.local.iter().rposition(|o| o.func == func) {
-            self.local.truncate(i);
-        } else if self.local.is_empty() {
-            self.ops.push(PrefixOp::Close(func));
-        } else {
-            // closes an earlier frame (and all of ours) only if one is open: replay
-            self.raw.push(RawFrame::Exit(func));
         }
     }
 
@@ -85,19 +78,12 @@ impl ChunkPre {
     pub(crate) fn apply(&self, st: &mut ThreadState) {
         for op in &self.ops {
             match *op {
-                PrefixOp::PopBelow(rbp) => {
-                    while st.frames.last().is_some_and(|o| o.rbp != 0 && o.rbp < rbp) {
-                        st.frames.pop();
-                    }
-                }
-                PrefixOp::Pop => {
-                    st.frames.pop();
-                }
+                PrefixOp::PopBelow(rbp) => st.frames.unwind_below(rbp, discard),
                 PrefixOp::Close(f) => st.exit(f),
             }
         }
-        st.framed |= self.local.iter().any(|o| o.rbp != 0);
-        st.frames.extend_from_slice(&self.local);
+        st.framed |= self.local.frames().iter().any(|o| o.rbp != 0);
+        st.frames.extend(self.local.frames().iter().copied());
         for r in &self.raw {
             match *r {
                 RawFrame::Enter(f) => st.enter(f),

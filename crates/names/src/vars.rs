@@ -26,6 +26,15 @@ impl Namer for CodeNamer<'_> {
     fn data(&self, _addr: Addr) -> Option<DataName> {
         None
     }
+
+    fn function_start(&self, pc: Pc) -> Option<Pc> {
+        known_start(self.0, pc)
+    }
+}
+
+/// The start of the function holding `pc`, as the attributor matches exits.
+fn known_start(names: &Names, pc: Pc) -> Option<Pc> {
+    Some(Pc(crate::function_start(names.symbolizer(), pc))).filter(|s| pc.0 != 0 && s.0 != 0)
 }
 
 /// Names for kernels' results (`analyze`, `view`): code via DWARF, data via the
@@ -112,6 +121,10 @@ impl Namer for TraceNamer<'_> {
             return None;
         }
         Some(DataName { name: l.display(), variable: l.base.to_string() })
+    }
+
+    fn function_start(&self, pc: Pc) -> Option<Pc> {
+        known_start(self.names, pc)
     }
 
     fn access_namer(&self) -> Option<Box<dyn AccessNamer + '_>> {
@@ -307,7 +320,7 @@ pub fn variable_rows(
                 "variable": name, "kind": kind.name(), "loads": c.loads, "stores": c.stores,
                 "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
                 "threads": c.threads.len(),
-                "lines": lines.iter().map(|(l, n)| serde_json::json!({"line": l, "accesses": n})).collect::<Vec<_>>(),
+                "lines": lines.iter().map(|(l, n)| serde_json::json!({"location": l, "accesses": n})).collect::<Vec<_>>(),
             })
         })
         .collect();

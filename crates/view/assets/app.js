@@ -783,8 +783,8 @@
   // A table row links to its source line (file/line) and to its map rows (variable or line address).
   function rowLink(r) {
     const file = r.file || (r.site && r.site.file), line = r.line || (r.site && r.site.line);
-    if (typeof r.line_address === "string" || typeof r.line_address === "number") {
-      const a = typeof r.line_address === "number" ? r.line_address : parseInt(r.line_address, 16);
+    if (typeof r.line_addr === "string" || typeof r.line_addr === "number") {
+      const a = typeof r.line_addr === "number" ? r.line_addr : parseInt(r.line_addr, 16);
       select({ kind: "line", addr: a });
     } else if (r.variable) {
       select({ kind: "var", variable: r.variable });

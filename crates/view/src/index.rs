@@ -1,5 +1,6 @@
 //! Building the index: one merged pass over the trace.
 
+use crate::flame::Calls;
 use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
 use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
@@ -194,14 +195,6 @@ struct LineStat {
     t0: Touch,
 }
 
-struct Span {
-    start: u64,
-    end: u64,
-    func: u32,
-    thread: u16,
-    depth: u16,
-}
-
 /// Data names: per distinct address while the tables stay small.
 struct Names<'n> {
     namer: &'n dyn Namer,
@@ -270,8 +263,7 @@ struct Builder<'n> {
     funcs: HashMap<String, u32>,
     func_list: Vec<String>,
     func_of_pc: HashMap<Pc, u32>,
-    stacks: HashMap<ThreadId, Vec<(u32, u64)>>,
-    spans: Vec<Span>,
+    calls: Calls,
     annotation: Option<Annotation>,
     access_index: HashMap<ThreadId, u64>,
     threads: FxMap<u32, u64>,
@@ -614,19 +606,11 @@ impl Kernel for Builder<'_> {
                 self.access(t, *pc, addr.0, *len, l, s);
             }
             Event::Rmw { pc, addr, size, .. } => self.access(t, *pc, addr.0, *size as u64, 1, 1),
-            Event::FuncEnter { pc, .. } => {
+            Event::FuncEnter { pc, frame, .. } => {
                 let f = self.func_id(*pc);
-                let op = self.op;
-                self.stacks.entry(t).or_default().push((f, op));
+                self.calls.enter(self.namer, t, f, *pc, frame.0, self.op);
             }
-            Event::FuncExit { .. } => {
-                let op = self.op;
-                let st = self.stacks.entry(t).or_default();
-                if let Some((func, start)) = st.pop() {
-                    let depth = st.len() as u16;
-                    self.spans.push(Span { start, end: op, func, thread: t.0 as u16, depth });
-                }
-            }
+            Event::FuncExit { pc } => self.calls.exit(self.namer, t, *pc, self.op),
             _ => {}
         }
     }
@@ -739,8 +723,7 @@ pub(crate) fn build_in(
         funcs: HashMap::new(),
         func_list: Vec::new(),
         func_of_pc: HashMap::new(),
-        stacks: HashMap::new(),
-        spans: Vec::new(),
+        calls: Calls::default(),
         annotation,
         access_index: HashMap::new(),
         threads: FxMap::default(),
@@ -783,11 +766,7 @@ pub(crate) fn build_in(
             b.emit(li);
         }
     }
-    for (t, st) in std::mem::take(&mut b.stacks) {
-        for (depth, (func, start)) in st.into_iter().enumerate() {
-            b.spans.push(Span { start, end, func, thread: t.0 as u16, depth: depth as u16 });
-        }
-    }
+    b.calls.finish(end);
     if let Some(e) = b.error.take() {
         return Err(Error::Io(format!("cannot write the index: {e}")));
     }
@@ -834,8 +813,8 @@ pub(crate) fn build_in(
             "cells": lv.cells, "windows": windows, "bytes": cell_size}));
     }
     // Flame spans, one file per duration class, sorted by start.
-    let mut by_level: Vec<Vec<&Span>> = Vec::new();
-    for s in &b.spans {
+    let mut by_level: Vec<Vec<&crate::flame::Span>> = Vec::new();
+    for s in &b.calls.spans {
         let k = span_level(s.end - s.start);
         if by_level.len() <= k {
             by_level.resize_with(k + 1, Vec::new);
@@ -857,7 +836,7 @@ pub(crate) fn build_in(
         std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
         span_levels.push(spans.len());
     }
-    let max_depth = b.spans.iter().map(|s| s.depth).max().unwrap_or(0);
+    let max_depth = b.calls.spans.iter().map(|s| s.depth).max().unwrap_or(0);
     // Lines sorted by address, for the by-variable Y mode, with their variable bands.
     let mut order: Vec<u32> = (0..b.line_addrs.len() as u32).collect();
     order.sort_by_key(|&i| b.line_addrs[i as usize]);

@@ -506,10 +506,10 @@ impl CacheReport {
             "accesses" => s.accesses(),
             "hits" => s.hits(),
             "misses" => s.misses(),
-            "reads" => s.reads,
-            "writes" => s.writes,
-            "read_misses" => s.read_misses,
-            "write_misses" => s.write_misses,
+            "loads" => s.reads,
+            "stores" => s.writes,
+            "load_misses" => s.read_misses,
+            "store_misses" => s.write_misses,
             "invalidations" => s.invalidations,
             "back_invalidations" => s.back_invalidations,
             "writebacks" => s.writebacks,
@@ -551,8 +551,8 @@ impl Render for CacheReport {
                 Column::num("accesses", "accesses"),
                 Column::num("misses", "misses"),
                 Column::num("miss_ratio", "miss ratio"),
-                Column::num("read_misses", "read misses"),
-                Column::num("write_misses", "write misses"),
+                Column::num("load_misses", "load misses"),
+                Column::num("store_misses", "store misses"),
                 Column::num("writebacks", "writebacks"),
                 Column::num("invalidations", "invalidations"),
                 Column::num("mpka", "misses/1k"),
@@ -588,8 +588,8 @@ impl Render for CacheReport {
                 "line" => c.line,
                 "location" => c.location(),
                 "accesses" => s.accesses,
-                "reads" => s.reads(),
-                "writes" => s.writes,
+                "loads" => s.reads(),
+                "stores" => s.writes,
                 "misses" => self.misses_obj(s),
             });
         }
@@ -623,8 +623,8 @@ impl Render for CacheReport {
             by_var.rows.push(row! {
                 "variable" => v,
                 "accesses" => s.accesses,
-                "reads" => s.reads(),
-                "writes" => s.writes,
+                "loads" => s.reads(),
+                "stores" => s.writes,
                 "misses" => self.misses_obj(s),
             });
         }

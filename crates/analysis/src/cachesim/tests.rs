@@ -128,7 +128,7 @@ fn render_shapes() {
     assert_eq!(j["levels"][0]["name"], "D1");
     assert_eq!(j["levels"][0]["accesses"], 100);
     assert_eq!(j["levels"][0]["misses"], 50);
-    assert_eq!(j["levels"][0]["read_misses"], 50);
+    assert_eq!(j["levels"][0]["load_misses"], 50);
     assert_eq!(j["levels"][0]["mpka"], 500.0);
     // pc 0x10 touches the first half of each line and takes every miss
     assert_eq!(j["by_line"][0]["function"], "0x10");

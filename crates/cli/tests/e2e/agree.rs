@@ -74,7 +74,7 @@ fn check_agreement(trace: &Path) -> Vec<String> {
     let rows = cachesim["by_variable"].as_array().unwrap();
     let mut sim: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for r in rows {
-        let (a, w) = (r["accesses"].as_u64().unwrap(), r["writes"].as_u64().unwrap());
+        let (a, w) = (r["accesses"].as_u64().unwrap(), r["stores"].as_u64().unwrap());
         sim.insert(r["variable"].as_str().unwrap().to_string(), (a - w, w));
     }
     assert_eq!(sim, report, "cachesim by variable");
@@ -90,10 +90,10 @@ fn check_agreement(trace: &Path) -> Vec<String> {
     let mut shared = Vec::new();
     for r in sharing["by_variable"].as_array().unwrap() {
         let v = r["variable"].as_str().unwrap();
-        let got = (r["reads"].as_u64().unwrap(), r["writes"].as_u64().unwrap());
+        let got = (r["loads"].as_u64().unwrap(), r["stores"].as_u64().unwrap());
         assert_eq!(Some(&got), report.get(v), "sharing: {v}");
-        assert_eq!(r["totalcount"].as_u64(), Some(got.0 + got.1), "sharing: {v}");
-        assert!(r["threadcount"].as_u64().unwrap() >= 2, "sharing: {v}");
+        assert_eq!(r["accesses"].as_u64(), Some(got.0 + got.1), "sharing: {v}");
+        assert!(r["threads"].as_u64().unwrap() >= 2, "sharing: {v}");
         shared.push(v.to_string());
     }
     shared

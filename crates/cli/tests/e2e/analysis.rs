@@ -23,11 +23,13 @@ fn a_shared_counter_ranks_first_in_sharing() {
     assert_eq!(top["variable"], "stats.hits", "{top}");
     assert_eq!(top["line"], line_of("sharing.c", "hits"));
     // four workers, plus main reading the result once
-    assert_eq!(top["threadcount"], 5);
-    assert_eq!(top["totalcount"], 4 * 20000 * 2 + 1);
+    assert_eq!(top["threads"], 5);
+    assert_eq!(top["accesses"], 4 * 20000 * 2 + 1);
+    // DINAMITE's names of the same two numbers
+    assert_eq!((top["threadcount"].as_u64(), top["totalcount"].as_u64()), (Some(5), Some(160001)));
     assert_eq!(top["uniform"], true);
     let workers: Vec<_> =
-        top["threads"].as_array().unwrap().iter().filter(|t| t[1] == 40000).collect();
+        top["per_thread"].as_array().unwrap().iter().filter(|t| t[1] == 40000).collect();
     assert_eq!(workers.len(), 4);
     assert_eq!(v["by_variable"][0]["variable"], "stats");
     // private arrays are not shared
@@ -46,12 +48,12 @@ fn packed_counters_are_false_sharing_and_padded_ones_are_not() {
         let trace = dir.join("t.trace");
         assert_eq!(stdout(&record(&exe, &trace, &[])), "sum=80000\n");
         let v = analyze(&trace, &["false-sharing"]);
-        let lines = v["lines"].as_array().unwrap();
+        let lines = v["cache_lines"].as_array().unwrap();
         assert_eq!(lines.len(), 1, "{cc:?}: {v}");
         let l = &lines[0];
         assert_eq!(l["kind"], "false", "{cc:?}: {l}");
-        assert_eq!(l["thread_count"], 4);
-        let vars: Vec<String> = l["threads"]
+        assert_eq!(l["threads"], 4);
+        let vars: Vec<String> = l["per_thread"]
             .as_array()
             .unwrap()
             .iter()
@@ -69,7 +71,7 @@ fn packed_counters_are_false_sharing_and_padded_ones_are_not() {
         let trace = dir.join("padded.trace");
         assert_eq!(stdout(&record(&exe, &trace, &[])), "sum=80000\n");
         let v = analyze(&trace, &["false-sharing"]);
-        assert_eq!(v["lines"].as_array().unwrap().len(), 0, "{cc:?}: {v}");
+        assert_eq!(v["cache_lines"].as_array().unwrap().len(), 0, "{cc:?}: {v}");
     }
 }
 
@@ -223,5 +225,5 @@ fn sharing_on_both_cores_equals_the_merged_pass() {
     }
     let v = analyze(&trace, &["sharing"]);
     assert_eq!(v["by_address"][0]["variable"], "stats.hits");
-    assert_eq!(v["by_address"][0]["totalcount"], 4 * 1500 * 200 * 2 + 1);
+    assert_eq!(v["by_address"][0]["accesses"], 4 * 1500 * 200 * 2 + 1);
 }

@@ -125,8 +125,8 @@ fn seen(trace: &Path) -> Seen {
             }
         }
         if k == "cachesim" {
-            fig("cachesim.reads".into(), &v["levels"][0]["reads"]);
-            fig("cachesim.writes".into(), &v["levels"][0]["writes"]);
+            fig("cachesim.loads".into(), &v["levels"][0]["loads"]);
+            fig("cachesim.stores".into(), &v["levels"][0]["stores"]);
         }
         warn.push((format!("analyze {k}"), w));
         complete.push((format!("analyze {k}"), v["complete"].clone()));
@@ -163,8 +163,8 @@ fn expected(intact: &BTreeMap<String, u64>, lost: &[ChunkHeader]) -> BTreeMap<St
                 k if k.ends_with(".events") || k.ends_with(".lines") => e,
                 k if k.ends_with(".loads") && (k.starts_with("info") || k.contains(&t)) => l,
                 k if k.ends_with(".stores") && (k.starts_with("info") || k.contains(&t)) => s,
-                "cachesim.reads" => l,
-                "cachesim.writes" => s,
+                "cachesim.loads" => l,
+                "cachesim.stores" => s,
                 "export.operations" | "view.operations" => l + s,
                 _ => 0,
             };

@@ -96,11 +96,11 @@ fn dbi_counts_match_the_compiled_path() {
     assert_eq!(at_line(&rows, src, l("store-field"), "stores"), 1);
 
     let allocs = report(&trace, "alloc");
-    assert_eq!(at_line(&allocs, src, l("malloc"), "count"), 10, "{allocs:?}");
+    assert_eq!(at_line(&allocs, src, l("malloc"), "blocks"), 10, "{allocs:?}");
     assert_eq!(at_line(&allocs, src, l("malloc"), "bytes"), 1000);
-    assert_eq!(at_line(&allocs, src, l("calloc"), "count"), 1);
+    assert_eq!(at_line(&allocs, src, l("calloc"), "blocks"), 1);
     assert_eq!(at_line(&allocs, src, l("calloc"), "bytes"), 64);
-    assert_eq!(at_line(&allocs, src, l("realloc"), "count"), 1);
+    assert_eq!(at_line(&allocs, src, l("realloc"), "blocks"), 1);
     assert_eq!(at_line(&allocs, src, l("realloc"), "bytes"), 128);
 
     let funcs = report(&trace, "function");
@@ -299,10 +299,10 @@ fn dbi_allocation_sites_and_stacks_match_the_compiled_path() {
         let (ca, da) = (report(&ct, "alloc"), report(&dt, "alloc"));
         for m in markers {
             let l = line_of(src, m);
-            for k in ["count", "bytes"] {
+            for k in ["blocks", "bytes"] {
                 assert_eq!(at_line(&da, src, l, k), at_line(&ca, src, l, k), "{src} @{m} {k}");
             }
-            assert!(at_line(&da, src, l, "count") > 0, "{src} @{m}: {da:?}");
+            assert!(at_line(&da, src, l, "blocks") > 0, "{src} @{m}: {da:?}");
         }
         // Each site's callers inside the program's own source are named the same
         // (the compiled path walks frame pointers, --dbi keeps a shadow call stack;
@@ -708,11 +708,11 @@ fn dbi_static_executable_allocations() {
     let rows = report(&trace, "line");
     assert_eq!(at_line(&rows, src, l("store-g"), "stores"), 1000);
     let allocs = report(&trace, "alloc");
-    assert_eq!(at_line(&allocs, src, l("malloc"), "count"), 10, "{allocs:?}");
+    assert_eq!(at_line(&allocs, src, l("malloc"), "blocks"), 10, "{allocs:?}");
     assert_eq!(at_line(&allocs, src, l("malloc"), "bytes"), 1000);
-    assert_eq!(at_line(&allocs, src, l("calloc"), "count"), 1);
+    assert_eq!(at_line(&allocs, src, l("calloc"), "blocks"), 1);
     assert_eq!(at_line(&allocs, src, l("calloc"), "bytes"), 64);
-    assert_eq!(at_line(&allocs, src, l("realloc"), "count"), 1);
+    assert_eq!(at_line(&allocs, src, l("realloc"), "blocks"), 1);
     assert_eq!(at_line(&allocs, src, l("realloc"), "bytes"), 128);
     // Every block allocated in counts.c is freed in it: 10 + calloc'd/realloc'd one.
     let ev = dump(&trace);

@@ -35,9 +35,9 @@ fn check_reallocs(trace: &Path, what: &str) {
     assert_eq!(threads[0]["frees"], 200, "{what}: {threads:?}");
     let src = "reallocs.c";
     let allocs = report(trace, "alloc");
-    assert_eq!(at_line(&allocs, src, line_of(src, "realloc-null"), "count"), 100, "{what}");
-    assert_eq!(at_line(&allocs, src, line_of(src, "realloc-grow"), "count"), 100, "{what}");
-    assert_eq!(at_line(&allocs, src, line_of(src, "realloc-zero"), "count"), 0, "{what}");
+    assert_eq!(at_line(&allocs, src, line_of(src, "realloc-null"), "blocks"), 100, "{what}");
+    assert_eq!(at_line(&allocs, src, line_of(src, "realloc-grow"), "blocks"), 100, "{what}");
+    assert_eq!(at_line(&allocs, src, line_of(src, "realloc-zero"), "blocks"), 0, "{what}");
 }
 
 #[test]

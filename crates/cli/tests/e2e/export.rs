@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod stacks;
+
 fn traced(src: &str, name: &str) -> (PathBuf, PathBuf) {
     traced_with(Cc::Gcc, src, name)
 }

@@ -67,9 +67,9 @@ fn follow_while_recording_equals_the_offline_run() {
             .unwrap();
     let top = &v["by_address"][0];
     assert_eq!(top["variable"], "stats.hits", "{top}");
-    assert_eq!(top["threadcount"], 5);
+    assert_eq!(top["threads"], 5);
     // an RMW is a load and a store; main reads the result once
-    assert_eq!(top["totalcount"], 4 * 3000 * 200 * 2 + 1);
+    assert_eq!(top["accesses"], 4 * 3000 * 200 * 2 + 1);
     let v: Value = serde_json::from_str(&stdout(&run_memlens(&[
         "analyze", "counts", "--top", "0", "--format", "json", t,
     ])))

@@ -26,7 +26,7 @@ pub(crate) fn unsupported() -> bool {
 }
 
 /// `probed` built with plain gcc -O1 -g (no memlens instrumentation).
-fn build_probed(dir: &Path) -> PathBuf {
+pub(crate) fn build_probed(dir: &Path) -> PathBuf {
     let exe = dir.join("probed");
     let out = Command::new("gcc")
         .args(["-O1", "-g", "-pthread"])

@@ -28,6 +28,7 @@ mod parallel_read;
 mod paths;
 mod record;
 mod rust;
+mod schemas;
 mod soak;
 mod sql;
 mod stream;

@@ -66,7 +66,7 @@ fn globals_fields_stack_heap_tls_and_shared_libraries_are_named() {
         // the top line of a variable is where it is accessed
         let field_line = line_of("names.c", "field");
         assert_eq!(
-            var(&rows, "stats.v[3]").unwrap()["lines"][0]["line"],
+            var(&rows, "stats.v[3]").unwrap()["lines"][0]["location"],
             format!("names.c:{field_line}")
         );
 

@@ -24,11 +24,11 @@ fn exact_counts_per_line_and_allocation_site() {
         assert_eq!(at_line(&rows, src, l("store-field"), "stores"), 1, "{cc:?}");
 
         let allocs = report(&trace, "alloc");
-        assert_eq!(at_line(&allocs, src, l("malloc"), "count"), 10, "{cc:?}");
+        assert_eq!(at_line(&allocs, src, l("malloc"), "blocks"), 10, "{cc:?}");
         assert_eq!(at_line(&allocs, src, l("malloc"), "bytes"), 1000, "{cc:?}");
-        assert_eq!(at_line(&allocs, src, l("calloc"), "count"), 1, "{cc:?}");
+        assert_eq!(at_line(&allocs, src, l("calloc"), "blocks"), 1, "{cc:?}");
         assert_eq!(at_line(&allocs, src, l("calloc"), "bytes"), 64, "{cc:?}");
-        assert_eq!(at_line(&allocs, src, l("realloc"), "count"), 1, "{cc:?}");
+        assert_eq!(at_line(&allocs, src, l("realloc"), "blocks"), 1, "{cc:?}");
         assert_eq!(at_line(&allocs, src, l("realloc"), "bytes"), 128, "{cc:?}");
 
         let funcs = report(&trace, "function");
@@ -137,11 +137,11 @@ fn cxx_new_delete_and_exceptions() {
         assert_eq!(stdout(&out), stdout(&native));
         let src = "objects.cpp";
         let allocs = report(&trace, "alloc");
-        assert_eq!(at_line(&allocs, src, line_of(src, "new"), "count"), 8, "{cc:?}");
+        assert_eq!(at_line(&allocs, src, line_of(src, "new"), "blocks"), 8, "{cc:?}");
         assert_eq!(at_line(&allocs, src, line_of(src, "new"), "bytes"), 8 * 24, "{cc:?}");
-        assert_eq!(at_line(&allocs, src, line_of(src, "new-array"), "count"), 1, "{cc:?}");
+        assert_eq!(at_line(&allocs, src, line_of(src, "new-array"), "blocks"), 1, "{cc:?}");
         assert_eq!(at_line(&allocs, src, line_of(src, "new-array"), "bytes"), 128, "{cc:?}");
-        assert_eq!(at_line(&allocs, src, line_of(src, "new-nothrow"), "count"), 1, "{cc:?}");
+        assert_eq!(at_line(&allocs, src, line_of(src, "new-nothrow"), "blocks"), 1, "{cc:?}");
         assert_eq!(at_line(&allocs, src, line_of(src, "new-nothrow"), "bytes"), 4, "{cc:?}");
         let ev = dump(&trace);
         let kinds = |k: &str| ev.iter().filter(|e| e["event"] == "alloc" && e["kind"] == k).count();
@@ -252,10 +252,10 @@ fn custom_allocators_from_alloc_in_and_recorded_values() {
         let allocs = report(&trace, "alloc");
         let src = "custom_alloc.c";
         assert!(
-            at_line(&allocs, src, line_of(src, "pool-get"), "count") >= 1,
+            at_line(&allocs, src, line_of(src, "pool-get"), "blocks") >= 1,
             "{cc:?}: {allocs:?}"
         );
-        assert!(at_line(&allocs, src, line_of(src, "pool-array"), "count") >= 1, "{cc:?}");
+        assert!(at_line(&allocs, src, line_of(src, "pool-array"), "blocks") >= 1, "{cc:?}");
         // --values: each store of the loop carries the value written
         let line = line_of(src, "values");
         let vals: Vec<u64> = ev
