@@ -7,6 +7,16 @@
 //! thread and access kind. Names come from the symbols and names crates through
 //! the scalar functions `line`, `function`, `variable`, `field` and `cache_line`.
 //! `docs/sql.md` lists every column.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! let data = Arc::new(memlens_sql::Dataset::open(&["memlens.trace".into()])?);
+//! let s = memlens_sql::Session::new(data)?;
+//! let (schema, rows) =
+//!     s.query("SELECT variable(address) v, count(*) n FROM accesses GROUP BY v ORDER BY n DESC")?;
+//! memlens_sql::write_result(&schema, &rows, memlens_sql::Format::Table, &mut std::io::stdout())?;
+//! # Ok::<(), memlens_sql::Error>(())
+//! ```
 #![deny(missing_docs)]
 
 mod dataset;
