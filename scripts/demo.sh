@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cargo build --release --workspace --quiet
+# without the SQL engine (DataFusion, the largest part of a build; `cargo build
+# --release` adds it): the quick start stays quick
+cargo build --release --workspace --exclude memlens-sql --no-default-features --quiet
 ml=target/release/memlens
 out=target/demo
 mkdir -p "$out"

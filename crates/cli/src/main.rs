@@ -19,6 +19,10 @@ mod record;
 mod runtime;
 mod rust;
 mod sink;
+#[cfg(feature = "sql")]
+mod sql;
+#[cfg(not(feature = "sql"))]
+#[path = "nosql.rs"]
 mod sql;
 mod stubs;
 mod view;
@@ -194,14 +198,6 @@ enum SqlFormat {
     Table,
     Json,
     Csv,
-}
-
-fn sql_format(f: SqlFormat) -> memlens_sql::Format {
-    match f {
-        SqlFormat::Table => memlens_sql::Format::Table,
-        SqlFormat::Json => memlens_sql::Format::Json,
-        SqlFormat::Csv => memlens_sql::Format::Csv,
-    }
 }
 
 #[derive(clap::Args)]
@@ -516,7 +512,7 @@ fn real_main() -> Result<i32> {
             code
         }
         Cmd::Collect { listen, output, query, every, format } => {
-            let q = query.map(|q| (q, every, sql_format(format)));
+            let q = query.map(|q| (q, every, format));
             sink::collect(&listen, &output, q)
         }
         Cmd::Info { fast, format, trace } => {
@@ -595,9 +591,7 @@ fn real_main() -> Result<i32> {
         Cmd::Merge { strip_ts, trace: None, .. } => {
             merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
         }
-        Cmd::Sql { query, format, traces } => {
-            sql::sql(&traces, query.as_deref(), sql_format(format))
-        }
+        Cmd::Sql { query, format, traces } => sql::sql(&traces, query.as_deref(), format),
         Cmd::Export(a) if a.format == export::ExportFormat::Parquet => {
             let (out, traces) = match a.output {
                 Some(o) => (o, std::iter::once(a.trace).chain(a.more).collect::<Vec<_>>()),

@@ -90,57 +90,12 @@ pub fn finish() {
     }
 }
 
-/// A continuous query of `collect`: the SQL, its period and output format.
-pub type Continuous = (String, std::time::Duration, memlens_sql::Format);
-
-/// Runs `q` over every trace in `dir` each period, printing each result on stdout
-/// after a `-- window N: traces T, events E` line (the chunks arrived so far of
-/// traces still streaming; their incompleteness is not a warning here).
-fn continuous(dir: PathBuf, (q, every, format): Continuous) {
-    let mut n = 0u64;
-    loop {
-        std::thread::sleep(every);
-        n += 1;
-        let Ok(data) = memlens_sql::Dataset::open(std::slice::from_ref(&dir)) else {
-            continue; // nothing arrived yet
-        };
-        data.take_warnings();
-        let events: u64 = data
-            .traces
-            .iter()
-            .flat_map(|t| t.reader.chunks())
-            .map(|c| u64::from(c.header.counts.events))
-            .sum();
-        let traces = data.traces.len();
-        let s = match memlens_sql::Session::new(std::sync::Arc::new(data)) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("memlens: collect: query: {e}");
-                continue;
-            }
-        };
-        let out = std::io::stdout();
-        let mut out = out.lock();
-        let r = s.query(&q).map_err(anyhow::Error::from).and_then(|(schema, batches)| {
-            use std::io::Write;
-            writeln!(out, "-- window {n}: traces {traces}, events {events}")?;
-            memlens_sql::write_result(&schema, &batches, format, &mut out)?;
-            out.flush()?;
-            Ok(())
-        });
-        if let Err(e) = r {
-            eprintln!("memlens: collect: query: {e}");
-        }
-    }
-}
-
 /// `memlens collect`: receives traces until interrupted, one line per event;
 /// with a continuous query, prints its result every period.
-pub fn collect(listen: &str, dir: &Path, query: Option<Continuous>) -> Result<i32> {
+pub fn collect(listen: &str, dir: &Path, query: Option<crate::sql::Continuous>) -> Result<i32> {
     if let Some((q, _, _)) = &query {
         // a query that cannot plan fails now, not at every window
-        let s = memlens_sql::Session::new(std::sync::Arc::new(memlens_sql::Dataset::empty()))?;
-        s.check(q)?;
+        crate::sql::check(q)?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let md = std::fs::symlink_metadata(dir)?;
@@ -153,7 +108,7 @@ pub fn collect(listen: &str, dir: &Path, query: Option<Continuous>) -> Result<i3
     eprintln!("memlens: collect: listening on {} into {}", l.local_addr()?, dir.display());
     if let Some(q) = query {
         let d = dir.to_path_buf();
-        std::thread::spawn(move || continuous(d, q));
+        std::thread::spawn(move || crate::sql::continuous(d, q));
     }
     memlens_stream::collect(l, dir, &|e: Collected| match e {
         Collected::Started { peer, path } => {

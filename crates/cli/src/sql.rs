@@ -7,6 +7,66 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The engine's output format for the CLI's.
+fn engine_format(f: crate::SqlFormat) -> Format {
+    match f {
+        crate::SqlFormat::Table => Format::Table,
+        crate::SqlFormat::Json => Format::Json,
+        crate::SqlFormat::Csv => Format::Csv,
+    }
+}
+
+/// Plans `q` over no trace: a syntax error or unknown column fails now.
+pub fn check(q: &str) -> Result<()> {
+    Session::new(Arc::new(Dataset::empty()))?.check(q)?;
+    Ok(())
+}
+
+/// A continuous query of `collect`: the SQL, its period and output format.
+pub type Continuous = (String, std::time::Duration, crate::SqlFormat);
+
+/// Runs `q` over every trace in `dir` each period, printing each result on stdout
+/// after a `-- window N: traces T, events E` line (the chunks arrived so far of
+/// traces still streaming; their incompleteness is not a warning here).
+pub fn continuous(dir: PathBuf, (q, every, format): Continuous) {
+    let format = engine_format(format);
+    let mut n = 0u64;
+    loop {
+        std::thread::sleep(every);
+        n += 1;
+        let Ok(data) = memlens_sql::Dataset::open(std::slice::from_ref(&dir)) else {
+            continue; // nothing arrived yet
+        };
+        data.take_warnings();
+        let events: u64 = data
+            .traces
+            .iter()
+            .flat_map(|t| t.reader.chunks())
+            .map(|c| u64::from(c.header.counts.events))
+            .sum();
+        let traces = data.traces.len();
+        let s = match memlens_sql::Session::new(std::sync::Arc::new(data)) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("memlens: collect: query: {e}");
+                continue;
+            }
+        };
+        let out = std::io::stdout();
+        let mut out = out.lock();
+        let r = s.query(&q).map_err(anyhow::Error::from).and_then(|(schema, batches)| {
+            use std::io::Write;
+            writeln!(out, "-- window {n}: traces {traces}, events {events}")?;
+            memlens_sql::write_result(&schema, &batches, format, &mut out)?;
+            out.flush()?;
+            Ok(())
+        });
+        if let Err(e) = r {
+            eprintln!("memlens: collect: query: {e}");
+        }
+    }
+}
+
 /// A query that did not plan or run: the engine's message and the tables (exit 2).
 fn query_error(e: memlens_sql::Error) -> anyhow::Error {
     anyhow::anyhow!("{e}")
@@ -19,7 +79,8 @@ fn warn_all(s: &Session) {
 }
 
 /// `memlens sql TRACE... [-e QUERY]`.
-pub fn sql(traces: &[PathBuf], query: Option<&str>, format: Format) -> Result<i32> {
+pub fn sql(traces: &[PathBuf], query: Option<&str>, format: crate::SqlFormat) -> Result<i32> {
+    let format = engine_format(format);
     let data = Arc::new(Dataset::open(traces)?);
     let s = Session::new(data)?;
     warn_all(&s);
