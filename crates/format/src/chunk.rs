@@ -20,7 +20,9 @@ use crate::Error;
 /// First eight bytes of every trace.
 pub const FILE_MAGIC: [u8; 8] = *b"MEMLENS\0";
 /// Current format version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The oldest version this reader reads (version 3 added `repeat`, see `codec/fold.rs`).
+pub const OLDEST_VERSION: u32 = 2;
 /// Bytes reserved for the file header; chunks start here.
 pub const HEADER_SIZE: usize = 4096;
 /// First four bytes of every chunk.
@@ -246,7 +248,7 @@ impl FileHeader {
             return Err(Error::NotATrace);
         }
         let version = u32_at(b, 8);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(Error::Version(version));
         }
         if crc32fast::hash(&b[..124]) != u32_at(b, 124) {
@@ -268,11 +270,44 @@ impl FileHeader {
     }
 }
 
+/// An event chunk's two streams for [`ChunkEncoder::encode_event_parts`].
+#[derive(Clone)]
+pub enum EventParts<'a> {
+    /// Two slices.
+    Streams {
+        /// The op stream.
+        ops: &'a [u8],
+        /// The side stream.
+        side: &'a [u8],
+    },
+    /// Both in one buffer (a thread's buffer: the op stream, a gap, the side
+    /// stream), so loop folding need not copy them together.
+    Region {
+        /// The buffer.
+        buf: &'a [u8],
+        /// Where the op stream is in it.
+        ops: std::ops::Range<usize>,
+        /// Where the side stream is in it (after the op stream).
+        side: std::ops::Range<usize>,
+    },
+}
+
+impl<'a> EventParts<'a> {
+    fn streams(&self) -> (&'a [u8], &'a [u8]) {
+        match self {
+            EventParts::Streams { ops, side } => (ops, side),
+            EventParts::Region { buf, ops, side } => (&buf[ops.clone()], &buf[side.clone()]),
+        }
+    }
+}
+
 /// Compresses payloads and frames chunks; one per writer thread (keeps its zstd
 /// context between chunks).
 pub struct ChunkEncoder {
     level: i32,
     zstd: Option<zstd::bulk::Compressor<'static>>,
+    folder: Option<Box<crate::codec::Folder>>,
+    fold: bool,
 }
 
 impl ChunkEncoder {
@@ -280,7 +315,13 @@ impl ChunkEncoder {
     /// zstd's fast levels (faster, larger; the same codec to a reader).
     pub fn new(level: i32) -> ChunkEncoder {
         let zstd = if level != 0 { zstd::bulk::Compressor::new(level).ok() } else { None };
-        ChunkEncoder { level, zstd }
+        ChunkEncoder { level, zstd, folder: None, fold: true }
+    }
+
+    /// Whether event chunks are folded ([`ChunkEncoder::encode_events`]; on by default).
+    pub fn with_fold(mut self, on: bool) -> ChunkEncoder {
+        self.fold = on;
+        self
     }
 
     /// The zstd level in force.
@@ -364,8 +405,59 @@ impl ChunkEncoder {
 
     /// Frames one event chunk made of an op and a side stream into `out` (cleared
     /// first): header, then `varint(ops.len())`, the ops' frame and the side's.
+    /// At zstd's positive levels repeated loop iterations are folded first
+    /// ([`crate::codec::Folder`]); the fast levels a writer that falls behind
+    /// switches to skip that.
     #[allow(clippy::too_many_arguments)]
     pub fn encode_events(
+        &mut self,
+        stream: u32,
+        seq: u32,
+        flags: u16,
+        counts: ChunkCounts,
+        first_clock: u64,
+        ops: &[u8],
+        side: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        let parts = EventParts::Streams { ops, side };
+        self.encode_event_parts(stream, seq, flags, counts, first_clock, parts, out);
+    }
+
+    /// [`ChunkEncoder::encode_events`] of the streams as [`EventParts`] gives them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_event_parts(
+        &mut self,
+        stream: u32,
+        seq: u32,
+        flags: u16,
+        counts: ChunkCounts,
+        first_clock: u64,
+        parts: EventParts<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        let fold = self.fold && self.level > 0;
+        let mut folder = if fold { self.folder.take() } else { None };
+        if fold && folder.is_none() {
+            folder = Some(Box::default());
+        }
+        let (ops, side) = parts.streams();
+        let folded = folder.as_mut().and_then(|f| match parts {
+            EventParts::Region { buf, ops, side } => f.fold_region(buf, ops, side),
+            EventParts::Streams { ops, side } => f.fold(ops, side),
+        });
+        let (ops, side) = match folded {
+            Some(f) => (&f.ops[..], &f.side[..]),
+            None => (ops, side),
+        };
+        self.frame_events(stream, seq, flags, counts, first_clock, ops, side, out);
+        if folder.is_some() {
+            self.folder = folder;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn frame_events(
         &mut self,
         stream: u32,
         seq: u32,

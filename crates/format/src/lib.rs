@@ -64,8 +64,8 @@ pub mod writer;
 
 pub use callstack::{CallStack, StackFrame};
 pub use chunk::{
-    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, FileHeader, PayloadBuf,
-    CHUNK_HEADER_SIZE, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
+    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, EventParts, FileHeader, PayloadBuf,
+    CHUNK_HEADER_SIZE, FLAG_LAST, HEADER_SIZE, META_STREAM, OLDEST_VERSION, VERSION,
 };
 pub use complete::Completeness;
 pub use event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
@@ -86,7 +86,7 @@ pub enum Error {
     NotATrace,
     /// Written by another format version.
     #[error(
-        "trace format version {0} is not supported by this memlens (it reads version {VERSION})"
+        "trace format version {0} is not supported by this memlens (it reads versions {OLDEST_VERSION} to {VERSION}): use the memlens that recorded it, or a newer one"
     )]
     Version(u32),
     /// A structure failed its checks.

@@ -146,6 +146,48 @@ fn by_columns(raw: &[u8], max: usize) -> (Vec<(u64, Event)>, Option<codec::Decod
     (cols.to_events(), err)
 }
 
+/// What `next_batch` yields in batches of at most `max`.
+fn by_batches(raw: &[u8], max: usize) -> Vec<Event> {
+    let mut d = Decoder::new(raw);
+    let (mut out, mut b) = (Vec::new(), Vec::new());
+    while d.next_batch(&mut b, max).unwrap() > 0 {
+        out.append(&mut b);
+    }
+    out
+}
+
+/// The skeleton's events and event count.
+fn by_skeleton(raw: &[u8]) -> (Vec<(u64, Event)>, u64) {
+    let mut evs = Vec::new();
+    let n = Decoder::new(raw).skeleton(|i, e| evs.push((i, e))).unwrap();
+    (evs, n)
+}
+
+/// The counts scan's totals, in a canonical order, and its event count.
+fn by_counts(raw: &[u8]) -> (Vec<String>, u64) {
+    let mut tally = codec::AccessTally::default();
+    let mut got: std::collections::BTreeMap<String, u64> = Default::default();
+    let n = Decoder::new(raw)
+        .scan_counts(&mut tally, |c, k| match c {
+            // a range's bytes are summed over the `k` it stands for
+            codec::Counted::Range { pc, write, bytes } => {
+                *got.entry(format!("range {pc:?} {write}")).or_default() += k;
+                let b = got.entry(format!("range bytes {pc:?} {write}")).or_default();
+                *b = b.wrapping_add(bytes);
+            }
+            c => *got.entry(format!("{c:?}")).or_default() += k,
+        })
+        .unwrap();
+    (got.into_iter().map(|(c, k)| format!("{c} {k}")).collect(), n)
+}
+
+/// The payload a counts scan gets: the length prefix and the op stream only.
+fn ops_only(raw: &[u8]) -> Vec<u8> {
+    let mut at = 0;
+    let n = memlens_format::varint::get(raw, &mut at).unwrap() as usize;
+    raw[..at + n].to_vec()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -165,6 +207,36 @@ proptest! {
         let ops = &s.ops[..cut % (s.ops.len() + 1)];
         let side = &s.side[..side_cut % (s.side.len() + 1)];
         for (o, sd) in [(ops, &s.side[..]), (&s.ops[..], side)] {
+            let mut raw = Vec::new();
+            codec::join(o, sd, &mut raw);
+            prop_assert_eq!(by_columns(&raw, max), by_next(&raw));
+        }
+    }
+
+    /// A chunk with its loops folded ([`codec::Folder`]) decodes to the same
+    /// events by every decoder, and cut anywhere, to the same events and error.
+    #[test]
+    fn folded_decodes_alike(evs in arb_stream(), max in 1usize..5000, cut in any::<usize>(), side_cut in any::<usize>()) {
+        let mut enc = Encoder::new();
+        let mut s = codec::Streams::new();
+        for e in &evs {
+            enc.push(&mut s, e);
+        }
+        let whole = s.to_raw();
+        let want = by_next(&whole);
+        let mut folder = codec::Folder::new();
+        let Some(f) = folder.fold(&s.ops, &s.side) else { return Ok(()) };
+        prop_assert!(f.len() < s.len());
+        let folded = f.to_raw();
+        prop_assert_eq!(&by_next(&folded), &want);
+        prop_assert_eq!(&by_columns(&folded, max), &want);
+        prop_assert_eq!(by_batches(&folded, max), want.0.iter().map(|x| x.1.clone()).collect::<Vec<_>>());
+        prop_assert_eq!(by_skeleton(&folded), by_skeleton(&whole));
+        prop_assert_eq!(by_counts(&folded), by_counts(&whole));
+        prop_assert_eq!(by_counts(&ops_only(&folded)), by_counts(&whole));
+        let ops = &f.ops[..cut % (f.ops.len() + 1)];
+        let side = &f.side[..side_cut % (f.side.len() + 1)];
+        for (o, sd) in [(ops, &f.side[..]), (&f.ops[..], side)] {
             let mut raw = Vec::new();
             codec::join(o, sd, &mut raw);
             prop_assert_eq!(by_columns(&raw, max), by_next(&raw));

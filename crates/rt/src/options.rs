@@ -17,6 +17,9 @@ pub(crate) struct Options {
     /// `MEMLENS_ZSTD_ADAPT` (default on; `0` off): writers that fall behind switch to
     /// zstd's fast (negative) levels until they catch up.
     pub zstd_adapt: bool,
+    /// `MEMLENS_FOLD` (default on; `0` off): writers fold repeated loop
+    /// iterations into `repeat`s before compressing (see the format's `fold.rs`).
+    pub fold: bool,
     /// `MEMLENS_BUFFER_KB` (default 1024): per-thread buffer, i.e. raw chunk size.
     pub buffer_bytes: usize,
     /// `MEMLENS_FILTER`: file of code ranges whose accesses and calls are recorded.
@@ -64,6 +67,8 @@ impl Options {
             zstd_level: num("MEMLENS_ZSTD_LEVEL", 1, 0, 19) as i32,
             zstd_adapt: !var("MEMLENS_ZSTD_ADAPT")
                 .is_some_and(|v| matches!(v.trim(), "0" | "no" | "false" | "off")),
+            fold: !var("MEMLENS_FOLD")
+                .is_some_and(|v| matches!(v.trim(), "0" | "no" | "false" | "off")),
             buffer_bytes: num("MEMLENS_BUFFER_KB", 1024, 64, 32 * 1024) as usize * 1024,
             filter: var("MEMLENS_FILTER").filter(|s| !s.is_empty()),
             roi: flag("MEMLENS_ROI"),
@@ -89,6 +94,7 @@ impl Options {
             o("stack_depth", self.stack_depth.to_string()),
             o("zstd_level", self.zstd_level.to_string()),
             o("zstd_adapt", b(self.zstd_adapt)),
+            o("fold", b(self.fold)),
             o("buffer_kb", (self.buffer_bytes / 1024).to_string()),
             o("filter", self.filter.clone().unwrap_or_default()),
             o("roi", b(self.roi)),

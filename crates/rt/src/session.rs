@@ -21,8 +21,8 @@ use libc::{c_int, c_void};
 use memlens_format::codec::{MAX_SIDE_LEN, SIDE_PER_OP};
 use memlens_format::varint;
 use memlens_format::{
-    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, EndStatus, FileHeader, MetaRecord,
-    Module, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
+    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, EndStatus, EventParts, FileHeader,
+    MetaRecord, Module, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
 };
 use std::sync::Mutex;
 
@@ -69,6 +69,8 @@ pub(crate) struct Session {
     level: i32,
     /// Faster zstd levels when the writers fall behind (`MEMLENS_ZSTD_ADAPT`).
     adapt: bool,
+    /// Fold loops before compressing (`MEMLENS_FOLD`).
+    fold: bool,
     /// Default buffer size.
     pub big: usize,
     pool_big: ArrayQueue<usize>,
@@ -127,6 +129,7 @@ impl Session {
             start_ns: sys::realtime_ns(),
             level: opts.zstd_level,
             adapt: opts.zstd_adapt,
+            fold: opts.fold,
             big,
             pool_big: ArrayQueue::new(cap + 8),
             pool_small: ArrayQueue::new(256),
@@ -392,7 +395,7 @@ impl Session {
     /// Gives a full buffer to the writers (or writes it here when there are none).
     pub(crate) fn submit(&self, job: Job) {
         if self.writers.load(Relaxed) == 0 {
-            let mut enc = ChunkEncoder::new(self.level);
+            let mut enc = ChunkEncoder::new(self.level).with_fold(self.fold);
             self.run_job(job, Some(&mut enc), &mut Vec::new(), None);
             return;
         }
@@ -415,14 +418,12 @@ impl Session {
         timeout: Option<u64>,
     ) {
         // SAFETY: the producer handed over `len` initialised op bytes at `buf` and
-        // `side_len` side bytes at `buf + cap` (within the region, see `region_len`).
-        let (ops, side) = unsafe {
-            let side_len = job.side_len.min(region_len(job.cap) - job.cap);
-            (
-                core::slice::from_raw_parts(job.buf as *const u8, job.len),
-                core::slice::from_raw_parts((job.buf + job.cap) as *const u8, side_len),
-            )
-        };
+        // `side_len` side bytes at `buf + cap` (within the region, see `region_len`);
+        // the bytes between are mapped (zero or stale), never read.
+        let side_len = job.side_len.min(region_len(job.cap) - job.cap);
+        let region =
+            unsafe { core::slice::from_raw_parts(job.buf as *const u8, job.cap + side_len) };
+        let (ops, side) = (&region[..job.len], &region[job.cap..]);
         let flags = if job.last { FLAG_LAST } else { 0 };
         let events = u64::from(job.counts.events);
         if self.failed.load(Relaxed) {
@@ -430,7 +431,12 @@ impl Session {
             self.dropped_bytes.fetch_add((ops.len() + side.len()) as u64, Relaxed);
         } else if let Some(enc) = enc {
             let (s, q, c, t) = (job.stream, job.seq, job.counts, job.clock);
-            enc.encode_events(s, q, flags, c, t, ops, side, out);
+            let parts = EventParts::Region {
+                buf: region,
+                ops: 0..job.len,
+                side: job.cap..job.cap + side_len,
+            };
+            enc.encode_event_parts(s, q, flags, c, t, parts, out);
             self.write_chunk(&[out], events, false, timeout);
         } else {
             // no allocation here (crash path): the prefix on the stack
@@ -592,7 +598,7 @@ extern "C" fn writer_main(arg: *mut c_void) -> *mut c_void {
     state::mark_runtime_thread();
     // SAFETY: PR_SET_NAME with a NUL-terminated name.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"memlens-writer".as_ptr()) };
-    let mut enc = ChunkEncoder::new(s.level);
+    let mut enc = ChunkEncoder::new(s.level).with_fold(s.fold);
     // Sized for the largest chunk now: growing it later calls malloc, whose arena
     // lock a program thread may hold while it waits for this writer.
     let mut out = Vec::with_capacity(2 * s.big + 4096);

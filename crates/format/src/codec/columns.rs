@@ -206,6 +206,9 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         let mut n = 0;
         let res = loop {
             n += self.columns_fast(out, max - n);
+            if n < max && self.rep.active && self.pos >= self.end {
+                n += self.replay_columns(out, max - n);
+            }
             if n == max {
                 break Ok(());
             }
@@ -321,6 +324,51 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         self.pred.prev_pc = pc;
         self.seq += k as u64;
         k
+    }
+
+    /// At the end of a replayed body whose replay is the last rows of `out`:
+    /// the next replays (at most `room` rows) copied from those rows, each address
+    /// moved by its event's delta, when the body is loads, stores and ranges
+    /// without values, of distinct prediction slots, ending at the pc it starts
+    /// from. Returns the rows added (0: decode the next replay instead).
+    fn replay_columns(&mut self, out: &mut Columns, room: usize) -> usize {
+        let p = self.rep.events as usize;
+        let len = out.pc.len();
+        if self.rep.left == 0
+            || self.seq - self.rep.seq0 != p as u64
+            || len < p
+            || out.seq[len - p] != self.rep.seq0
+            || room < p
+        {
+            return 0;
+        }
+        let rows = len - p..len;
+        if out.kind[rows.clone()].iter().any(|&k| k & Columns::VALUE != 0) {
+            return 0;
+        }
+        let Some(deltas) = self.replay_deltas(&out.pc[rows.clone()]) else { return 0 };
+        let reps = (self.rep.left as usize).min(room / p);
+        let n = reps * p;
+        out.reserve(n);
+        for r in 0..reps {
+            let from = len - p + r * p;
+            out.pc.extend_from_within(from..from + p);
+            out.size.extend_from_within(from..from + p);
+            out.kind.extend_from_within(from..from + p);
+            for (k, d) in deltas.iter().enumerate() {
+                let a = out.addr[from + k].wrapping_add(*d);
+                out.addr.push(a);
+            }
+        }
+        out.seq.extend(self.seq..self.seq + n as u64);
+        for k in 0..p {
+            let i = out.pc.len() - p + k;
+            self.pred.last[slot(out.pc[i])] = out.addr[i];
+        }
+        self.seq += n as u64;
+        self.rep.seq0 = self.seq - p as u64;
+        self.rep.left -= reps as u64;
+        n
     }
 
     /// One event off the fast path, into its place in `out`.

@@ -38,6 +38,36 @@ pub struct Decoder<B: AsRef<[u8]>> {
     /// Events decoded so far (by `next`, `next_batch`, `decode_columns`): the
     /// number in the chunk of the next one.
     pub(super) seq: u64,
+    /// Where the op stream starts in `buf` (after its length prefix).
+    pub(super) ops0: usize,
+    /// A `repeat` being replayed (see [`super::fold`]).
+    pub(super) rep: Repeat,
+    /// The side stream is not read ([`Decoder::scan_counts`]): repeats do not
+    /// check or move the side cursor.
+    pub(super) ops_only: bool,
+}
+
+/// The state of a `repeat` event being replayed: the body (the `ops` bytes before
+/// the repeat's tag and the `side` bytes before the side cursor there) is decoded
+/// again `left` more times, then decoding goes on after the repeat.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Repeat {
+    pub(super) active: bool,
+    /// Op stream: body start, body end (the repeat's tag), after the repeat.
+    pub(super) body: usize,
+    pub(super) after: usize,
+    /// The op stream's real end, restored after the replay.
+    pub(super) end: usize,
+    /// Side stream: body start and end.
+    pub(super) side: usize,
+    pub(super) side_end: usize,
+    /// Replays still to start after the one under way.
+    pub(super) left: u64,
+    /// Events in the body, as the repeat says.
+    pub(super) events: u64,
+    /// `Decoder::seq` when the replay under way started (the fast replays check
+    /// that it decoded `events` events).
+    pub(super) seq0: u64,
 }
 
 impl<B: AsRef<[u8]>> Decoder<B> {
@@ -54,17 +84,30 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             failed: false,
             bad_layout: false,
             seq: 0,
+            ops0: 0,
+            rep: Repeat::default(),
+            ops_only: false,
         };
         d.layout();
         d
     }
 
+    /// A decoder over an op stream at `buf[ops]` and a side stream from
+    /// `buf[side..]` to the end (a writer's buffer, with a gap between them).
+    pub(super) fn with_streams(buf: B, ops: std::ops::Range<usize>, side: usize) -> Decoder<B> {
+        let mut d = Decoder::new(buf);
+        (d.pos, d.ops0, d.end, d.spos, d.bad_layout) = (ops.start, ops.start, ops.end, side, false);
+        d
+    }
+
     fn layout(&mut self) {
+        self.rep = Repeat::default();
         let b = self.buf.as_ref();
         let mut at = 0;
         match varint::get(b, &mut at) {
             Some(n) if n <= (b.len() - at) as u64 => {
                 self.pos = at;
+                self.ops0 = at;
                 self.end = at + n as usize;
                 self.spos = self.end;
                 self.bad_layout = false;
@@ -83,6 +126,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         self.buf = buf;
         self.failed = false;
         self.seq = 0;
+        self.ops_only = false;
         self.pred.reset();
         self.layout();
     }
@@ -102,16 +146,174 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         DecodeError { offset: self.pos, what }
     }
 
-    /// At the end of the op stream: `Ok(true)`, or the layout error.
+    /// At the end of the op stream: `Ok(true)`, or the layout error. Steps into
+    /// and out of `repeat`s on the way, so after `Ok(false)` the cursor is at an
+    /// event.
     #[inline(always)]
     pub(super) fn at_end(&mut self) -> Result<bool, DecodeError> {
-        if self.pos < self.end {
+        if self.pos < self.end && self.buf.as_ref()[self.pos] != tag::REPEAT {
             return Ok(false);
         }
-        if self.bad_layout && !self.failed {
-            return Err(self.err("chunk does not start with its op-stream length"));
+        self.at_end_slow()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn at_end_slow(&mut self) -> Result<bool, DecodeError> {
+        loop {
+            if self.pos < self.end {
+                if self.buf.as_ref()[self.pos] != tag::REPEAT {
+                    return Ok(false);
+                }
+                self.enter_repeat()?;
+                continue;
+            }
+            if self.rep.active {
+                self.repeat_boundary()?;
+                continue;
+            }
+            if self.bad_layout && !self.failed {
+                return Err(self.err("chunk does not start with its op-stream length"));
+            }
+            return Ok(true);
         }
-        Ok(true)
+    }
+
+    /// Reads the `repeat` at the cursor and moves to its body's start.
+    fn enter_repeat(&mut self) -> Result<(), DecodeError> {
+        if self.rep.active {
+            return Err(self.err("repeat inside a repeated body"));
+        }
+        let tag_at = self.pos;
+        self.pos += 1;
+        let (bp, bs, n, p) = (self.v()?, self.v()?, self.v()?, self.v()?);
+        let ops_before = (tag_at - self.ops0) as u64;
+        let side_before = if self.ops_only { bs } else { (self.spos - self.end) as u64 };
+        // every event takes an op byte at least; at most 2^32 events a repeat
+        if bp == 0 || bp > ops_before || bs > side_before || n == 0 || p == 0 || p > bp {
+            self.pos = tag_at;
+            return Err(self.err("repeat outside its chunk's events"));
+        }
+        if n.saturating_mul(p) > u64::from(u32::MAX) {
+            self.pos = tag_at;
+            return Err(self.err("repeat of more events than a chunk holds"));
+        }
+        self.rep = Repeat {
+            active: true,
+            body: tag_at - bp as usize,
+            after: self.pos,
+            end: self.end,
+            side: if self.ops_only { self.spos } else { self.spos - bs as usize },
+            side_end: self.spos,
+            left: n - 1,
+            events: p,
+            seq0: self.seq,
+        };
+        self.pos = self.rep.body;
+        self.end = tag_at;
+        self.spos = self.rep.side;
+        Ok(())
+    }
+
+    /// For a fast replay: each body event's address delta, when the body (its
+    /// replay decoded to `pcs`) is loads, stores and ranges without values, each
+    /// taking one side varint, of distinct prediction slots, and its first pc
+    /// follows its last one (so every replay has the same pcs and moves each
+    /// address by the same delta).
+    pub(super) fn replay_deltas(&self, pcs: &[u64]) -> Option<Vec<u64>> {
+        if pcs.is_empty() || pcs.len() > 64 {
+            return None;
+        }
+        let mut seen = [0u64; super::SLOTS / 64];
+        for &pc in pcs {
+            let s = super::slot(pc);
+            if seen[s / 64] & (1 << (s % 64)) != 0 {
+                return None;
+            }
+            seen[s / 64] |= 1 << (s % 64);
+        }
+        let b = self.buf.as_ref();
+        let mut at = self.rep.body + 1;
+        let d0 = varint::get(&b[..self.rep.after], &mut at)?;
+        if pcs[pcs.len() - 1].wrapping_add(unzigzag(d0) as u64) != pcs[0] {
+            return None;
+        }
+        let side = &b[..self.rep.side_end];
+        let mut at = self.rep.side;
+        let d: Option<Vec<u64>> =
+            pcs.iter().map(|_| varint::get(side, &mut at).map(|v| unzigzag(v) as u64)).collect();
+        (at == self.rep.side_end).then_some(d?)
+    }
+
+    /// [`Decoder::next_batch`]'s fast replay (see `replay_columns`): the next
+    /// replays copied from the last events of `out` (this batch started at
+    /// event `base`), at most up to `max` events.
+    #[cold]
+    fn replay_events(&mut self, out: &mut Vec<Event>, max: usize, base: u64) {
+        let p = self.rep.events as usize;
+        let len = out.len();
+        if self.rep.left == 0
+            || self.seq - self.rep.seq0 != p as u64
+            || len < p
+            || base > self.rep.seq0
+            || max - len < p
+            || p > 64
+        {
+            return;
+        }
+        let mut pcs = [0u64; 64];
+        for (k, e) in out[len - p..].iter().enumerate() {
+            pcs[k] = match e {
+                Event::Access { pc, value: None, .. } | Event::Range { pc, .. } => pc.0,
+                _ => return,
+            };
+        }
+        let Some(deltas) = self.replay_deltas(&pcs[..p]) else { return };
+        let reps = (self.rep.left as usize).min((max - len) / p);
+        out.reserve(reps * p);
+        for r in 0..reps {
+            let from = len - p + r * p;
+            for (k, d) in deltas.iter().enumerate() {
+                let n = out.len();
+                // SAFETY: room reserved above; the event copied is an access or a
+                // range (checked above), which own no memory, so a bitwise copy is
+                // a valid event (built in place: a copy through the stack stalls).
+                unsafe {
+                    let dst = out.as_mut_ptr().add(n);
+                    core::ptr::copy_nonoverlapping(out.as_ptr().add(from + k), dst, 1);
+                    out.set_len(n + 1);
+                }
+                if let Event::Access { addr, .. } | Event::Range { addr, .. } = &mut out[n] {
+                    addr.0 = addr.0.wrapping_add(*d);
+                }
+            }
+        }
+        for e in &out[out.len() - p..] {
+            if let Event::Access { pc, addr, .. } | Event::Range { pc, addr, .. } = e {
+                self.pred.last[super::slot(pc.0)] = addr.0;
+            }
+        }
+        self.rep.left -= reps as u64;
+        self.rep.seq0 = base + (out.len() - p) as u64;
+    }
+
+    /// At the end of a replayed body: the next replay, or out of the repeat.
+    pub(super) fn repeat_boundary(&mut self) -> Result<(), DecodeError> {
+        if self.spos != self.rep.side_end && !self.ops_only {
+            return Err(self.err("repeated body's side stream out of step"));
+        }
+        if self.rep.left > 0 {
+            self.rep.left -= 1;
+            self.pos = self.rep.body;
+            self.spos = self.rep.side;
+            self.rep.seq0 = self.seq;
+        } else {
+            self.pos = self.rep.after;
+            self.end = self.rep.end;
+            self.spos = self.rep.side_end;
+            self.rep.active = false;
+        }
+        Ok(())
     }
 
     pub(super) fn v(&mut self) -> Result<u64, DecodeError> {
@@ -182,12 +384,21 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         if self.failed {
             return Ok(0);
         }
+        let base = self.seq;
         while out.len() < max {
             // Events are built in the vector's memory: one built on the stack and
             // copied made every copy wait for a store-forwarding failure (half of
             // the decode time).
             if self.fast_access_into(out) {
                 continue;
+            }
+            self.seq = base + out.len() as u64;
+            if self.rep.active && self.pos >= self.end {
+                self.replay_events(out, max, base);
+                self.seq = base + out.len() as u64;
+                if out.len() == max {
+                    break;
+                }
             }
             if self.at_end()? {
                 break;
@@ -196,7 +407,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 break;
             }
         }
-        self.seq += out.len() as u64;
+        self.seq = base + out.len() as u64;
         Ok(out.len())
     }
 
@@ -432,55 +643,65 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     /// fraction of the full decoder's cost. Returns the number of events.
     pub fn skeleton(&mut self, mut f: impl FnMut(u64, Event)) -> Result<u64, DecodeError> {
         let mut n = 0u64;
-        loop {
-            if self.failed || self.at_end()? {
-                return Ok(n);
-            }
-            if let Some((_, dpc, _)) = self.take_plain() {
-                self.pred.pc_from(dpc);
-                n += 1;
-                continue;
-            }
-            let t = self.buf.as_ref()[self.pos];
-            match t {
-                0..=tag::ACCESS_MAX => {
-                    if t & 7 > 4 {
-                        return Err(self.err("access size code out of range"));
-                    }
-                    self.pos += 1;
-                    self.pc()?;
-                    self.skip_sv()?;
-                    if t & tag::ACCESS_VALUE != 0 {
-                        self.skip_sv()?;
-                    }
-                }
-                tag::RANGE_READ | tag::RANGE_WRITE => {
-                    self.pos += 1;
-                    self.pc()?;
-                    self.v()?;
-                    self.skip_sv()?;
-                }
-                tag::RMW => {
-                    self.pos += 1;
-                    let (b, _) = self.rmw_head()?;
-                    self.pc()?;
-                    self.skip_sv()?;
-                    if b & 8 != 0 {
-                        self.skip_sv()?;
-                    }
-                }
-                tag::FENCE => {
-                    self.pos += 1;
-                    self.pc()?;
-                    self.byte()?;
-                }
-                _ => match self.next_slow()? {
-                    Some(e) => f(n, e),
-                    None => return Ok(n),
-                },
-            }
+        while self.skip_one(n, &mut f)? {
             n += 1;
         }
+        Ok(n)
+    }
+
+    /// One event of [`Decoder::skeleton`] (number `n`): `false` at the end.
+    #[inline(always)]
+    pub(super) fn skip_one(
+        &mut self,
+        n: u64,
+        f: &mut impl FnMut(u64, Event),
+    ) -> Result<bool, DecodeError> {
+        if self.failed || self.at_end()? {
+            return Ok(false);
+        }
+        if let Some((_, dpc, _)) = self.take_plain() {
+            self.pred.pc_from(dpc);
+            return Ok(true);
+        }
+        let t = self.buf.as_ref()[self.pos];
+        match t {
+            0..=tag::ACCESS_MAX => {
+                if t & 7 > 4 {
+                    return Err(self.err("access size code out of range"));
+                }
+                self.pos += 1;
+                self.pc()?;
+                self.skip_sv()?;
+                if t & tag::ACCESS_VALUE != 0 {
+                    self.skip_sv()?;
+                }
+            }
+            tag::RANGE_READ | tag::RANGE_WRITE => {
+                self.pos += 1;
+                self.pc()?;
+                self.v()?;
+                self.skip_sv()?;
+            }
+            tag::RMW => {
+                self.pos += 1;
+                let (b, _) = self.rmw_head()?;
+                self.pc()?;
+                self.skip_sv()?;
+                if b & 8 != 0 {
+                    self.skip_sv()?;
+                }
+            }
+            tag::FENCE => {
+                self.pos += 1;
+                self.pc()?;
+                self.byte()?;
+            }
+            _ => match self.next_slow()? {
+                Some(e) => f(n, e),
+                None => return Ok(false),
+            },
+        }
+        Ok(true)
     }
 
     /// An atomic's operation byte (after its tag), checked: the byte and the op.

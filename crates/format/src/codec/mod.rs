@@ -39,6 +39,7 @@
 mod columns;
 mod decode;
 mod encode;
+mod fold;
 mod tally;
 #[cfg(test)]
 mod tests;
@@ -46,6 +47,7 @@ mod tests;
 pub use columns::Columns;
 pub use decode::Decoder;
 pub use encode::Encoder;
+pub use fold::Folder;
 pub use tally::{AccessTally, Counted};
 
 use crate::event::AccessKind;
@@ -99,6 +101,8 @@ pub mod tag {
     pub const CLOCK: u8 = 0x7a;
     pub const DROPPED: u8 = 0x7b;
     pub const SIGNAL: u8 = 0x7c;
+    /// Not an event: the body before it again, `count` more times (see `fold.rs`).
+    pub const REPEAT: u8 = 0x7e;
 }
 pub use tag as Tag;
 

@@ -164,9 +164,16 @@ impl AccessTally {
     /// Counts one range event of (pc, tag) over `len` bytes.
     #[inline(always)]
     fn add_range(&mut self, pc: u64, tag: u8, len: u64) {
+        self.add_n(pc, tag, len, 1);
+    }
+
+    /// Counts `n` occurrences of (pc, tag), each of `len` bytes if a range.
+    fn add_n(&mut self, pc: u64, tag: u8, len: u64, n: u32) {
         let (i, _) = self.find(pc, tag);
-        self.slots[i].count += 1;
-        self.bytes[i] = self.bytes[i].wrapping_add(len);
+        self.slots[i].count += n;
+        if tag > tag::ACCESS_MAX {
+            self.bytes[i] = self.bytes[i].wrapping_add(len.wrapping_mul(u64::from(n)));
+        }
     }
 
     /// The slot of (pc, tag), inserted with count 0 if new; `None` for the index
@@ -296,6 +303,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         if self.failed {
             return Ok(0);
         }
+        self.ops_only = true;
         tally.ready();
         let (mut enters, mut exits) = (0u64, 0u64);
         // loop folding pays when the bytes repeat; chunks where it did not try
@@ -337,7 +345,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         // the first event number loop folding may look back to
         let mut ring_start = 0u64;
         let mut pc = self.pred.prev_pc;
-        let end = self.end;
+        let mut end = self.end;
         let res = loop {
             let buf = &self.buf.as_ref()[..end];
             // the fast path: every byte of the event present, no per-byte bounds checks
@@ -418,15 +426,25 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                         continue;
                     }
                 }
-            } else if self.pos >= end {
+            } else if self.pos >= end && !self.rep.active {
                 if let Err(e) = self.at_end() {
                     break Err(e);
                 }
                 break Ok(n);
             }
+            if self.pos < end && self.buf.as_ref()[self.pos] == tag::REPEAT && !self.rep.active {
+                // a repeat of plain code counts its body once, times its count
+                if let Some(k) = self.repeat_counts(tally, pc, enters, exits) {
+                    n += k;
+                    ring_start = n;
+                    continue;
+                }
+            }
             self.pred.prev_pc = pc;
             let r = self.scan_slow();
             pc = self.pred.prev_pc;
+            // the slow path may have stepped into or out of a repeat
+            end = self.end;
             match r {
                 Ok(Some(c)) => {
                     n += 1;
@@ -439,6 +457,72 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         };
         self.pred.prev_pc = pc;
         res
+    }
+
+    /// The `repeat` at the cursor, counted without replaying it when its body is
+    /// loads, stores, ranges, entries and exits that end at the pc they start
+    /// from: each counted `count` times more. Returns the events counted, with
+    /// the cursor after the repeat; `None` (cursor unmoved) sends the caller to
+    /// the replay.
+    fn repeat_counts(
+        &mut self,
+        tally: &mut AccessTally,
+        pc0: u64,
+        enters: &mut u64,
+        exits: &mut u64,
+    ) -> Option<u64> {
+        let buf = &self.buf.as_ref()[..self.end];
+        let tag_at = self.pos;
+        let mut at = tag_at + 1;
+        let mut field = || {
+            let v = crate::varint::get(buf, &mut at)?;
+            Some(v)
+        };
+        let (bp, _bs, reps, p) = (field()?, field()?, field()?, field()?);
+        let after = at;
+        if bp == 0 || bp as usize > tag_at - self.ops0 || reps == 0 || p == 0 || p > bp {
+            return None;
+        }
+        if reps.checked_mul(p)? > u64::from(u32::MAX) {
+            return None;
+        }
+        let (body, reps32) = (tag_at - bp as usize, u32::try_from(reps).ok()?);
+        // first pass: check the body, second: count it
+        for count in [false, true] {
+            let (mut i, mut pc, mut events) = (body, pc0, 0u64);
+            while i < tag_at {
+                let t = buf[i];
+                let mut j = i + 1;
+                let dpc = crate::varint::get(&buf[..tag_at], &mut j)?;
+                pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                match t {
+                    0..=tag::ACCESS_MAX if t & 7 <= 4 => {
+                        if count {
+                            tally.add_n(pc, t & !tag::ACCESS_VALUE, 0, reps32);
+                        }
+                    }
+                    tag::RANGE_READ | tag::RANGE_WRITE => {
+                        let len = crate::varint::get(&buf[..tag_at], &mut j)?;
+                        if count {
+                            tally.add_n(pc, t, len, reps32);
+                        }
+                    }
+                    tag::FUNC_ENTER | tag::FUNC_EXIT => {
+                        if count {
+                            *if t == tag::FUNC_ENTER { &mut *enters } else { &mut *exits } += reps;
+                        }
+                    }
+                    _ => return None,
+                }
+                i = j;
+                events += 1;
+            }
+            if i != tag_at || pc != pc0 || events != p {
+                return None;
+            }
+        }
+        self.pos = after;
+        Some(reps * p)
     }
 
     /// One event of the scan off its fast path, read from the op stream alone.
