@@ -9,6 +9,7 @@
 //!   (symbol, symbol version, role, signature), expanded by both recorders with
 //!   their own implementations, so an entry point cannot exist in one and not the
 //!   other;
+//! - [`filter`]: the `--dbi-filter` text the CLI writes and the plugin reads;
 //! - [`options`]: the `MEMLENS_*` options both read, with one syntax for flags and
 //!   one list of the `option` metadata records they write.
 //!
@@ -16,4 +17,5 @@
 #![deny(missing_docs)]
 
 pub mod entry;
+pub mod filter;
 pub mod options;

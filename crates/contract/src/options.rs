@@ -96,7 +96,8 @@ pub struct Recording {
 impl Recording {
     /// Parses the options from a lookup function (the environment in production).
     pub fn parse(var: impl Fn(&str) -> Option<String>) -> Recording {
-        let num = |k: &str, default: i64, lo: i64, hi: i64| number(k, var(k).as_deref(), default, lo, hi);
+        let num =
+            |k: &str, default: i64, lo: i64, hi: i64| number(k, var(k).as_deref(), default, lo, hi);
         let flag = |k: &str| flag(k, var(k).as_deref(), false);
         let order = var("MEMLENS_ORDER").map_or(Order::Sync, |v| {
             Order::parse(&v).unwrap_or_else(|| {
@@ -162,7 +163,12 @@ mod tests {
         assert_eq!(r.order, Order::Atomic);
         assert!(r.output.is_none());
         let recs = r.records();
-        assert!(recs.contains(&("order", "atomic".into())) && recs.contains(&("values", "1".into())));
-        assert_eq!(Recording::parse(|k| (k == "MEMLENS_ORDER").then(|| "x".into())).order, Order::Sync);
+        assert!(
+            recs.contains(&("order", "atomic".into())) && recs.contains(&("values", "1".into()))
+        );
+        assert_eq!(
+            Recording::parse(|k| (k == "MEMLENS_ORDER").then(|| "x".into())).order,
+            Order::Sync
+        );
     }
 }

@@ -11,6 +11,7 @@
 use crate::decode::{MERGE, OP_MASK, WIDE32};
 use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
 use crossbeam_queue::ArrayQueue;
+use memlens_contract::options::Recording;
 use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
 use memlens_format::{
     count, AccessKind, ChunkCounts, ChunkEncoder, ChunkKind, EndStatus, Event, FileHeader,
@@ -276,7 +277,7 @@ impl Stream {
 /// Creates the trace and starts the worker thread.
 pub fn start(
     path: &std::path::Path,
-    level: i32,
+    rec: &Recording,
     exe: String,
     argv: Vec<String>,
     filter: String,
@@ -304,6 +305,9 @@ pub fn start(
         MetaRecord::Option("dbi".into(), "qemu".into()),
         MetaRecord::Option("dbi_filter".into(), filter),
     ];
+    // the options the compiled path records too, by the same names
+    meta.extend(rec.records().into_iter().map(|(k, v)| MetaRecord::Option(k.into(), v)));
+    let level = rec.zstd_level;
     meta.extend(crate::modules::all().into_iter().map(MetaRecord::Module));
     tx.send(Msg::Meta(meta)).ok();
     std::thread::Builder::new().name("memlens-writer".into()).spawn(move || {

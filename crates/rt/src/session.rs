@@ -125,7 +125,7 @@ impl Session {
             path,
             pid,
             start_ns: sys::realtime_ns(),
-            level: opts.zstd_level,
+            level: opts.rec.zstd_level,
             adapt: opts.zstd_adapt,
             big,
             pool_big: ArrayQueue::new(cap + 8),
