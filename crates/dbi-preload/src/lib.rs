@@ -1,8 +1,9 @@
 //! Guest preload library of `memlens record --dbi`.
 //!
 //! Loaded into the traced program only (`qemu-x86_64 -E LD_PRELOAD=...`), never into
-//! QEMU itself. It interposes the malloc family and C++ `operator new/delete`, does
-//! the real work with glibc's exported `__libc_*` functions, and tells the memlens
+//! QEMU itself. It interposes the malloc family and C++ `operator new/delete` (every
+//! row of `memlens-contract`'s allocation table, as the compiled-path runtime does),
+//! does the real work with glibc's exported `__libc_*` functions, and tells the memlens
 //! plugin what happened with a system call that does not exist
 //! ([`MAGIC`], rejected with `ENOSYS` by QEMU and by the kernel): the plugin sees it
 //! with its syscall callback in the calling vCPU, so the event lands at the right
@@ -22,8 +23,9 @@
 //!
 //! It reports each thread's stack bounds and thread pointer (`pthread_getattr_np`,
 //! as the compiled path does) and, once a second thread exists, tells the plugin
-//! about pthread synchronisation (mutexes, condition variables, barriers, rwlocks,
-//! spinlocks, semaphores, join) so it can stamp its clock.
+//! about pthread synchronisation (every row of `memlens-contract`'s sync table:
+//! mutexes, condition variables, barriers, rwlocks, spinlocks, semaphores, join) so
+//! it can stamp its clock.
 //!
 //! Protocol: `syscall(MAGIC, op, a, b, pc, c, sp)`, see the `OP_*` constants.
 

@@ -41,7 +41,8 @@
 //! Configured by the environment of the QEMU process (`memlens record --dbi` sets it
 //! and removes it from the guest's): `MEMLENS_OUTPUT`, `MEMLENS_ZSTD_LEVEL`,
 //! `MEMLENS_DBI_FILTER`, `MEMLENS_DBI_SKIP` (QEMU arguments before the program),
-//! `MEMLENS_VALUES=1`, `MEMLENS_ROI=1`, `MEMLENS_STACK_DEPTH`, `MEMLENS_ORDER`.
+//! `MEMLENS_VALUES`, `MEMLENS_ROI`, `MEMLENS_STACK_DEPTH`, `MEMLENS_ORDER` (parsed
+//! and written as `option` records as the compiled path does: `memlens-contract`).
 //!
 //! ```text
 //! MEMLENS_OUTPUT=t.trace qemu-x86_64 -plugin libmemlens_dbi.so ./prog
