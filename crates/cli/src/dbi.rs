@@ -7,6 +7,7 @@
 //! which is removed from the guest's with `-U`.
 
 use anyhow::{bail, Context, Result};
+use memlens_contract::filter::Filter;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -91,29 +92,11 @@ fn check_program(exe: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks `--dbi-filter` (the plugin parses it again).
-fn check_filter(spec: &str) -> Result<()> {
-    for s in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let r = s.strip_prefix("exe:").unwrap_or(s);
-        let range = r.split_once('-').and_then(|(a, b)| {
-            let hex = |x: &str| u64::from_str_radix(x.strip_prefix("0x")?, 16).ok();
-            Some(hex(a)? < hex(b)?)
-        });
-        let ok = matches!(s, "exe" | "all")
-            || (s.starts_with("lib:") && s.len() > 4)
-            || range == Some(true);
-        if !ok {
-            bail!("bad --dbi-filter item {s:?}: use exe, all, lib:NAME or 0xSTART-0xEND");
-        }
-    }
-    Ok(())
-}
-
 /// `--functions` / `--files` as `exe:0xA-0xB` filter items (link-time instruction
 /// addresses of the selected code).
 fn code_filter(exe: &Path, spec: &crate::filter::FilterSpec) -> Result<String> {
     let ranges = crate::filter::code_ranges(exe, spec)?;
-    Ok(ranges.iter().map(|(a, b)| format!("exe:{a:#x}-{b:#x}")).collect::<Vec<_>>().join(","))
+    Ok(Filter::exe_ranges(ranges).to_string())
 }
 
 /// Runs the program under QEMU with the plugin and returns the exit code to use.
@@ -121,7 +104,8 @@ pub fn run(opts: DbiOpts) -> Result<i32> {
     let Some(prog) = opts.cmd.first() else {
         bail!("no program given: memlens record --dbi -- PROG [ARGS]")
     };
-    check_filter(&opts.filter)?;
+    // the plugin reads the same representation back
+    Filter::parse(&opts.filter).map_err(anyhow::Error::msg)?;
     let exe = crate::record::find_program(prog)?;
     check_program(&exe)?;
     let filter = if opts.code.is_empty() {

@@ -113,6 +113,9 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         .find(|(k, _)| k == "order_steals")
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
+    // The recording options (`option` records; a later one overrides an earlier one).
+    let options: serde_json::Map<String, Value> =
+        m.options.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
     let comp = r.completeness();
     let skipped: Vec<Value> = comp
         .skipped
@@ -143,6 +146,7 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         "dropped": r.dropped_events(),
         "dropped_bytes": dropped_bytes,
         "order_steals": order_steals,
+        "options": options,
         "bytes_on_disk": r.bytes_on_disk(),
         "bytes_per_access": (bpa * 1000.0).round() / 1000.0,
         "chunks": r.chunks().len(),
@@ -189,6 +193,16 @@ pub fn info(path: &Path, as_json: bool, with_coverage: bool) -> Result<()> {
         r.bytes_on_disk(),
         r.chunks().len()
     )?;
+    // the one-line options (trace_calls and the like are for `dump`)
+    let short: Vec<String> = options
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k, v)))
+        .filter(|(_, v)| !v.is_empty() && v.len() <= 40 && !v.contains('\n'))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !short.is_empty() {
+        writeln!(out, "options     {}", short.join(" "))?;
+    }
     writeln!(out, "modules     {}", m.modules.len())?;
     if let Some(c) = &v["coverage"].as_object() {
         // A percentage of nothing would claim a full naming that never happened.

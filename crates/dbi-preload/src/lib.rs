@@ -1,8 +1,9 @@
 //! Guest preload library of `memlens record --dbi`.
 //!
 //! Loaded into the traced program only (`qemu-x86_64 -E LD_PRELOAD=...`), never into
-//! QEMU itself. It interposes the malloc family and C++ `operator new/delete`, does
-//! the real work with glibc's exported `__libc_*` functions, and tells the memlens
+//! QEMU itself. It interposes the malloc family and C++ `operator new/delete` (every
+//! row of `memlens-contract`'s allocation table, as the compiled-path runtime does),
+//! does the real work with glibc's exported `__libc_*` functions, and tells the memlens
 //! plugin what happened with a system call that does not exist
 //! ([`MAGIC`], rejected with `ENOSYS` by QEMU and by the kernel): the plugin sees it
 //! with its syscall callback in the calling vCPU, so the event lands at the right
@@ -22,8 +23,9 @@
 //!
 //! It reports each thread's stack bounds and thread pointer (`pthread_getattr_np`,
 //! as the compiled path does) and, once a second thread exists, tells the plugin
-//! about pthread synchronisation (mutexes, condition variables, barriers, rwlocks,
-//! spinlocks, semaphores, join) so it can stamp its clock.
+//! about pthread synchronisation (every row of `memlens-contract`'s sync table:
+//! mutexes, condition variables, barriers, rwlocks, spinlocks, semaphores, join) so
+//! it can stamp its clock.
 //!
 //! Protocol: `syscall(MAGIC, op, a, b, pc, c, sp)`, see the `OP_*` constants.
 
@@ -60,6 +62,7 @@ pub const OP_STACK: u64 = 71;
 /// thread: the plugin records none of its accesses.
 pub const OP_OWN: u64 = 72;
 
+// `AllocKind` / `FreeKind` wire values of the trace format.
 const MALLOC: u64 = 0;
 const CALLOC: u64 = 1;
 const ALIGNED: u64 = 3;
@@ -110,143 +113,153 @@ extern "C" {
     fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_free(p: *mut c_void);
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
 }
 
-/// Trampoline: the return address goes to `$reg`, the stack pointer to `$sp`, then
-/// jump to the implementation.
-macro_rules! entry {
-    ($name:ident = $sym:literal; ($($a:ident: $t:ty),*) $(-> $r:ty)?;
-     $reg:literal, $sp:literal => $imp:path) => {
-        /// The C library function of the same name, observed.
+/// One allocation interposer of `memlens-contract`'s table: a trampoline that
+/// puts the return address (the call site) into rcx and the stack pointer into r8,
+/// after the first three arguments (as in the compiled path), then jumps to the
+/// implementation.
+macro_rules! alloc_entries {
+    ($($abi:literal fn $name:ident = $sym:literal, $role:ident, $imp:path;
+       ($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {$(
+        /// The C library / C++ runtime function of the same symbol, observed.
         ///
         /// # Safety
-        /// The same contract as the C library function it stands for.
+        /// The same contract as the function it stands for.
         #[unsafe(naked)]
         #[unsafe(export_name = $sym)]
-        pub unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
-            naked_asm!(
-                concat!("mov ", $reg, ", qword ptr [rsp]"),
-                concat!("mov ", $sp, ", rsp"),
-                "jmp {f}",
-                f = sym $imp
-            )
+        pub unsafe extern $abi fn $name($($a: $t),*) $(-> $r)? {
+            naked_asm!("mov rcx, qword ptr [rsp]", "mov r8, rsp", "jmp {f}", f = sym $imp)
         }
-    };
+    )*};
 }
 
-entry!(malloc = "malloc"; (size: usize) -> *mut c_void; "rsi", "rdx" => malloc_imp);
-entry!(calloc = "calloc"; (n: usize, size: usize) -> *mut c_void; "rdx", "rcx" => calloc_imp);
-entry!(realloc = "realloc"; (p: *mut c_void, size: usize) -> *mut c_void;
-    "rdx", "rcx" => realloc_imp);
-entry!(free = "free"; (p: *mut c_void); "rsi", "rdx" => free_imp);
-entry!(memalign = "memalign"; (align: usize, size: usize) -> *mut c_void;
-    "rdx", "rcx" => memalign_imp);
-entry!(aligned_alloc = "aligned_alloc"; (align: usize, size: usize) -> *mut c_void;
-    "rdx", "rcx" => memalign_imp);
-entry!(posix_memalign = "posix_memalign";
-    (out: *mut *mut c_void, align: usize, size: usize) -> c_int; "rcx", "r8" => posix_memalign_imp);
-entry!(op_new = "_Znwm"; (size: usize) -> *mut c_void; "rsi", "rdx" => new_imp);
-entry!(op_new_array = "_Znam"; (size: usize) -> *mut c_void; "rsi", "rdx" => new_array_imp);
-entry!(op_new_nothrow = "_ZnwmRKSt9nothrow_t"; (size: usize, nt: *const c_void) -> *mut c_void;
-    "rsi", "rdx" => new_imp);
-entry!(op_new_array_nothrow = "_ZnamRKSt9nothrow_t"; (size: usize, nt: *const c_void) -> *mut c_void;
-    "rsi", "rdx" => new_array_imp);
-entry!(op_delete = "_ZdlPv"; (p: *mut c_void); "rsi", "rdx" => delete_imp);
-entry!(op_delete_sized = "_ZdlPvm"; (p: *mut c_void, size: usize); "rsi", "rdx" => delete_imp);
-entry!(op_delete_array = "_ZdaPv"; (p: *mut c_void); "rsi", "rdx" => delete_array_imp);
-entry!(op_delete_array_sized = "_ZdaPvm"; (p: *mut c_void, size: usize);
-    "rsi", "rdx" => delete_array_imp);
+memlens_contract::alloc_entry_points!(alloc_entries);
 
-unsafe extern "C" fn malloc_imp(size: usize, pc: u64, sp: u64) -> *mut c_void {
-    let p = __libc_malloc(size);
+/// A new block `p` of `size` bytes (if any).
+fn allocated(kind: u64, p: *mut c_void, size: usize, pc: u64, sp: u64) -> usize {
     if !p.is_null() {
-        tell(OP_ALLOC + MALLOC, p as u64, size as u64, pc, 0, sp);
+        tell(OP_ALLOC + kind, p as u64, size as u64, pc, 0, sp);
     }
-    p
+    p as usize
 }
 
-unsafe extern "C" fn calloc_imp(n: usize, size: usize, pc: u64, sp: u64) -> *mut c_void {
-    let p = __libc_calloc(n, size);
-    if !p.is_null() {
-        tell(OP_ALLOC + CALLOC, p as u64, n.wrapping_mul(size) as u64, pc, 0, sp);
-    }
-    p
+unsafe extern "C" fn malloc_imp(size: usize, _: usize, _: usize, pc: u64, sp: u64) -> usize {
+    allocated(MALLOC, __libc_malloc(size), size, pc, sp)
 }
 
-unsafe extern "C" fn realloc_imp(old: *mut c_void, size: usize, pc: u64, sp: u64) -> *mut c_void {
-    let p = __libc_realloc(old, size);
+unsafe extern "C" fn calloc_imp(n: usize, size: usize, _: usize, pc: u64, sp: u64) -> usize {
+    allocated(CALLOC, __libc_calloc(n, size), n.wrapping_mul(size), pc, sp)
+}
+
+unsafe extern "C" fn realloc_imp(old: usize, size: usize, _: usize, pc: u64, sp: u64) -> usize {
+    let p = __libc_realloc(old as *mut c_void, size);
     // A failed realloc leaves the old block alone; realloc(p, 0) frees it.
-    if !p.is_null() || (!old.is_null() && size == 0) {
+    if !p.is_null() || (old != 0 && size == 0) {
         tell(OP_REALLOC, p as u64, size as u64, pc, old as u64, sp);
     }
-    p
+    p as usize
 }
 
-unsafe extern "C" fn free_imp(p: *mut c_void, pc: u64, sp: u64) {
-    if !p.is_null() {
+unsafe extern "C" fn reallocarray_imp(
+    old: usize,
+    n: usize,
+    size: usize,
+    pc: u64,
+    sp: u64,
+) -> usize {
+    match n.checked_mul(size) {
+        Some(b) => realloc_imp(old, b, 0, pc, sp),
+        None => {
+            *libc::__errno_location() = libc::ENOMEM;
+            0
+        }
+    }
+}
+
+unsafe extern "C" fn free_imp(p: usize, _: usize, _: usize, pc: u64, sp: u64) {
+    if p != 0 {
         tell(OP_FREE + FREE, p as u64, 0, pc, 0, sp);
     }
-    __libc_free(p)
+    __libc_free(p as *mut c_void)
 }
 
-unsafe extern "C" fn memalign_imp(align: usize, size: usize, pc: u64, sp: u64) -> *mut c_void {
-    let p = __libc_memalign(align, size);
-    if !p.is_null() {
-        tell(OP_ALLOC + ALIGNED, p as u64, size as u64, pc, 0, sp);
-    }
-    p
+fn valid_align(align: usize) -> bool {
+    align.is_power_of_two() && align.is_multiple_of(core::mem::size_of::<usize>())
 }
 
 unsafe extern "C" fn posix_memalign_imp(
-    out: *mut *mut c_void,
+    out: usize,
     align: usize,
     size: usize,
     pc: u64,
     sp: u64,
 ) -> c_int {
-    if !align.is_power_of_two() || !align.is_multiple_of(core::mem::size_of::<usize>()) {
+    if !valid_align(align) {
         return libc::EINVAL;
     }
     let p = __libc_memalign(align, size);
     if p.is_null() {
         return libc::ENOMEM;
     }
-    *out = p;
-    tell(OP_ALLOC + ALIGNED, p as u64, size as u64, pc, 0, sp);
+    *(out as *mut *mut c_void) = p;
+    allocated(ALIGNED, p, size, pc, sp);
     0
 }
 
-/// `operator new` without the new-handler loop: a failed allocation aborts
-/// (`bad_alloc` cannot be thrown from here).
-unsafe fn new_common(size: usize, kind: u64, pc: u64, sp: u64) -> *mut c_void {
-    let p = __libc_malloc(size.max(1));
-    if p.is_null() {
+unsafe extern "C" fn memalign_imp(align: usize, size: usize, _: usize, pc: u64, sp: u64) -> usize {
+    allocated(ALIGNED, __libc_memalign(align, size), size, pc, sp)
+}
+
+unsafe extern "C" fn aligned_alloc_imp(
+    align: usize,
+    size: usize,
+    _: usize,
+    pc: u64,
+    sp: u64,
+) -> usize {
+    if !align.is_power_of_two() {
+        *libc::__errno_location() = libc::EINVAL;
+        return 0;
+    }
+    memalign_imp(align, size, 0, pc, sp)
+}
+
+unsafe extern "C" fn valloc_imp(size: usize, _: usize, _: usize, pc: u64, sp: u64) -> usize {
+    allocated(ALIGNED, __libc_valloc(size), size, pc, sp)
+}
+
+unsafe extern "C" fn pvalloc_imp(size: usize, _: usize, _: usize, pc: u64, sp: u64) -> usize {
+    allocated(ALIGNED, __libc_pvalloc(size), size, pc, sp)
+}
+
+/// `operator new` variant `V` (`memlens_contract::entry::NEW_VARIANTS`), without the
+/// new-handler loop: a failed throwing allocation aborts (`bad_alloc` cannot be
+/// thrown from here).
+unsafe extern "C" fn new_imp<const V: usize>(
+    size: usize,
+    a1: usize,
+    _: usize,
+    pc: u64,
+    sp: u64,
+) -> usize {
+    let v = memlens_contract::entry::NEW_VARIANTS[V];
+    let p = if v.aligned { __libc_memalign(a1, size.max(1)) } else { __libc_malloc(size.max(1)) };
+    if p.is_null() && !v.nothrow {
         libc::abort();
     }
-    tell(OP_ALLOC + kind, p as u64, size as u64, pc, 0, sp);
-    p
+    allocated(if v.array { NEW_ARRAY } else { NEW }, p, size, pc, sp)
 }
 
-unsafe extern "C" fn new_imp(size: usize, pc: u64, sp: u64) -> *mut c_void {
-    new_common(size, NEW, pc, sp)
-}
-
-unsafe extern "C" fn new_array_imp(size: usize, pc: u64, sp: u64) -> *mut c_void {
-    new_common(size, NEW_ARRAY, pc, sp)
-}
-
-unsafe extern "C" fn delete_imp(p: *mut c_void, pc: u64, sp: u64) {
-    if !p.is_null() {
-        tell(OP_FREE + DELETE, p as u64, 0, pc, 0, sp);
+/// `operator delete` variant `V` (sized, aligned and nothrow ones included).
+unsafe extern "C" fn delete_imp<const V: usize>(p: usize, _: usize, _: usize, pc: u64, sp: u64) {
+    if p != 0 {
+        let kind = if memlens_contract::entry::delete_is_array(V) { DELETE_ARRAY } else { DELETE };
+        tell(OP_FREE + kind, p as u64, 0, pc, 0, sp);
     }
-    __libc_free(p)
-}
-
-unsafe extern "C" fn delete_array_imp(p: *mut c_void, pc: u64, sp: u64) {
-    if !p.is_null() {
-        tell(OP_FREE + DELETE_ARRAY, p as u64, 0, pc, 0, sp);
-    }
-    __libc_free(p)
+    __libc_free(p as *mut c_void)
 }
 
 unsafe extern "C" fn visit(info: *mut dl_phdr_info, _size: usize, _: *mut c_void) -> c_int {
@@ -306,15 +319,25 @@ fn sync_point() {
     }
 }
 
-/// The next definition of `name` (glibc's), looked up once.
+/// The next definition of `name` (glibc's) of symbol version `ver` (`""`: the
+/// default one), looked up once.
 macro_rules! real {
-    ($name:literal, $ty:ty) => {{
+    ($name:expr, $ver:literal, $ty:ty) => {{
         static P: core::sync::atomic::AtomicPtr<c_void> =
             core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
         let mut p = P.load(core::sync::atomic::Ordering::Relaxed);
         if p.is_null() {
+            let name = concat!($name, "\0").as_ptr() as *const c_char;
             p = own(|| {
-                libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr() as *const c_char)
+                if $ver.is_empty() {
+                    libc::dlsym(libc::RTLD_NEXT, name)
+                } else {
+                    libc::dlvsym(
+                        libc::RTLD_NEXT,
+                        name,
+                        concat!($ver, "\0").as_ptr() as *const c_char,
+                    )
+                }
             });
             P.store(p, core::sync::atomic::Ordering::Relaxed);
         }
@@ -322,41 +345,45 @@ macro_rules! real {
     }};
 }
 
-/// Defines an interposer that stamps before (`release`) or after (`acquire`) the real call.
-macro_rules! sync_fn {
-    ($name:ident = $sym:literal; ($($a:ident: $t:ty),*) -> $r:ty; $when:ident) => {
+/// The synchronisation interposers of `memlens-contract`'s table: each stamps
+/// before (release), after (acquire) or around (both) the real call.
+macro_rules! sync_entries {
+    (@acquire $n:ident $v:literal) => { sync_entries!(@def $n $v; (o: P) -> c_int; acquire); };
+    (@acquire_timed $n:ident $v:literal) => {
+        sync_entries!(@def $n $v; (o: P, t: P) -> c_int; acquire);
+    };
+    (@sem_acquire $n:ident $v:literal) => { sync_entries!(@def $n $v; (o: P) -> c_int; acquire); };
+    (@sem_acquire_timed $n:ident $v:literal) => {
+        sync_entries!(@def $n $v; (o: P, t: P) -> c_int; acquire);
+    };
+    (@release $n:ident $v:literal) => { sync_entries!(@def $n $v; (o: P) -> c_int; release); };
+    (@cond_wait $n:ident $v:literal) => { sync_entries!(@def $n $v; (c: P, m: P) -> c_int; both); };
+    (@cond_timedwait $n:ident $v:literal) => {
+        sync_entries!(@def $n $v; (c: P, m: P, t: P) -> c_int; both);
+    };
+    (@barrier $n:ident $v:literal) => { sync_entries!(@def $n $v; (b: P) -> c_int; both); };
+    (@join $n:ident $v:literal) => {
+        sync_entries!(@def $n $v; (t: libc::pthread_t, r: *mut P) -> c_int; acquire);
+    };
+    (@def $name:ident $ver:literal; ($($a:ident: $t:ty),*) -> $r:ty; $when:ident) => {
         /// The pthread function of the same name, with a synchronisation stamp.
         ///
         /// # Safety
         /// The same contract as the function it stands for.
-        #[unsafe(export_name = $sym)]
+        #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
-            let f = real!($sym, unsafe extern "C" fn($($t),*) -> $r);
-            sync_fn!(@$when f($($a),*))
+            let f = real!(stringify!($name), $ver, unsafe extern "C" fn($($t),*) -> $r);
+            sync_entries!(@$when f($($a),*))
         }
     };
     (@release $call:expr) => {{ sync_point(); $call }};
     (@acquire $call:expr) => {{ let r = $call; sync_point(); r }};
     (@both $call:expr) => {{ sync_point(); let r = $call; sync_point(); r }};
+    ($($name:ident = $ver:literal, $class:ident;)*) => { $(sync_entries!(@$class $name $ver);)* };
 }
 
 type P = *mut c_void;
-sync_fn!(mutex_lock = "pthread_mutex_lock"; (m: P) -> c_int; acquire);
-sync_fn!(mutex_trylock = "pthread_mutex_trylock"; (m: P) -> c_int; acquire);
-sync_fn!(mutex_unlock = "pthread_mutex_unlock"; (m: P) -> c_int; release);
-sync_fn!(cond_wait = "pthread_cond_wait"; (c: P, m: P) -> c_int; both);
-sync_fn!(cond_timedwait = "pthread_cond_timedwait"; (c: P, m: P, t: P) -> c_int; both);
-sync_fn!(cond_signal = "pthread_cond_signal"; (c: P) -> c_int; release);
-sync_fn!(cond_broadcast = "pthread_cond_broadcast"; (c: P) -> c_int; release);
-sync_fn!(barrier_wait = "pthread_barrier_wait"; (b: P) -> c_int; both);
-sync_fn!(rwlock_rdlock = "pthread_rwlock_rdlock"; (l: P) -> c_int; acquire);
-sync_fn!(rwlock_wrlock = "pthread_rwlock_wrlock"; (l: P) -> c_int; acquire);
-sync_fn!(rwlock_unlock = "pthread_rwlock_unlock"; (l: P) -> c_int; release);
-sync_fn!(spin_lock = "pthread_spin_lock"; (l: P) -> c_int; acquire);
-sync_fn!(spin_unlock = "pthread_spin_unlock"; (l: P) -> c_int; release);
-sync_fn!(sem_wait = "sem_wait"; (s: P) -> c_int; acquire);
-sync_fn!(sem_post = "sem_post"; (s: P) -> c_int; release);
-sync_fn!(join = "pthread_join"; (t: libc::pthread_t, r: *mut P) -> c_int; acquire);
+memlens_contract::sync_entry_points!(sync_entries);
 
 /// A new thread's start: report its stack, then run the program's start routine.
 unsafe extern "C" fn thread_start(arg: P) -> P {
@@ -384,7 +411,7 @@ pub unsafe extern "C" fn pthread_create(
         extern "C" fn(P) -> P,
         P,
     ) -> c_int;
-    let real = real!("pthread_create", Create);
+    let real = real!("pthread_create", "", Create);
     THREADED.store(true, core::sync::atomic::Ordering::Relaxed);
     // Not malloc: that would record an allocation the program did not make.
     let b = __libc_malloc(core::mem::size_of::<(extern "C" fn(P) -> P, P)>());

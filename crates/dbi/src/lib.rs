@@ -41,7 +41,8 @@
 //! Configured by the environment of the QEMU process (`memlens record --dbi` sets it
 //! and removes it from the guest's): `MEMLENS_OUTPUT`, `MEMLENS_ZSTD_LEVEL`,
 //! `MEMLENS_DBI_FILTER`, `MEMLENS_DBI_SKIP` (QEMU arguments before the program),
-//! `MEMLENS_VALUES=1`, `MEMLENS_ROI=1`, `MEMLENS_STACK_DEPTH`, `MEMLENS_ORDER`.
+//! `MEMLENS_VALUES`, `MEMLENS_ROI`, `MEMLENS_STACK_DEPTH`, `MEMLENS_ORDER` (parsed
+//! and written as `option` records as the compiled path does: `memlens-contract`).
 //!
 //! ```text
 //! MEMLENS_OUTPUT=t.trace qemu-x86_64 -plugin libmemlens_dbi.so ./prog
@@ -49,7 +50,6 @@
 
 mod decode;
 mod ffi;
-mod filter;
 mod modules;
 mod order;
 mod thread;
@@ -57,6 +57,8 @@ mod writer;
 
 use ffi::*;
 use libc::{c_char, c_int, c_uint, c_void};
+use memlens_contract::filter::Filter;
+use memlens_contract::options::{Order, Recording};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// Plugin API version this plugin was written against.
@@ -93,32 +95,26 @@ pub unsafe extern "C" fn qemu_plugin_install(
         say("MEMLENS_OUTPUT is not set; run through `memlens record --dbi`");
         return -1;
     };
-    let level = std::env::var("MEMLENS_ZSTD_LEVEL").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    // The options the compiled path takes too, parsed and recorded the same way.
+    let rec = Recording::from_env();
     let spec = std::env::var("MEMLENS_DBI_FILTER").unwrap_or_else(|_| "exe".into());
-    let f = match filter::Filter::parse(&spec) {
+    let f = match Filter::parse(&spec) {
         Ok(f) => f,
         Err(e) => {
             say(&e);
             return -1;
         }
     };
-    let flag = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
-    thread::VALUES.store(flag("MEMLENS_VALUES"), Relaxed);
-    thread::ROI_MODE.store(flag("MEMLENS_ROI"), Relaxed);
-    if let Some(d) = std::env::var("MEMLENS_STACK_DEPTH").ok().and_then(|v| v.parse().ok()) {
-        thread::STACK_DEPTH.store(d, Relaxed);
-    }
-    match std::env::var("MEMLENS_ORDER").as_deref() {
-        Ok("atomic") => order::enable(),
-        Ok("none") => order::disable_sync(),
-        Ok("" | "sync") | Err(_) => {}
-        Ok(o) => {
-            say(&format!("unknown MEMLENS_ORDER {o:?}"));
-            return -1;
-        }
+    thread::VALUES.store(rec.values, Relaxed);
+    thread::ROI_MODE.store(rec.roi, Relaxed);
+    thread::STACK_DEPTH.store(rec.stack_depth, Relaxed);
+    match rec.order {
+        Order::Atomic => order::enable(),
+        Order::None => order::disable_sync(),
+        Order::Sync => {}
     }
     thread::init_flags();
-    *CONFIG.lock().unwrap() = Some(Config { out: out.into(), level, spec, filter: f });
+    *CONFIG.lock().unwrap() = Some(Config { out: out.into(), rec, spec, filter: f });
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     qemu_plugin_register_vcpu_init_cb(id, thread::vcpu_init);
     qemu_plugin_register_vcpu_exit_cb(id, thread::vcpu_exit);
@@ -130,17 +126,17 @@ pub unsafe extern "C" fn qemu_plugin_install(
 
 struct Config {
     out: std::path::PathBuf,
-    level: i32,
+    rec: Recording,
     spec: String,
-    filter: filter::Filter,
+    filter: Filter,
 }
 
 static CONFIG: std::sync::Mutex<Option<Config>> = std::sync::Mutex::new(None);
 /// The trace path (children write `<path>.<pid>`).
 static OUTPUT: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
-/// What `start` gave the writer (executable, argv, filter, zstd level), for a forked
+/// What `start` gave the writer (executable, argv, filter, options), for a forked
 /// child's trace.
-type Process = (String, Vec<String>, String, i32);
+type Process = (String, Vec<String>, String, Recording);
 static PROCESS: std::sync::Mutex<Option<Process>> = std::sync::Mutex::new(None);
 static STARTED: std::sync::Once = std::sync::Once::new();
 
@@ -175,8 +171,8 @@ unsafe fn start() {
                 .collect()
         })
         .unwrap_or_default();
-    *PROCESS.lock().unwrap() = Some((exe.clone(), argv.clone(), c.spec.clone(), c.level));
-    if let Err(e) = writer::start(&c.out, c.level, exe, argv, c.spec) {
+    *PROCESS.lock().unwrap() = Some((exe.clone(), argv.clone(), c.spec.clone(), c.rec.clone()));
+    if let Err(e) = writer::start(&c.out, &c.rec, exe, argv, c.spec) {
         say(&format!("cannot write the trace: {e}"));
         std::process::exit(125);
     }
@@ -398,9 +394,9 @@ unsafe extern "C" fn syscall_ret_cb(_id: Id, vcpu: c_uint, num: i64, ret: i64) {
     PID.store(pid, Relaxed);
     thread::reset_after_fork(vcpu);
     let p = PROCESS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let Some((exe, argv, spec, level)) = p else { return };
+    let Some((exe, argv, spec, rec)) = p else { return };
     writer::reset_after_fork();
-    if let Err(e) = writer::start(&child(pid), level, exe, argv, spec) {
+    if let Err(e) = writer::start(&child(pid), &rec, exe, argv, spec) {
         say(&format!("cannot write the child's trace: {e}; the child is not recorded"));
     }
 }

@@ -1,7 +1,7 @@
 //! The guest's modules: the executable (from QEMU) and shared libraries (reported by
 //! the preload library), with their function entry points for traced code.
 
-use crate::filter::{Filter, Item};
+use memlens_contract::filter::{Filter, Item};
 use memlens_format::{Module, Segment};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{Object, ObjectSymbol, SymbolKind};

@@ -1,6 +1,6 @@
 //! The worker thread: turns the raw per-thread buffers filled by the callbacks into
-//! encoded, compressed chunks and appends them to the trace; writes the header and
-//! metadata.
+//! encoded, compressed chunks and appends them to the trace with
+//! `memlens-format`'s [`TraceWriter`] (header, framing, metadata, drop accounting).
 //!
 //! The callbacks only append fixed-size raw records (see [`crate::thread`]): the
 //! delta/prediction encoding, the merging of split 16-byte accesses and zstd all
@@ -11,13 +11,13 @@
 use crate::decode::{MERGE, OP_MASK, WIDE32};
 use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
 use crossbeam_queue::ArrayQueue;
+use memlens_contract::options::Recording;
 use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
 use memlens_format::{
-    count, AccessKind, ChunkCounts, ChunkEncoder, ChunkKind, EndStatus, Event, FileHeader,
-    MetaRecord, Module, RmwOp, FLAG_LAST, META_STREAM, VERSION,
+    count, AccessKind, ChunkCounts, EndStatus, Event, FileHeader, MetaRecord, Module, RmwOp,
+    TraceWriter,
 };
 use std::collections::HashMap;
-use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{LazyLock, Mutex};
@@ -102,7 +102,6 @@ struct Stream {
     /// The clock in force now, and where the current chunk started.
     clock: u64,
     chunk_clock: u64,
-    seq: u32,
     /// The 8-byte pieces so far of a vector access QEMU split: pc (0: none),
     /// address, bytes so far, bytes of the whole access, store, value of the first.
     pend: (u64, u64, u64, u64, bool, Option<u64>),
@@ -117,7 +116,6 @@ impl Stream {
             counts: ChunkCounts::default(),
             clock,
             chunk_clock: clock,
-            seq: 0,
             pend: (0, 0, 0, 0, false, None),
             ended: false,
         }
@@ -276,13 +274,13 @@ impl Stream {
 /// Creates the trace and starts the worker thread.
 pub fn start(
     path: &std::path::Path,
-    level: i32,
+    rec: &Recording,
     exe: String,
     argv: Vec<String>,
     filter: String,
 ) -> std::io::Result<()> {
     // `memlens record` made the file fresh; never write through a link planted since
-    let mut f = {
+    let f = {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
             .write(true)
@@ -296,47 +294,33 @@ pub fn start(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut header = FileHeader { version: VERSION, pid, start_ns, ..FileHeader::default() };
-    f.write_all(&header.encode())?;
+    let header = FileHeader { pid, start_ns, ..FileHeader::default() };
+    let level = rec.zstd_level;
+    let mut w = TraceWriter::with_header(f, header, level)?;
     let (tx, rx) = channel::<Msg>();
     let mut meta = vec![
         MetaRecord::Process { pid, exe, argv },
         MetaRecord::Option("dbi".into(), "qemu".into()),
         MetaRecord::Option("dbi_filter".into(), filter),
     ];
+    // the options the compiled path records too, by the same names
+    meta.extend(rec.records().into_iter().map(|(k, v)| MetaRecord::Option(k.into(), v)));
     meta.extend(crate::modules::all().into_iter().map(MetaRecord::Module));
     tx.send(Msg::Meta(meta)).ok();
+    // A failed write is counted as dropped in the header (`TraceWriter`): go on.
     std::thread::Builder::new().name("memlens-writer".into()).spawn(move || {
-        let mut enc = ChunkEncoder::new(level);
-        let mut meta_seq = 0u32;
-        let mut frame = Vec::new();
-        let mut failed = false;
         let mut streams: HashMap<u32, Stream> = HashMap::new();
-        // writes a framed chunk of `events` events
-        let mut put = |header: &mut FileHeader, frame: &[u8], events: u32| {
-            if failed || f.write_all(frame).is_err() {
-                failed = true;
-                header.dropped_events += u64::from(events);
-                header.dropped_bytes += frame.len() as u64;
-            } else {
-                header.chunks += 1;
-            }
-        };
         for m in rx {
             match m {
                 Msg::Raw(r) => {
                     INFLIGHT.fetch_sub(1, AcqRel);
-                    header.threads = header.threads.max(r.stream + 1);
                     let s = streams.entry(r.stream).or_insert_with(|| Stream::new(r.clock0));
                     if !s.ended {
                         let id = r.stream;
                         s.take(&r, &mut |s: &mut Stream, last: bool| {
-                            let flags = if last { FLAG_LAST } else { 0 };
                             let c = std::mem::take(&mut s.counts);
                             let (o, d) = (&s.raw.ops, &s.raw.side);
-                            enc.encode_events(id, s.seq, flags, c, s.chunk_clock, o, d, &mut frame);
-                            put(&mut header, &frame, c.events);
-                            s.seq += 1;
+                            let _ = w.write_encoded(id, last, c, s.chunk_clock, o, d);
                             s.raw.clear();
                             s.enc.reset();
                             s.chunk_clock = s.clock;
@@ -347,9 +331,7 @@ pub fn start(
                     let _ = FREE.push(words);
                 }
                 Msg::Meta(recs) => {
-                    meta_chunk(&mut enc, meta_seq, &recs, &mut frame);
-                    put(&mut header, &frame, 0);
-                    meta_seq += 1;
+                    let _ = w.write_meta(&recs);
                 }
                 Msg::Finish(end, ack) => {
                     // Streams still open (threads cut at exit) end here.
@@ -363,22 +345,17 @@ pub fn start(
                         s.flush_pending();
                         let c = std::mem::take(&mut s.counts);
                         let (o, d) = (&s.raw.ops, &s.raw.side);
-                        enc.encode_events(id, s.seq, FLAG_LAST, c, s.chunk_clock, o, d, &mut frame);
-                        put(&mut header, &frame, c.events);
+                        let _ = w.write_encoded(id, true, c, s.chunk_clock, o, d);
                         s.ended = true;
                     }
                     if let Some(end) = end {
-                        meta_chunk(&mut enc, meta_seq, &[MetaRecord::End(end)], &mut frame);
-                        put(&mut header, &frame, 0);
-                        let (kind, value) = end.to_parts();
-                        header.end_kind = kind;
-                        header.end_value = value;
+                        let _ = w.write_meta(&[MetaRecord::End(end)]);
                     }
-                    header.finished = true;
-                    let _ = f
-                        .seek(SeekFrom::Start(0))
-                        .and_then(|_| f.write_all(&header.encode()))
-                        .and_then(|_| f.flush());
+                    let _ = w.finish(|h| {
+                        if let Some(end) = end {
+                            (h.end_kind, h.end_value) = end.to_parts();
+                        }
+                    });
                     let _ = ack.send(());
                     break;
                 }
@@ -388,16 +365,6 @@ pub fn start(
     *TX.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
     GENERATION.fetch_add(1, AcqRel);
     Ok(())
-}
-
-/// Frames metadata records as chunk `seq` of the metadata stream into `frame`.
-fn meta_chunk(enc: &mut ChunkEncoder, seq: u32, recs: &[MetaRecord], frame: &mut Vec<u8>) {
-    let mut raw = Vec::new();
-    for r in recs {
-        r.encode(&mut raw);
-    }
-    let c = ChunkCounts::default();
-    enc.encode(ChunkKind::Meta, META_STREAM, seq, 0, c, 0, &raw, frame);
 }
 
 /// In a forked child: the parent's worker thread does not exist here; forget it.

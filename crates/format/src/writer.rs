@@ -1,5 +1,6 @@
-//! A single-threaded trace writer, for tools and tests. The runtime frames chunks
-//! with the same [`ChunkEncoder`] but from its own writer threads.
+//! A single-threaded trace writer, for tools, tests and the `--dbi` plugin's worker
+//! thread. The compiled-path runtime frames chunks with the same [`ChunkEncoder`]
+//! but from its own writer threads.
 
 use crate::chunk::{ChunkCounts, ChunkEncoder, ChunkKind, FileHeader, FLAG_LAST, META_STREAM};
 use crate::codec::{Encoder, Streams};
@@ -71,18 +72,33 @@ pub fn count(c: &mut ChunkCounts, ev: &Event) {
 }
 
 /// Writes a trace file chunk by chunk.
+///
+/// After a failed write nothing more is written (a partial chunk would hide the
+/// ones after it): every later chunk fails too and is counted as dropped in the
+/// header, which `finish` still tries to write.
 pub struct TraceWriter<W: Write + Seek> {
     w: W,
     header: FileHeader,
     enc: ChunkEncoder,
     seqs: HashMap<u32, u32>,
     frame: Vec<u8>,
+    failed: bool,
 }
 
 impl<W: Write + Seek> TraceWriter<W> {
     /// Writes the file header; `level` is the zstd level (0: uncompressed).
-    pub fn new(mut w: W, pid: u32, level: i32) -> std::io::Result<TraceWriter<W>> {
+    pub fn new(w: W, pid: u32, level: i32) -> std::io::Result<TraceWriter<W>> {
         let header = FileHeader { version: crate::VERSION, pid, ..FileHeader::default() };
+        TraceWriter::with_header(w, header, level)
+    }
+
+    /// Writes `header` (its version is set) and starts the file after it.
+    pub fn with_header(
+        mut w: W,
+        mut header: FileHeader,
+        level: i32,
+    ) -> std::io::Result<TraceWriter<W>> {
+        header.version = crate::VERSION;
         w.write_all(&header.encode())?;
         Ok(TraceWriter {
             w,
@@ -90,7 +106,26 @@ impl<W: Write + Seek> TraceWriter<W> {
             enc: ChunkEncoder::new(level),
             seqs: HashMap::new(),
             frame: Vec::new(),
+            failed: false,
         })
+    }
+
+    /// Writes the framed chunk of `events` events (see the type's docs on failure).
+    fn put(&mut self, events: u32) -> std::io::Result<()> {
+        let r = if self.failed {
+            Err(std::io::Error::other("an earlier write of the trace failed"))
+        } else {
+            self.w.write_all(&self.frame)
+        };
+        match r {
+            Ok(()) => self.header.chunks += 1,
+            Err(_) => {
+                self.failed = true;
+                self.header.dropped_events += u64::from(events);
+                self.header.dropped_bytes += self.frame.len() as u64;
+            }
+        }
+        r
     }
 
     fn next_seq(&mut self, stream: u32) -> u32 {
@@ -107,13 +142,25 @@ impl<W: Write + Seek> TraceWriter<W> {
         last: bool,
     ) -> std::io::Result<()> {
         let (raw, counts) = buf.take();
+        self.write_encoded(stream, last, counts, 0, &raw.ops, &raw.side)
+    }
+
+    /// Writes one chunk of a thread's events already encoded ([`Encoder`]'s ops and
+    /// side streams) with `first_clock`, the clock in force at its start.
+    pub fn write_encoded(
+        &mut self,
+        stream: u32,
+        last: bool,
+        counts: ChunkCounts,
+        first_clock: u64,
+        ops: &[u8],
+        side: &[u8],
+    ) -> std::io::Result<()> {
         let seq = self.next_seq(stream);
         self.header.threads = self.header.threads.max(stream + 1);
         let flags = if last { FLAG_LAST } else { 0 };
-        let (o, s) = (&raw.ops, &raw.side);
-        self.enc.encode_events(stream, seq, flags, counts, 0, o, s, &mut self.frame);
-        self.header.chunks += 1;
-        self.w.write_all(&self.frame)
+        self.enc.encode_events(stream, seq, flags, counts, first_clock, ops, side, &mut self.frame);
+        self.put(counts.events)
     }
 
     /// Writes metadata records as one chunk.
@@ -125,8 +172,7 @@ impl<W: Write + Seek> TraceWriter<W> {
         let seq = self.next_seq(META_STREAM);
         let counts = ChunkCounts::default();
         self.enc.encode(ChunkKind::Meta, META_STREAM, seq, 0, counts, 0, &raw, &mut self.frame);
-        self.header.chunks += 1;
-        self.w.write_all(&self.frame)
+        self.put(0)
     }
 
     /// Rewrites the header with final figures and returns the writer.

@@ -270,33 +270,28 @@ unsafe extern "C" fn pvalloc_imp(size: usize, _: usize, _: usize, pc: usize, fp:
     p
 }
 
-alloc_entry!("C" fn malloc = "malloc"; (size: usize) -> *mut c_void => malloc_imp);
-alloc_entry!("C" fn calloc = "calloc"; (n: usize, size: usize) -> *mut c_void => calloc_imp);
-alloc_entry!("C" fn realloc = "realloc"; (p: *mut c_void, size: usize) -> *mut c_void => realloc_imp);
-alloc_entry!("C" fn reallocarray = "reallocarray"; (p: *mut c_void, n: usize, size: usize) -> *mut c_void
-    => reallocarray_imp);
-alloc_entry!("C" fn free = "free"; (p: *mut c_void) => free_imp);
-alloc_entry!("C" fn posix_memalign = "posix_memalign";
-    (out: *mut *mut c_void, align: usize, size: usize) -> i32 => posix_memalign_imp);
-alloc_entry!("C" fn aligned_alloc = "aligned_alloc"; (align: usize, size: usize) -> *mut c_void
-    => aligned_alloc_imp);
-alloc_entry!("C" fn memalign = "memalign"; (align: usize, size: usize) -> *mut c_void => memalign_imp);
-alloc_entry!("C" fn valloc = "valloc"; (size: usize) -> *mut c_void => valloc_imp);
-alloc_entry!("C" fn pvalloc = "pvalloc"; (size: usize) -> *mut c_void => pvalloc_imp);
+macro_rules! alloc_entries {
+    ($($abi:literal fn $name:ident = $sym:literal, $role:ident, $imp:path;
+       ($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {
+        $(alloc_entry!($abi fn $name = $sym; ($($a: $t),*) $(-> $r)? => $imp);)*
+    };
+}
+
+// The entry points both recorders interpose (`memlens-contract`).
+memlens_contract::alloc_entry_points!(alloc_entries);
 
 type Fwd = unsafe extern "C-unwind" fn(usize, usize, usize) -> usize;
 
-/// The `operator new` variants: the real function, the kind, whether the second
-/// argument is an alignment, whether it returns null instead of throwing.
-const NEW: [(R, AllocKind, bool, bool); 8] = [
-    (R::new, AllocKind::New, false, false),
-    (R::new_array, AllocKind::NewArray, false, false),
-    (R::new_nothrow, AllocKind::New, false, true),
-    (R::new_array_nothrow, AllocKind::NewArray, false, true),
-    (R::new_aligned, AllocKind::New, true, false),
-    (R::new_array_aligned, AllocKind::NewArray, true, false),
-    (R::new_aligned_nothrow, AllocKind::New, true, true),
-    (R::new_array_aligned_nothrow, AllocKind::NewArray, true, true),
+/// The real `operator new` of variant `V` (`memlens_contract::entry::NEW_VARIANTS`).
+const NEW: [R; 8] = [
+    R::new,
+    R::new_array,
+    R::new_nothrow,
+    R::new_array_nothrow,
+    R::new_aligned,
+    R::new_array_aligned,
+    R::new_aligned_nothrow,
+    R::new_array_aligned_nothrow,
 ];
 
 unsafe extern "C-unwind" fn new_imp<const V: usize>(
@@ -306,8 +301,10 @@ unsafe extern "C-unwind" fn new_imp<const V: usize>(
     pc: usize,
     fp: usize,
 ) -> usize {
-    let (r, kind, aligned, nothrow) = NEW[V];
-    let f = real::get(r);
+    let v = memlens_contract::entry::NEW_VARIANTS[V];
+    let (aligned, nothrow) = (v.aligned, v.nothrow);
+    let kind = if v.array { AllocKind::NewArray } else { AllocKind::New };
+    let f = real::get(NEW[V]);
     let p = {
         let _g = Guard::new();
         if f != 0 {
@@ -330,19 +327,20 @@ unsafe extern "C-unwind" fn new_imp<const V: usize>(
     p
 }
 
-const DELETE: [(R, FreeKind); 12] = [
-    (R::delete, FreeKind::Delete),
-    (R::delete_array, FreeKind::DeleteArray),
-    (R::delete_sized, FreeKind::Delete),
-    (R::delete_array_sized, FreeKind::DeleteArray),
-    (R::delete_aligned, FreeKind::Delete),
-    (R::delete_array_aligned, FreeKind::DeleteArray),
-    (R::delete_sized_aligned, FreeKind::Delete),
-    (R::delete_array_sized_aligned, FreeKind::DeleteArray),
-    (R::delete_nothrow, FreeKind::Delete),
-    (R::delete_array_nothrow, FreeKind::DeleteArray),
-    (R::delete_aligned_nothrow, FreeKind::Delete),
-    (R::delete_array_aligned_nothrow, FreeKind::DeleteArray),
+/// The real `operator delete` of variant `V` (the array ones are odd).
+const DELETE: [R; 12] = [
+    R::delete,
+    R::delete_array,
+    R::delete_sized,
+    R::delete_array_sized,
+    R::delete_aligned,
+    R::delete_array_aligned,
+    R::delete_sized_aligned,
+    R::delete_array_sized_aligned,
+    R::delete_nothrow,
+    R::delete_array_nothrow,
+    R::delete_aligned_nothrow,
+    R::delete_array_aligned_nothrow,
 ];
 
 unsafe extern "C-unwind" fn delete_imp<const V: usize>(
@@ -355,7 +353,12 @@ unsafe extern "C-unwind" fn delete_imp<const V: usize>(
     if a0 == 0 {
         return 0;
     }
-    let (r, kind) = DELETE[V];
+    let r = DELETE[V];
+    let kind = if memlens_contract::entry::delete_is_array(V) {
+        FreeKind::DeleteArray
+    } else {
+        FreeKind::Delete
+    };
     if liveheap::on() {
         liveheap::free(a0 as u64);
     }
@@ -369,43 +372,6 @@ unsafe extern "C-unwind" fn delete_imp<const V: usize>(
     }
     0
 }
-
-alloc_entry!("C-unwind" fn op_new = "_Znwm"; (size: usize) -> *mut c_void => new_imp::<0>);
-alloc_entry!("C-unwind" fn op_new_array = "_Znam"; (size: usize) -> *mut c_void => new_imp::<1>);
-alloc_entry!("C-unwind" fn op_new_nothrow = "_ZnwmRKSt9nothrow_t";
-    (size: usize, nt: usize) -> *mut c_void => new_imp::<2>);
-alloc_entry!("C-unwind" fn op_new_array_nothrow = "_ZnamRKSt9nothrow_t";
-    (size: usize, nt: usize) -> *mut c_void => new_imp::<3>);
-alloc_entry!("C-unwind" fn op_new_aligned = "_ZnwmSt11align_val_t";
-    (size: usize, align: usize) -> *mut c_void => new_imp::<4>);
-alloc_entry!("C-unwind" fn op_new_array_aligned = "_ZnamSt11align_val_t";
-    (size: usize, align: usize) -> *mut c_void => new_imp::<5>);
-alloc_entry!("C-unwind" fn op_new_aligned_nothrow = "_ZnwmSt11align_val_tRKSt9nothrow_t";
-    (size: usize, align: usize, nt: usize) -> *mut c_void => new_imp::<6>);
-alloc_entry!("C-unwind" fn op_new_array_aligned_nothrow = "_ZnamSt11align_val_tRKSt9nothrow_t";
-    (size: usize, align: usize, nt: usize) -> *mut c_void => new_imp::<7>);
-
-alloc_entry!("C-unwind" fn op_delete = "_ZdlPv"; (p: *mut c_void) => delete_imp::<0>);
-alloc_entry!("C-unwind" fn op_delete_array = "_ZdaPv"; (p: *mut c_void) => delete_imp::<1>);
-alloc_entry!("C-unwind" fn op_delete_sized = "_ZdlPvm"; (p: *mut c_void, n: usize) => delete_imp::<2>);
-alloc_entry!("C-unwind" fn op_delete_array_sized = "_ZdaPvm";
-    (p: *mut c_void, n: usize) => delete_imp::<3>);
-alloc_entry!("C-unwind" fn op_delete_aligned = "_ZdlPvSt11align_val_t";
-    (p: *mut c_void, a: usize) => delete_imp::<4>);
-alloc_entry!("C-unwind" fn op_delete_array_aligned = "_ZdaPvSt11align_val_t";
-    (p: *mut c_void, a: usize) => delete_imp::<5>);
-alloc_entry!("C-unwind" fn op_delete_sized_aligned = "_ZdlPvmSt11align_val_t";
-    (p: *mut c_void, n: usize, a: usize) => delete_imp::<6>);
-alloc_entry!("C-unwind" fn op_delete_array_sized_aligned = "_ZdaPvmSt11align_val_t";
-    (p: *mut c_void, n: usize, a: usize) => delete_imp::<7>);
-alloc_entry!("C-unwind" fn op_delete_nothrow = "_ZdlPvRKSt9nothrow_t";
-    (p: *mut c_void, nt: usize) => delete_imp::<8>);
-alloc_entry!("C-unwind" fn op_delete_array_nothrow = "_ZdaPvRKSt9nothrow_t";
-    (p: *mut c_void, nt: usize) => delete_imp::<9>);
-alloc_entry!("C-unwind" fn op_delete_aligned_nothrow = "_ZdlPvSt11align_val_tRKSt9nothrow_t";
-    (p: *mut c_void, a: usize, nt: usize) => delete_imp::<10>);
-alloc_entry!("C-unwind" fn op_delete_array_aligned_nothrow = "_ZdaPvSt11align_val_tRKSt9nothrow_t";
-    (p: *mut c_void, a: usize, nt: usize) => delete_imp::<11>);
 
 unsafe extern "C" fn custom_alloc_imp(
     num_idx: i64,

@@ -124,7 +124,11 @@ pub(crate) fn start(bias: u64) {
     let Some(v) = std::env::var_os("MEMLENS_CONTROL") else { return };
     BIAS.store(bias, Relaxed);
     let v = v.to_string_lossy().into_owned();
-    let hold = std::env::var_os("MEMLENS_CONTROL_HOLD").is_some();
+    let hold = memlens_contract::options::flag(
+        "MEMLENS_CONTROL_HOLD",
+        std::env::var("MEMLENS_CONTROL_HOLD").ok().as_deref(),
+        false,
+    );
     if v != "1" {
         // A path is this process's alone: a program it execs must not take it over.
         // SAFETY: NUL-terminated names; start-up, before the program's threads.

@@ -1,20 +1,18 @@
 //! Recording options, read once from `MEMLENS_*` environment variables at init.
 
+use memlens_contract::options::{self, Order, Recording};
 use memlens_format::MetaRecord;
 use std::sync::OnceLock;
 
 /// Options in force for the whole process (a forked child keeps its parent's).
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
-    /// `MEMLENS_OUTPUT`: trace path; unset or empty keeps the runtime inactive.
-    pub output: Option<String>,
-    /// `MEMLENS_VALUES=1`: record the value of every load and store.
-    pub values: bool,
-    /// `MEMLENS_STACK_DEPTH` (default 8, at most 64): callers kept per allocation.
-    pub stack_depth: usize,
-    /// `MEMLENS_ZSTD_LEVEL` (default 1; 0 stores chunks uncompressed).
-    pub zstd_level: i32,
-    /// `MEMLENS_ZSTD_ADAPT` (default on; `0` off): writers that fall behind switch to
+    /// The options both recorders take (`MEMLENS_OUTPUT`, `_VALUES`, `_STACK_DEPTH`,
+    /// `_ZSTD_LEVEL`, `_ROI`, `_ORDER`), parsed by `memlens-contract`.
+    pub rec: Recording,
+    /// `MEMLENS_ORDER` as `order.rs`'s mode.
+    pub order: u8,
+    /// `MEMLENS_ZSTD_ADAPT` (default on): writers that fall behind switch to
     /// zstd's fast (negative) levels until they catch up.
     pub zstd_adapt: bool,
     /// `MEMLENS_FOLD` (default on; `0` off): writers fold repeated loop
@@ -24,26 +22,22 @@ pub(crate) struct Options {
     pub buffer_bytes: usize,
     /// `MEMLENS_FILTER`: file of code ranges whose accesses and calls are recorded.
     pub filter: Option<String>,
-    /// `MEMLENS_ROI=1`: record accesses only inside `memlens_roi_begin/end`.
-    pub roi: bool,
     /// `MEMLENS_WRITERS` (default 1, at most 8): background compression threads.
     pub writers: usize,
-    /// `MEMLENS_ORDER`: `sync` (default), `atomic` or `none` (see `order.rs`).
-    pub order: u8,
     /// `MEMLENS_ORDER_LOCKS` (default 4096): striped clock locks.
     pub order_locks: usize,
     /// `MEMLENS_ORDER_LINE` (default 64): bytes per lock stripe.
     pub order_line: usize,
-    /// `MEMLENS_CAS_AS_WRITE=1`: a failed compare-exchange is recorded as a write too.
+    /// `MEMLENS_CAS_AS_WRITE`: a failed compare-exchange is recorded as a write too.
     pub cas_as_write: bool,
-    /// `MEMLENS_REGISTERED_ONLY=1`: only registered threads record accesses.
+    /// `MEMLENS_REGISTERED_ONLY`: only registered threads record accesses.
     pub registered_only: bool,
     /// `MEMLENS_TRACE_CALLS`: functions whose calls are traced (see `calls.rs`).
     pub trace_calls: Option<String>,
 }
 
 /// Largest accepted stack depth.
-pub(crate) const MAX_STACK_DEPTH: usize = 64;
+pub(crate) const MAX_STACK_DEPTH: usize = memlens_contract::options::MAX_STACK_DEPTH;
 
 static OPTIONS: OnceLock<Options> = OnceLock::new();
 
@@ -56,64 +50,49 @@ impl Options {
     /// Parses options from a lookup function (the environment in production).
     pub(crate) fn parse(var: impl Fn(&str) -> Option<String>) -> Options {
         let num = |k: &str, default: i64, lo: i64, hi: i64| -> i64 {
-            var(k).and_then(|v| v.trim().parse::<i64>().ok()).map_or(default, |v| v.clamp(lo, hi))
+            options::number(k, var(k).as_deref(), default, lo, hi)
         };
-        let flag =
-            |k: &str| var(k).is_some_and(|v| matches!(v.trim(), "1" | "yes" | "true" | "on"));
+        let flag = |k: &str, default: bool| options::flag(k, var(k).as_deref(), default);
+        let rec = Recording::parse(&var);
         Options {
-            output: var("MEMLENS_OUTPUT").filter(|s| !s.is_empty()),
-            values: flag("MEMLENS_VALUES"),
-            stack_depth: num("MEMLENS_STACK_DEPTH", 8, 0, MAX_STACK_DEPTH as i64) as usize,
-            zstd_level: num("MEMLENS_ZSTD_LEVEL", 1, 0, 19) as i32,
-            zstd_adapt: !var("MEMLENS_ZSTD_ADAPT")
-                .is_some_and(|v| matches!(v.trim(), "0" | "no" | "false" | "off")),
-            fold: !var("MEMLENS_FOLD")
-                .is_some_and(|v| matches!(v.trim(), "0" | "no" | "false" | "off")),
+            order: match rec.order {
+                Order::Sync => crate::order::SYNC,
+                Order::Atomic => crate::order::ATOMIC,
+                Order::None => crate::order::NONE,
+            },
+            rec,
+            zstd_adapt: flag("MEMLENS_ZSTD_ADAPT", true),
+            fold: flag("MEMLENS_FOLD", true),
             buffer_bytes: num("MEMLENS_BUFFER_KB", 1024, 64, 32 * 1024) as usize * 1024,
             filter: var("MEMLENS_FILTER").filter(|s| !s.is_empty()),
-            roi: flag("MEMLENS_ROI"),
             writers: num("MEMLENS_WRITERS", 1, 1, 8) as usize,
-            order: var("MEMLENS_ORDER")
-                .and_then(|v| crate::order::parse_mode(&v))
-                .unwrap_or(crate::order::SYNC),
             order_locks: num("MEMLENS_ORDER_LOCKS", 4096, 1, 1 << 16) as usize,
             order_line: num("MEMLENS_ORDER_LINE", 64, 1, 1 << 20) as usize,
-            cas_as_write: flag("MEMLENS_CAS_AS_WRITE"),
-            registered_only: flag("MEMLENS_REGISTERED_ONLY"),
+            cas_as_write: flag("MEMLENS_CAS_AS_WRITE", false),
+            registered_only: flag("MEMLENS_REGISTERED_ONLY", false),
             trace_calls: var("MEMLENS_TRACE_CALLS").filter(|s| !s.trim().is_empty()),
         }
     }
 
-    /// The options as metadata records.
+    /// The options as metadata records: the shared ones first, as `--dbi` writes them.
     pub(crate) fn records(&self) -> Vec<MetaRecord> {
         let o = |k: &str, v: String| MetaRecord::Option(k.into(), v);
         let b = |v: bool| if v { "1" } else { "0" }.to_string();
-        vec![
-            o("output", self.output.clone().unwrap_or_default()),
-            o("values", b(self.values)),
-            o("stack_depth", self.stack_depth.to_string()),
-            o("zstd_level", self.zstd_level.to_string()),
+        let mut recs: Vec<MetaRecord> =
+            self.rec.records().into_iter().map(|(k, v)| o(k, v)).collect();
+        recs.extend([
             o("zstd_adapt", b(self.zstd_adapt)),
             o("fold", b(self.fold)),
             o("buffer_kb", (self.buffer_bytes / 1024).to_string()),
             o("filter", self.filter.clone().unwrap_or_default()),
-            o("roi", b(self.roi)),
             o("writers", self.writers.to_string()),
-            o(
-                "order",
-                match self.order {
-                    crate::order::NONE => "none",
-                    crate::order::ATOMIC => "atomic",
-                    _ => "sync",
-                }
-                .into(),
-            ),
             o("order_locks", self.order_locks.to_string()),
             o("order_line", self.order_line.to_string()),
             o("cas_as_write", b(self.cas_as_write)),
             o("registered_only", b(self.registered_only)),
             o("trace_calls", self.trace_calls.clone().unwrap_or_default()),
-        ]
+        ]);
+        recs
     }
 }
 
@@ -124,8 +103,11 @@ mod tests {
     #[test]
     fn defaults_and_clamping() {
         let o = Options::parse(|_| None);
-        assert!(o.output.is_none());
-        assert_eq!((o.stack_depth, o.zstd_level, o.buffer_bytes, o.writers), (8, 1, 1 << 20, 1));
+        assert!(o.rec.output.is_none());
+        assert_eq!(
+            (o.rec.stack_depth, o.rec.zstd_level, o.buffer_bytes, o.writers),
+            (8, 1, 1 << 20, 1)
+        );
         let o = Options::parse(|k| match k {
             "MEMLENS_OUTPUT" => Some("/tmp/x".into()),
             "MEMLENS_STACK_DEPTH" => Some("1000".into()),
@@ -134,9 +116,9 @@ mod tests {
             "MEMLENS_ZSTD_LEVEL" => Some("junk".into()),
             _ => None,
         });
-        assert_eq!(o.output.as_deref(), Some("/tmp/x"));
-        assert_eq!((o.stack_depth, o.buffer_bytes, o.zstd_level), (64, 64 * 1024, 1));
-        assert!(o.values && !o.roi);
+        assert_eq!(o.rec.output.as_deref(), Some("/tmp/x"));
+        assert_eq!((o.rec.stack_depth, o.buffer_bytes, o.rec.zstd_level), (64, 64 * 1024, 1));
+        assert!(o.rec.values && !o.rec.roi);
         assert_eq!(o.records().len(), 15);
         assert!(o.zstd_adapt);
         assert!(!Options::parse(|k| (k == "MEMLENS_ZSTD_ADAPT").then(|| "0".into())).zstd_adapt);

@@ -118,16 +118,6 @@ static GLOBAL: Stripe = Stripe { lock: AtomicU32::new(0), word: AtomicU64::new(0
 /// Stripes taken over from a holder that made no progress (`--order=atomic`).
 static STEALS: AtomicU64 = AtomicU64::new(0);
 
-/// Parses the mode name (`None` when unknown).
-pub(crate) fn parse_mode(s: &str) -> Option<u8> {
-    match s.trim() {
-        "" | "sync" | "default" | "1" => Some(SYNC),
-        "atomic" | "2" => Some(ATOMIC),
-        "none" | "off" | "0" => Some(NONE),
-        _ => None,
-    }
-}
-
 /// Installs the options (at start-up, before any thread records).
 pub(crate) fn configure(mode: u8, locks: usize, line: usize, cas_as_write: bool) {
     let locks = locks.clamp(1, MAX_LOCKS).next_power_of_two().min(MAX_LOCKS);
@@ -137,10 +127,12 @@ pub(crate) fn configure(mode: u8, locks: usize, line: usize, cas_as_write: bool)
     CAS_AS_WRITE.store(u8::from(cas_as_write), SeqCst);
     // Test switch: `MEMLENS_ORDER_HOLD=0` releases the stripes right after stamping,
     // as before they were held across the access (the tests' negative control).
-    let hold = std::env::var_os("MEMLENS_ORDER_HOLD").is_none_or(|v| v != "0");
+    let env_flag =
+        |k: &str| memlens_contract::options::flag(k, std::env::var(k).ok().as_deref(), true);
+    let hold = env_flag("MEMLENS_ORDER_HOLD");
     HOLD.store(hold, SeqCst);
     // Test switch: `MEMLENS_ORDER_SKEW=0` turns the skew bound off (negative control).
-    let skew = std::env::var_os("MEMLENS_ORDER_SKEW").is_none_or(|v| v != "0");
+    let skew = env_flag("MEMLENS_ORDER_SKEW");
     SKEW.store(skew, SeqCst);
     MODE.store(mode, SeqCst);
 }

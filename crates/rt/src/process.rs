@@ -75,7 +75,7 @@ fn init() {
     real::resolve_all();
     REAL_DLOPEN.store(real::get(R::dlopen), SeqCst);
     let opts = options::get();
-    let ok = match opts.output.as_deref() {
+    let ok = match opts.rec.output.as_deref() {
         Some(base) => start_recording(opts, base, claim_ownership()),
         None => false,
     };
@@ -109,8 +109,8 @@ fn claim_ownership() -> bool {
 }
 
 fn start_recording(opts: &options::Options, base: &str, owner: bool) -> bool {
-    VALUES.store(opts.values, SeqCst);
-    ROI_MODE.store(opts.roi, SeqCst);
+    VALUES.store(opts.rec.values, SeqCst);
+    ROI_MODE.store(opts.rec.roi, SeqCst);
     state::REGISTERED_ONLY.store(opts.registered_only, SeqCst);
     let modules = crate::modules::scan();
     if let Some(path) = &opts.filter {
@@ -405,7 +405,7 @@ extern "C" fn atfork_child() {
     let modules = session()
         .and_then(|s| s.modules.try_lock().ok().map(|m| m.clone()))
         .unwrap_or_else(crate::modules::scan);
-    let base = opts.output.as_deref().unwrap_or("memlens.trace");
+    let base = opts.rec.output.as_deref().unwrap_or("memlens.trace");
     let parents = session().map_or(-1, |s| s.fd());
     match Session::start(opts, base, false, modules) {
         // the parent's trace descriptor is of no use here
@@ -486,7 +486,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
             if s.pid == sys::getpid() {
                 record::control(Event::Fork { child_pid: pid as u32 });
                 let _g = Guard::new();
-                let base = options::get().output.clone().unwrap_or_default();
+                let base = options::get().rec.output.clone().unwrap_or_default();
                 let path = format!("{base}.{pid}");
                 s.write_meta(&[MetaRecord::Child { pid: pid as u32, path }], false, false, None);
             }

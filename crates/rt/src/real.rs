@@ -90,10 +90,14 @@ fn resolve(r: R) -> usize {
         }
         busy.set(true);
         let name = NAMES[r as usize];
-        // `dlsym` would find the pre-2.3.2 condition variables: ask for the current ones.
-        let p = if name.starts_with("pthread_cond_") {
+        // The version the contract asks for (the current condition variables, not
+        // the pre-2.3.2 ones `dlsym` could find).
+        let version = memlens_contract::entry::version_of(name.trim_end_matches('\0'));
+        let p = if let Some(v) = version.filter(|v| v.len() < 31) {
+            let mut buf = [0u8; 32];
+            buf[..v.len()].copy_from_slice(v.as_bytes());
             // SAFETY: NUL-terminated strings.
-            unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr().cast(), c"GLIBC_2.3.2".as_ptr()) }
+            unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr().cast(), buf.as_ptr().cast()) }
         } else {
             // SAFETY: NUL-terminated.
             unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) }

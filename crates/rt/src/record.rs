@@ -680,7 +680,7 @@ fn walk(st: &ThreadState, mut fp: usize, out: &mut [u64]) -> usize {
 }
 
 fn stack_of(st: &ThreadState, fp: usize, buf: &mut [u64; MAX_STACK_DEPTH]) -> usize {
-    let depth = options::get().stack_depth.min(MAX_STACK_DEPTH);
+    let depth = options::get().rec.stack_depth.min(MAX_STACK_DEPTH);
     walk(st, fp, &mut buf[..depth])
 }
 

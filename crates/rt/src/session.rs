@@ -127,7 +127,7 @@ impl Session {
             path,
             pid,
             start_ns: sys::realtime_ns(),
-            level: opts.zstd_level,
+            level: opts.rec.zstd_level,
             adapt: opts.zstd_adapt,
             fold: opts.fold,
             big,

@@ -9,6 +9,7 @@ mod annotate;
 mod builds;
 mod calls;
 mod columns;
+mod contract;
 mod damaged;
 mod dbi;
 mod dbi_fidelity;

@@ -2,6 +2,10 @@
 //! contains NAME), `0xA-0xB` guest address ranges and `exe:0xA-0xB` ranges of the
 //! executable's link-time addresses (what `--functions`/`--files` resolve to; the
 //! plugin adds the load bias of a PIE), comma-separated, combined with "or".
+//!
+//! One representation for both ends: `memlens record --dbi` checks `--dbi-filter`
+//! and writes the `--functions`/`--files` ranges with it (`Display`), the plugin
+//! parses what it gets in `MEMLENS_DBI_FILTER` with it.
 
 /// One filter item.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +67,12 @@ impl Filter {
         Ok(Filter(items))
     }
 
+    /// The executable's link-time ranges `[lo, hi)` (what `--functions`/`--files`
+    /// select).
+    pub fn exe_ranges(ranges: impl IntoIterator<Item = (u64, u64)>) -> Filter {
+        Filter(ranges.into_iter().map(|(lo, hi)| Item::ExeRange(lo, hi)).collect())
+    }
+
     /// Whether function symbols of a shared library with this path are needed.
     pub fn wants_lib(&self, path: &str) -> bool {
         let name = path.rsplit('/').next().unwrap_or(path);
@@ -71,6 +81,25 @@ impl Filter {
             Item::Lib(n) => name.contains(n.as_str()),
             _ => false,
         })
+    }
+}
+
+impl core::fmt::Display for Filter {
+    /// The text [`Filter::parse`] reads back.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, item) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match item {
+                Item::Exe => f.write_str("exe")?,
+                Item::All => f.write_str("all")?,
+                Item::Lib(n) => write!(f, "lib:{n}")?,
+                Item::Range(lo, hi) => write!(f, "{lo:#x}-{hi:#x}")?,
+                Item::ExeRange(lo, hi) => write!(f, "exe:{lo:#x}-{hi:#x}")?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -90,5 +119,8 @@ mod tests {
         assert_eq!(Filter::parse("exe:0x10-0x20").unwrap().0, vec![Item::ExeRange(0x10, 0x20)]);
         assert!(Filter::parse("exe:0x20-0x10").is_err());
         assert!(Filter::parse("lib:libm").unwrap().wants_lib("/lib/x86_64-linux-gnu/libm.so.6"));
+        let f = Filter::parse("exe,all,lib:m,0x10-0x20,exe:0x30-0x40").unwrap();
+        assert_eq!(Filter::parse(&f.to_string()).unwrap(), f);
+        assert_eq!(Filter::exe_ranges([(0x1, 0x2)]).to_string(), "exe:0x1-0x2");
     }
 }
