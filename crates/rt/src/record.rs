@@ -357,6 +357,19 @@ pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
     true
 }
 
+/// [`enter`] for an allocation event, which a live `trace:FUNC` probe records only
+/// inside its function.
+fn enter_in_extent(st: &ThreadState) -> bool {
+    if !enter(st, false) {
+        return false;
+    }
+    if !state::in_extent(st) {
+        guard_off(st);
+        return false;
+    }
+    true
+}
+
 /// Counts an event this thread could not record.
 fn note_drop(st: &ThreadState) {
     if st.recording() {
@@ -372,6 +385,7 @@ fn accesses_on(st: &ThreadState) -> bool {
     TRACING.load(Relaxed)
         && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
         && (!state::REGISTERED_ONLY.load(Relaxed) || st.registered.get())
+        && state::in_extent(st)
 }
 
 /// The value at `addr` (low 64 bits for 16-byte accesses).
@@ -478,6 +492,7 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
             }
             close_dead(st, sp, true);
             let emit = TRACING.load(Relaxed)
+                && state::in_extent(st)
                 && filter::allowed(pc)
                 && write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| {
                     e.func_enter(p, pc, call_site, frame)
@@ -687,7 +702,7 @@ fn stack_of(st: &ThreadState, fp: usize, buf: &mut [u64; MAX_STACK_DEPTH]) -> us
 /// Records an allocation made at `pc` (the caller's frame pointer is `fp`).
 pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
     let st = ts();
-    if !enter(st, false) {
+    if !enter_in_extent(st) {
         return;
     }
     let mut stack = [0u64; MAX_STACK_DEPTH];
@@ -704,7 +719,7 @@ pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
 /// Records a realloc.
 pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
     let st = ts();
-    if !enter(st, false) {
+    if !enter_in_extent(st) {
         return;
     }
     let mut stack = [0u64; MAX_STACK_DEPTH];
@@ -729,7 +744,7 @@ pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
 /// still be read).
 pub(crate) fn free(kind: FreeKind, pc: u64, addr: u64) {
     let st = ts();
-    if !enter(st, false) {
+    if !enter_in_extent(st) {
         return;
     }
     // SAFETY: owner, guard held.

@@ -69,6 +69,12 @@ pub(crate) static VALUES: AtomicBool = AtomicBool::new(false);
 pub(crate) static REGISTERED_ONLY: AtomicBool = AtomicBool::new(false);
 /// `MEMLENS_FILTER` given.
 pub(crate) static FILTER_ON: AtomicBool = AtomicBool::new(false);
+/// A live `trace:FUNC` probe records: a thread records only inside the function's
+/// dynamic extent ([`ThreadState::extent`] > 0; `livetrace.rs`).
+pub(crate) static EXTENT_MODE: AtomicBool = AtomicBool::new(false);
+/// The runtime may start recording later (a live `trace` probe, `livetrace.rs`):
+/// threads seen while inactive stay `T_NEW` instead of `T_OFF`.
+pub(crate) static MAY_START: AtomicBool = AtomicBool::new(false);
 
 static REGISTRY: [AtomicPtr<ThreadState>; SLOTS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; SLOTS];
@@ -138,6 +144,8 @@ pub(crate) struct ThreadState {
     pub lclock: Cell<u64>,
     /// Called `memlens_register_thread` (see [`REGISTERED_ONLY`]).
     pub registered: Cell<bool>,
+    /// Open calls of a live `trace:FUNC` probe's function (see [`EXTENT_MODE`]).
+    pub extent: Cell<u32>,
     /// Open traced calls (`calls.rs`), mapped at the first one; never unmapped, since
     /// a traced call may return after the thread's recording ended.
     pub calls: Cell<*mut crate::calls::Frame>,
@@ -187,6 +195,7 @@ impl ThreadState {
             clock: Cell::new(0),
             lclock: Cell::new(0),
             registered: Cell::new(false),
+            extent: Cell::new(0),
             calls: Cell::new(core::ptr::null_mut()),
             ncalls: Cell::new(0),
             own: AtomicU8::new(0),
@@ -367,6 +376,13 @@ fn fast_ok(st: &ThreadState) -> bool {
         && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
         && crate::order::mode() != crate::order::ATOMIC
         && (!REGISTERED_ONLY.load(Relaxed) || st.registered.get())
+        && in_extent(st)
+}
+
+/// Outside a live `trace:FUNC` probe's function nothing is recorded.
+#[inline]
+pub(crate) fn in_extent(st: &ThreadState) -> bool {
+    !EXTENT_MODE.load(Relaxed) || st.extent.get() > 0
 }
 
 /// Recomputes this thread's fast-path limit from the switches.
@@ -438,7 +454,9 @@ pub(crate) fn thread_start(st: &ThreadState, parent: Option<u32>, may_init: bool
     }
     match STATE.load(Acquire) {
         INACTIVE => {
-            st.tstate.store(T_OFF, Relaxed);
+            if !MAY_START.load(Relaxed) {
+                st.tstate.store(T_OFF, Relaxed);
+            }
             return false;
         }
         ACTIVE if st.guard.get() == 0 => {}
