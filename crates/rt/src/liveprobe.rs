@@ -138,10 +138,7 @@ pub(crate) fn start(bias: u64) {
     let Some(v) = std::env::var_os("MEMLENS_CONTROL") else { return };
     BIAS.store(bias, Relaxed);
     // a `trace` probe may start the recorder later
-    crate::state::MAY_START.store(
-        crate::state::STATE.load(SeqCst) != crate::state::ACTIVE,
-        SeqCst,
-    );
+    crate::state::MAY_START.store(crate::state::STATE.load(SeqCst) != crate::state::ACTIVE, SeqCst);
     let v = v.to_string_lossy().into_owned();
     let hold = std::env::var_os("MEMLENS_CONTROL_HOLD").is_some();
     if v != "1" {

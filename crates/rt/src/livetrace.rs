@@ -51,7 +51,7 @@ pub(crate) fn start(path: &str, extent: bool) -> Result<(), String> {
     }
     if STATE.load(SeqCst) != INACTIVE || crate::session::session().is_some() {
         return Err(
-            "the program is recorded already (memlens record): its trace has every event".into(),
+            "the program is recorded already (memlens record): its trace has every event".into()
         );
     }
     let _g = state::Guard::new();

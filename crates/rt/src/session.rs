@@ -186,11 +186,7 @@ impl Session {
 
     /// Events and bytes written so far, and events dropped.
     pub(crate) fn written(&self) -> [u64; 3] {
-        [
-            self.events.load(Relaxed),
-            self.end.load(Relaxed),
-            self.dropped_events.load(Relaxed),
-        ]
+        [self.events.load(Relaxed), self.end.load(Relaxed), self.dropped_events.load(Relaxed)]
     }
 
     /// After the trace is finished: closes its descriptor and lets the writers go.
