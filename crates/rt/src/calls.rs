@@ -705,7 +705,8 @@ unsafe extern "C" fn on_call(pad_end: u64, slot: *mut u64, regs: *const u64) {
         record::emit_control(st, &Event::Call { func: Pc(func), sp: Addr(sp), args });
         crate::state::guard_off(st);
     }
-    let t0 = if probe != 0 { sys::monotonic_ns() } else { 0 };
+    let timed = probe != 0 && probe & crate::liveprobe::TRACE_BIT == 0;
+    let t0 = if timed { sys::monotonic_ns() } else { 0 };
     *p.add(n) = Frame { sp, ret: *slot, func, recorded, probe, t0 };
     st.ncalls.set(n + 1);
     *slot = fret;

@@ -41,13 +41,21 @@ const fn access_class(t: u8) -> usize {
     }
 }
 
+/// Nothing to record: the runtime is inactive, or a live `trace:FUNC` probe
+/// records and this thread is outside the function (its events stop here).
+#[inline(always)]
+fn idle() -> bool {
+    STATE.load(Relaxed) == state::INACTIVE
+        || state::EXTENT_MODE.load(Relaxed) && ts().extent.get() == 0
+}
+
 // The cold entries take scalars, so the fast paths can tail-call them and need
 // no stack frame of their own; an inactive runtime returns right there.
 
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_access(tag: u8, pc: u64, addr: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Access { tag, pc, addr, value: None }, true);
@@ -56,7 +64,7 @@ unsafe extern "C" fn slow_access(tag: u8, pc: u64, addr: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_atomic(tag: u8, pc: u64, addr: u64, value: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Access { tag, pc, addr, value: Some(value) }, true);
@@ -65,7 +73,7 @@ unsafe extern "C" fn slow_atomic(tag: u8, pc: u64, addr: u64, value: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Rmw { op, lg, pc, addr, old }, true);
@@ -74,7 +82,7 @@ unsafe extern "C" fn slow_rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_enter(pc: u64, call_site: u64, sp: usize, frame: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Enter { pc, call_site, sp, frame }, true);
@@ -83,7 +91,7 @@ unsafe extern "C" fn slow_enter(pc: u64, call_site: u64, sp: usize, frame: u64) 
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_exit(pc: u64, sp: usize) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Exit { pc, sp }, true);
@@ -224,7 +232,7 @@ pub(crate) fn clocked(t: u64) {
 #[cold]
 #[inline(never)]
 fn slow_clock(t: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     control(Event::Clock(t));
@@ -310,7 +318,7 @@ pub(crate) enum Ev {
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn slow(ev: Ev, may_init: bool) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     let st = ts();
