@@ -194,3 +194,36 @@ fn trace_on_a_program_not_built_by_memlens_is_refused() {
     assert!(!stdout(&o).contains("ready"), "the program never ran: {}", stdout(&o));
     assert!(!dir.join("x.trace").exists());
 }
+
+#[test]
+fn a_killed_collector_leaves_a_complete_trace_and_the_program_running() {
+    let dir = scratch("live-trace-kill");
+    let exe = build(&dir, "livetrace.c");
+    let mut t = Driven::start(&dir, &exe);
+    let live = Live::attach(&dir, t.pid(), &["--no-gui"]);
+    let out = dir.join("killed.trace");
+    live.add(&format!("trace:work:{}", out.display()));
+    t.run("w 7");
+    t.run("o 2");
+    // SIGKILL: the runtime sees the connection close and removes the probe itself
+    drop(live);
+    let t0 = std::time::Instant::now();
+    loop {
+        let o = run_memlens(&["info", "--format", "json", out.to_str().unwrap()]);
+        if o.status.success()
+            && serde_json::from_str::<Value>(&stdout(&o)).unwrap()["finished"] == true
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "never finished: {}",
+            stderr(&o)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    complete(&out);
+    assert_eq!(by_function(&out), vec![("touch".to_string(), 28, 28), ("work".into(), 28, 28)]);
+    t.run("w 3");
+    t.quit();
+}
