@@ -17,7 +17,7 @@
 //! - `add <id> watch <file address hex> <size>` → `ok`, or `err` when a watch probe
 //!   is active already (`livewatch.rs`: loads and stores of those bytes)
 //! - `add <id> trace <pad file address hex>|now <path>` → `ok`, or `err` when a
-//!   trace probe is active already, ran already, or the file cannot be created
+//!   trace probe is active already or the file cannot be created
 //!   (`livetrace.rs`: a full trace into the new file `<path>`, absolute, the rest
 //!   of the line, of the function's dynamic extent on every thread, or of
 //!   everything from now until removal)
@@ -495,7 +495,7 @@ fn trace_at(pad_end: u64) -> bool {
 /// A trace probe: of `pad`'s function's extent, or (`None`) of everything.
 fn add_trace(id: u32, pad: Option<u64>, path: &str) -> Result<(), String> {
     if SLOTS.iter().any(|s| s.kind.load(Acquire) == TRACE) {
-        return Err("a trace probe is active already (one per program)".into());
+        return Err("a trace probe is active already (one at a time)".into());
     }
     if let Some(pad) = pad {
         // the pad is checked before anything starts

@@ -15,9 +15,11 @@
 //! exit (every thread's buffer, the final metadata and header), closes it, and
 //! the runtime is inactive again; a program that exits first finishes the trace
 //! itself. The trace ends with the end status "unknown" (the program ran on), and
-//! `memlens info` finds it complete when no event was dropped. One trace probe per
-//! run of the program: the recording session is built once (threads keep their
-//! stream numbers), so a second `add ... trace` after a removal is refused too.
+//! `memlens info` finds it complete when no event was dropped. One trace probe at
+//! a time; a later one starts a new session: `state::EPOCH` moves on, and each
+//! thread of the ended session starts afresh (new stream, `ThreadStart`) at its
+//! next event (`state::restart`), never writing into the new file what belonged
+//! to the old one.
 //!
 //! Cost while no trace probe is in: none on the event fast paths (they were
 //! inactive before); the general path of a thread's first event keeps it `T_NEW`
@@ -28,7 +30,7 @@ use core::sync::atomic::{AtomicBool, Ordering::*};
 
 /// A live trace is recording.
 static ON: AtomicBool = AtomicBool::new(false);
-/// A live trace was started in this process (one per run).
+/// A live trace was started in this process before.
 static USED: AtomicBool = AtomicBool::new(false);
 
 /// Whether a live trace is recording.
@@ -43,25 +45,18 @@ pub(crate) fn start(path: &str, extent: bool) -> Result<(), String> {
     if !path.starts_with('/') {
         return Err("the trace path must be absolute".into());
     }
-    if USED.swap(true, SeqCst) {
-        return Err(
-            "a trace probe ran in this process already (one per run of the program: restart it for another)"
-                .into(),
-        );
-    }
-    if STATE.load(SeqCst) != INACTIVE || crate::session::session().is_some() {
+    let _g = state::Guard::new();
+    if STATE.load(SeqCst) != INACTIVE || crate::session::session().is_some() && !USED.load(SeqCst) {
         return Err(
             "the program is recorded already (memlens record): its trace has every event".into()
         );
     }
-    let _g = state::Guard::new();
-    let fd = match crate::session::create_new(path) {
-        Ok(fd) => fd,
-        Err(e) => {
-            USED.store(false, SeqCst);
-            return Err(e.to_string());
-        }
-    };
+    let fd = crate::session::create_new(path).map_err(|e| e.to_string())?;
+    if USED.swap(true, SeqCst) {
+        // a session ran before: its threads start afresh at their next event
+        crate::process::rearm();
+        state::EPOCH.fetch_add(1, SeqCst);
+    }
     let mut opts = crate::options::get().clone();
     opts.output = Some(path.to_string());
     opts.trace_calls = None;

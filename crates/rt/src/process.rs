@@ -227,7 +227,7 @@ pub(crate) fn finish(end: EndStatus, mode: Mode) -> bool {
     }
     let st = ts();
     guard_on(st);
-    if !crash && st.recording() {
+    if !crash && st.recording() && !st.stale() {
         record::flush_pending(st);
         // After a successful exec no frame returns; after a failed one the real
         // exits find the shadow stack empty and are not recorded, so it balances.
@@ -266,6 +266,11 @@ pub(crate) fn finish(end: EndStatus, mode: Mode) -> bool {
     sess.write_header(end, timeout);
     guard_off(st);
     true
+}
+
+/// Before another live `trace` session: the last one's end is done with.
+pub(crate) fn rearm() {
+    FINISHING.store(false, SeqCst);
 }
 
 /// A live `trace` probe was removed: writes its trace out as at exit (every
@@ -328,7 +333,7 @@ pub(crate) extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx
 fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
     let Some(sess) = session() else { return };
     let buf = st.buf.get();
-    if !st.recording() || st.own.load(SeqCst) != 0 {
+    if !st.recording() || st.stale() || st.own.load(SeqCst) != 0 {
         return;
     }
     if buf == 0 || st.stolen.load(SeqCst) {

@@ -341,6 +341,9 @@ pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
         note_drop(st);
         return false;
     }
+    if st.recording() && st.stale() {
+        state::restart(st);
+    }
     if !st.recording()
         && (st.tstate.load(Relaxed) != T_NEW || !state::thread_start(st, None, may_init))
     {

@@ -163,10 +163,21 @@ fn trace_inserted_while_running_holds_exactly_the_calls_until_removal() {
     let size = std::fs::metadata(&out).unwrap().len();
     t.run("w 3");
     assert_eq!(std::fs::metadata(&out).unwrap().len(), size);
-    // one trace per run of the program
-    let o = live.probe(&["add", &format!("trace:work:{}", dir.join("again.trace").display())]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("ran in this process already"), "{}", stderr(&o));
+    // another trace after it: a new session, the threads of the old one (main's
+    // stream) start afresh; nothing of the first trace's calls in it
+    let again = dir.join("again.trace");
+    let id2 = live.add(&format!("trace:work:{}", again.display()));
+    t.run("o 1");
+    t.run("w 4");
+    t.run("m 2");
+    live.rm(id2);
+    complete(&again);
+    let calls = 4 + 2 * 2;
+    let expect =
+        vec![("touch".to_string(), 4 * calls, 4 * calls), ("work".into(), 4 * calls, 4 * calls)];
+    assert_eq!(by_function(&again), expect);
+    // the first file is as it was
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), size);
     // the pad's NOPs are back: a count probe there sees only its own calls
     let c = live.add("count:work");
     t.run("w 4");
