@@ -435,7 +435,7 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
         return Err("a probe with this id exists");
     }
     if kind != TRACE && trace_at(pad + 5) {
-        return Err("a trace probe is on this function: one pad probe per function with it");
+        return Err("a trace probe is on this function: remove it first");
     }
     if !in_code(pad) {
         return Err("the address is not in the program's code");
@@ -520,7 +520,10 @@ fn add_trace(id: u32, pad: Option<u64>, path: &str) -> Result<(), String> {
         }),
     };
     if let Err(e) = r {
+        // nothing was traced: the new file goes again
         crate::livetrace::stop();
+        let _g = crate::state::Guard::new();
+        let _ = std::fs::remove_file(path);
         return Err(e.into());
     }
     Ok(())
