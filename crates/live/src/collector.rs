@@ -113,6 +113,7 @@ impl Collector {
     pub fn add(&mut self, spec: &str) -> Result<u32> {
         let (name, args) = spec.split_once(':').unwrap_or((spec, ""));
         let module = self.modules.get(name)?;
+        self.target.set_next_probe_id(self.next_id);
         let probe = module.create(&self.target, args)?;
         let id = self.next_id;
         self.next_id += 1;
@@ -131,7 +132,13 @@ impl Collector {
         let e = self.probes.remove(&id).ok_or_else(|| {
             Error::Spec(format!("no probe with id {id} (see `memlens probe list`)"))
         })?;
-        self.closing.push(std::thread::spawn(move || drop(e)));
+        // An in-process probe goes at once (a `trace` is complete on disk when
+        // `rm` answers); kernel events close in the background.
+        if self.modules.get(&e.module).is_ok_and(|m| m.requires_memlens_runtime()) {
+            drop(e);
+        } else {
+            self.closing.push(std::thread::spawn(move || drop(e)));
+        }
         Ok(())
     }
 

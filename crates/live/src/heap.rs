@@ -18,7 +18,7 @@ use crate::{Error, Result};
 #[derive(Default)]
 pub struct HeapModule;
 
-/// The requirement the in-process memory modules (`heap`, `watch`) share.
+/// The requirement the in-process memory modules (`heap`, `watch`, `trace`) share.
 pub(crate) const MEMLENS_BUILT: &str = "memlens-built target";
 
 /// The target's runtime control socket, or why a `module` probe cannot be placed.

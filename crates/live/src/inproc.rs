@@ -160,6 +160,19 @@ impl Control {
         Ok(id)
     }
 
+    /// Starts a trace probe into the new file `path` (absolute): of the extent of
+    /// the function whose pad is at file address `pad`, or of everything.
+    pub fn add_trace(&mut self, pad: Option<u64>, path: &Path) -> Result<u32> {
+        let path = path.to_str().filter(|p| !p.contains('\n')).ok_or_else(|| {
+            Error::Spec(format!("{}: the trace path must be UTF-8 on one line", path.display()))
+        })?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let at = pad.map_or("now".to_string(), |p| format!("{p:x}"));
+        self.ask(&format!("add {id} trace {at} {path}"))?;
+        Ok(id)
+    }
+
     /// The watch probe's rows (after the target exited: as it exited).
     pub fn watch(&mut self) -> Result<WatchRows> {
         match self.ask("watch") {

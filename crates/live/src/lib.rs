@@ -6,7 +6,8 @@
 //! - [`ProbeModule`] is the extension point: a module answers a query (name,
 //!   description, requirements), checks them in `init`, names its actions and data
 //!   columns, and creates [`Probe`]s that aggregate their own values. Built in:
-//!   `count`, `timer`, `perf` and, for memlens-built targets, `heap` and `watch`
+//!   `count`, `timer`, `perf` and, for memlens-built targets, `heap`, `watch` and
+//!   `trace`
 //!   ([`builtin_modules`]). On a memlens-built target
 //!   started with a control socket, `count` and `timer` on functions use the
 //!   function's NOP pad instead of a uprobe ([`inproc`]).
@@ -34,6 +35,7 @@ mod sampler;
 pub mod sock;
 mod target;
 mod timer;
+mod trace;
 mod watch;
 
 pub use collector::{Collector, Handle, Options};

@@ -83,6 +83,7 @@ pub fn builtin_modules() -> Vec<Box<dyn ProbeModule>> {
         Box::new(crate::perfmod::PerfModule::default()),
         Box::new(crate::heap::HeapModule),
         Box::new(crate::watch::WatchModule),
+        Box::new(crate::trace::TraceModule),
     ]
 }
 

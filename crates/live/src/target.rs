@@ -24,6 +24,8 @@ pub struct Target {
     child: bool,
     /// The memlens runtime's control socket, for in-process (pad) probes.
     control: Option<Arc<Mutex<Control>>>,
+    /// The collector's id of the probe being created (names a trace file).
+    next_probe: u32,
 }
 
 /// Whether the target still runs.
@@ -73,6 +75,7 @@ impl Target {
             cpus: perf::online_cpus(),
             child,
             control: None,
+            next_probe: 1,
         })
     }
 
@@ -94,6 +97,16 @@ impl Target {
     /// Uses the memlens runtime's control socket for function probes.
     pub fn set_control(&mut self, c: Control) {
         self.control = Some(Arc::new(Mutex::new(c)));
+    }
+
+    /// Sets the id the next probe created on this target gets.
+    pub fn set_next_probe_id(&mut self, id: u32) {
+        self.next_probe = id;
+    }
+
+    /// The id the probe being created gets (`memlens probe add` prints it).
+    pub(crate) fn next_probe_id(&self) -> u32 {
+        self.next_probe
     }
 
     /// The runtime's control socket, when the target has one.

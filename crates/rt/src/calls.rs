@@ -693,6 +693,7 @@ unsafe extern "C" fn on_call(pad_end: u64, slot: *mut u64, regs: *const u64) {
     let mut n = st.ncalls.get();
     while n > 0 && ((*p.add(n - 1)).sp < sp || (!chained && (*p.add(n - 1)).sp == sp)) {
         n -= 1;
+        left(st, &*p.add(n));
     }
     if n >= CALLS_CAP {
         st.ncalls.set(n);
@@ -704,10 +705,21 @@ unsafe extern "C" fn on_call(pad_end: u64, slot: *mut u64, regs: *const u64) {
         record::emit_control(st, &Event::Call { func: Pc(func), sp: Addr(sp), args });
         crate::state::guard_off(st);
     }
-    let t0 = if probe != 0 { sys::monotonic_ns() } else { 0 };
+    let timed = probe != 0 && probe & crate::liveprobe::TRACE_BIT == 0;
+    let t0 = if timed { sys::monotonic_ns() } else { 0 };
     *p.add(n) = Frame { sp, ret: *slot, func, recorded, probe, t0 };
     st.ncalls.set(n + 1);
     *slot = fret;
+    if probe & crate::liveprobe::TRACE_BIT != 0 {
+        crate::livetrace::enter(st);
+    }
+}
+
+/// A frame of a trace probe's function was left without returning (`longjmp`).
+fn left(st: &crate::state::ThreadState, f: &Frame) {
+    if f.probe & crate::liveprobe::TRACE_BIT != 0 {
+        crate::livetrace::leave(st);
+    }
 }
 
 /// Records the return and gives `fret` the original return address. `after` is
@@ -720,6 +732,7 @@ unsafe extern "C" fn on_return(after: u64, value: u64) -> u64 {
     let mut n = st.ncalls.get();
     while n > 0 && (*p.add(n - 1)).sp < sp {
         n -= 1;
+        left(st, &*p.add(n));
     }
     loop {
         if p.is_null() || n == 0 || (*p.add(n - 1)).sp != sp {
@@ -728,7 +741,9 @@ unsafe extern "C" fn on_return(after: u64, value: u64) -> u64 {
         }
         let f = *p.add(n - 1);
         n -= 1;
-        if f.probe != 0 {
+        if f.probe & crate::liveprobe::TRACE_BIT != 0 {
+            crate::livetrace::leave(st);
+        } else if f.probe != 0 {
             crate::liveprobe::timed(f.probe, sys::monotonic_ns().saturating_sub(f.t0));
         }
         if f.recorded && record::enter(st, true) {

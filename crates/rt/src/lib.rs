@@ -133,6 +133,7 @@ mod fds;
 mod filter;
 mod liveheap;
 mod liveprobe;
+mod livetrace;
 mod livewatch;
 mod modules;
 mod options;

@@ -16,10 +16,18 @@
 //!   (`liveheap.rs`: bytes in use per allocation site from now on)
 //! - `add <id> watch <file address hex> <size>` → `ok`, or `err` when a watch probe
 //!   is active already (`livewatch.rs`: loads and stores of those bytes)
-//! - `rm <id>` → `ok` (the pad's original bytes are back) or `err <reason>`
+//! - `add <id> trace <pad file address hex>|now <path>` → `ok`, or `err` when a
+//!   trace probe is active already or the file cannot be created
+//!   (`livetrace.rs`: a full trace into the new file `<path>`, absolute, the rest
+//!   of the line, of the function's dynamic extent on every thread, or of
+//!   everything from now until removal)
+//! - `rm <id>` → `ok` (the pad's original bytes are back; a trace is complete on
+//!   disk) or `err <reason>`
 //! - `read` → `ok` then ` <id> <count> <sum_ns> <min_ns> <max_ns>` per probe; for
 //!   the heap probe ` <id> <bytes> <blocks> <peak_bytes> <dropped>`, for the watch
-//!   probe ` <id> <loads> <stores> <dropped> <value>` (the bytes now, when ≤ 8)
+//!   probe ` <id> <loads> <stores> <dropped> <value>` (the bytes now, when ≤ 8),
+//!   for the trace probe ` <id> <events> <bytes> <dropped> 0` (written to the file
+//!   so far: a thread's buffer goes out when full, and all of them at removal)
 //! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes>` per
 //!   allocation site (run-time return addresses; `1`: the catch-all row)
 //! - `watch` → `ok <last store's tid> <its pc hex>` (`0 0`: none yet), then
@@ -49,6 +57,11 @@ const COUNT: u8 = 1;
 const TIMER: u8 = 2;
 const HEAP: u8 = 3;
 const WATCH: u8 = 4;
+const TRACE: u8 = 5;
+
+/// In a slot number from [`hit`]: the slot is a trace probe's (its function's
+/// extent is entered; `calls.rs` calls `livetrace::leave` at the return).
+pub(crate) const TRACE_BIT: u16 = 0x8000;
 
 struct Slot {
     kind: AtomicU8,
@@ -99,6 +112,7 @@ pub(crate) fn hit(pad_end: u64) -> u16 {
                     s.count.fetch_add(1, Relaxed);
                 }
                 TIMER => return i as u16 + 1,
+                TRACE => return (i as u16 + 1) | TRACE_BIT,
                 _ => {}
             }
         }
@@ -123,6 +137,8 @@ pub(crate) fn timed(slot: u16, ns: u64) {
 pub(crate) fn start(bias: u64) {
     let Some(v) = std::env::var_os("MEMLENS_CONTROL") else { return };
     BIAS.store(bias, Relaxed);
+    // a `trace` probe may start the recorder later
+    crate::state::MAY_START.store(crate::state::STATE.load(SeqCst) != crate::state::ACTIVE, SeqCst);
     let v = v.to_string_lossy().into_owned();
     let hold = memlens_contract::options::flag(
         "MEMLENS_CONTROL_HOLD",
@@ -327,6 +343,19 @@ fn request(line: &str) -> String {
                 Err(e) => format!("err {e}"),
             }
         }
+        ["add", id, "trace", at, ..] => {
+            // the path is the rest of the line (it may hold spaces)
+            let path = line.splitn(5, ' ').nth(4).unwrap_or("").trim();
+            let at = if *at == "now" { Some(None) } else { hex(at).map(Some) };
+            let (Ok(id), Some(at), false) = (id.parse::<u32>(), at, path.is_empty()) else {
+                return "err usage: add ID trace PAD_HEX|now PATH".into();
+            };
+            let pad = at.map(|a| a.wrapping_add(BIAS.load(Relaxed)));
+            match add_trace(id, pad, path) {
+                Ok(()) => "ok".into(),
+                Err(e) => format!("err {e}"),
+            }
+        }
         ["watch"] => {
             let mut s = String::from("ok");
             crate::livewatch::rows(&mut s);
@@ -367,6 +396,11 @@ fn request(line: &str) -> String {
                     s.push_str(&format!(" {} {b} {n} {peak} {dropped}", slot.id.load(Relaxed)));
                     continue;
                 }
+                if slot.kind.load(Relaxed) == TRACE {
+                    let [ev, bytes, dropped] = crate::livetrace::totals();
+                    s.push_str(&format!(" {} {ev} {bytes} {dropped} 0", slot.id.load(Relaxed)));
+                    continue;
+                }
                 if slot.kind.load(Relaxed) == WATCH {
                     let [l, st, dropped, v] = crate::livewatch::totals();
                     s.push_str(&format!(" {} {l} {st} {dropped} {v}", slot.id.load(Relaxed)));
@@ -403,6 +437,9 @@ fn in_code(pad: u64) -> bool {
 fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     if SLOTS.iter().any(|s| s.kind.load(Acquire) != FREE && s.id.load(Relaxed) == id) {
         return Err("a probe with this id exists");
+    }
+    if kind != TRACE && trace_at(pad + 5) {
+        return Err("a trace probe is on this function: remove it first");
     }
     if !in_code(pad) {
         return Err("the address is not in the program's code");
@@ -454,6 +491,48 @@ fn take_slot(id: u32) -> Result<&'static Slot, &'static str> {
     Ok(slot)
 }
 
+/// A trace probe sits at the pad ending at `pad_end`.
+fn trace_at(pad_end: u64) -> bool {
+    SLOTS.iter().any(|s| s.kind.load(Acquire) == TRACE && s.pad_end.load(Relaxed) == pad_end)
+}
+
+/// A trace probe: of `pad`'s function's extent, or (`None`) of everything.
+fn add_trace(id: u32, pad: Option<u64>, path: &str) -> Result<(), String> {
+    if SLOTS.iter().any(|s| s.kind.load(Acquire) == TRACE) {
+        return Err("a trace probe is active already (one at a time)".into());
+    }
+    if let Some(pad) = pad {
+        // the pad is checked before anything starts
+        if !in_code(pad) {
+            return Err("the address is not in the program's code".into());
+        }
+        if SLOTS.iter().any(|s| {
+            matches!(s.kind.load(Acquire), COUNT | TIMER) && s.pad_end.load(Relaxed) == pad + 5
+        }) {
+            return Err(
+                "a count or timer probe is on this function: remove it first (one pad probe per function with a trace)"
+                    .into(),
+            );
+        }
+    }
+    crate::livetrace::start(path, pad.is_some())?;
+    let r = match pad {
+        Some(pad) => add(id, TRACE, pad),
+        None => take_slot(id).map(|slot| {
+            slot.kind.store(TRACE, Release);
+            ON.store(true, Relaxed);
+        }),
+    };
+    if let Err(e) = r {
+        // nothing was traced: the new file goes again
+        crate::livetrace::stop();
+        let _g = crate::state::Guard::new();
+        let _ = std::fs::remove_file(path);
+        return Err(e.into());
+    }
+    Ok(())
+}
+
 fn add_heap(id: u32) -> Result<(), &'static str> {
     if SLOTS.iter().any(|s| s.kind.load(Acquire) == HEAP) {
         return Err("a heap probe is active already (one per program)");
@@ -491,7 +570,8 @@ fn remove(id: u32) -> Result<(), &'static str> {
     let slot = SLOTS
         .iter()
         .find(|s| {
-            matches!(s.kind.load(Acquire), COUNT | TIMER | HEAP | WATCH) && s.id.load(Relaxed) == id
+            matches!(s.kind.load(Acquire), COUNT | TIMER | HEAP | WATCH | TRACE)
+                && s.id.load(Relaxed) == id
         })
         .ok_or("no such probe")?;
     match slot.kind.load(Relaxed) {
@@ -503,17 +583,32 @@ fn remove(id: u32) -> Result<(), &'static str> {
         slot.kind.store(FREE, Release);
         return Ok(());
     }
+    if slot.kind.load(Relaxed) == TRACE {
+        // no new entries first (the pad's NOPs back), then the file is finished
+        let r = if slot.pad_end.load(Relaxed) != 0 { unpatch(slot) } else { Ok(()) };
+        crate::livetrace::stop();
+        slot.kind.store(FREE, Release);
+        slot.pad_end.store(0, Relaxed);
+        return r;
+    }
+    unpatch(slot)?;
+    slot.kind.store(FREE, Release);
+    slot.pad_end.store(0, Relaxed);
+    Ok(())
+}
+
+/// Writes back the original bytes of `slot`'s pad unless another probe there
+/// keeps it patched (that one inherits the NOPs).
+fn unpatch(slot: &Slot) -> Result<(), &'static str> {
     let pad_end = slot.pad_end.load(Relaxed);
     let pad = pad_end - 5;
     let orig = slot.orig.load(Relaxed);
     // another probe on the same pad keeps it patched, and inherits the NOPs
     let other = SLOTS.iter().find(|s| {
         !core::ptr::eq(*s, slot)
-            && matches!(s.kind.load(Acquire), COUNT | TIMER)
+            && matches!(s.kind.load(Acquire), COUNT | TIMER | TRACE)
             && s.pad_end.load(Relaxed) == pad_end
     });
-    slot.kind.store(FREE, Release);
-    slot.pad_end.store(0, Relaxed);
     match other {
         Some(o) => {
             let _ = o.orig.compare_exchange(0, orig, Relaxed, Relaxed);

@@ -162,7 +162,13 @@ extern "C" {
     fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
 }
 
-fn install_handlers() {
+/// The exit, fork and fatal-signal handlers are in.
+static HANDLERS: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn install_handlers() {
+    if HANDLERS.swap(true, SeqCst) {
+        return;
+    }
     // SAFETY: registering handlers with valid function pointers.
     unsafe {
         on_exit(at_exit, core::ptr::null_mut());
@@ -207,20 +213,21 @@ pub(crate) enum Mode {
 }
 
 /// Writes out every buffer, the final metadata and the header. For `Exec` the
-/// recording can resume if the exec fails.
-pub(crate) fn finish(end: EndStatus, mode: Mode) {
-    let Some(sess) = session() else { return };
+/// recording can resume if the exec fails. False when there was nothing to do
+/// (not recording, or another thread is finishing).
+pub(crate) fn finish(end: EndStatus, mode: Mode) -> bool {
+    let Some(sess) = session() else { return false };
     // A vfork child shares our memory: leave the parent's recording alone.
     if sess.pid != sys::getpid() {
-        return;
+        return false;
     }
     let crash = mode == Mode::Crash;
     if !crash && (STATE.load(SeqCst) != ACTIVE || FINISHING.swap(true, SeqCst)) {
-        return;
+        return false;
     }
     let st = ts();
     guard_on(st);
-    if !crash && st.recording() {
+    if !crash && st.recording() && !st.stale() {
         record::flush_pending(st);
         // After a successful exec no frame returns; after a failed one the real
         // exits find the shadow stack empty and are not recorded, so it balances.
@@ -258,6 +265,28 @@ pub(crate) fn finish(end: EndStatus, mode: Mode) {
     drop(recs);
     sess.write_header(end, timeout);
     guard_off(st);
+    true
+}
+
+/// Before another live `trace` session: the last one's end is done with.
+pub(crate) fn rearm() {
+    FINISHING.store(false, SeqCst);
+}
+
+/// A live `trace` probe was removed: writes its trace out as at exit (every
+/// thread's buffer, the final metadata, the header; the end status "unknown":
+/// the program runs on), closes it, and the runtime goes back to inactive. False
+/// when the program is finishing the trace itself (exiting).
+pub(crate) fn finish_live() -> bool {
+    if !finish(EndStatus::Unknown, Mode::Exit) {
+        return false;
+    }
+    if let Some(s) = session() {
+        s.close();
+    }
+    STATE.store(INACTIVE, SeqCst);
+    kick_all();
+    true
 }
 
 /// The exec failed: keep recording into the same trace (a later end record wins).
@@ -304,7 +333,7 @@ pub(crate) extern "C" fn on_signal(sig: c_int, _info: *mut libc::siginfo_t, _ctx
 fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
     let Some(sess) = session() else { return };
     let buf = st.buf.get();
-    if !st.recording() || st.own.load(SeqCst) != 0 {
+    if !st.recording() || st.stale() || st.own.load(SeqCst) != 0 {
         return;
     }
     if buf == 0 || st.stolen.load(SeqCst) {
@@ -390,6 +419,13 @@ fn signal_chunk(sess: &crate::session::Session, st: &ThreadState, sig: c_int, bu
 /// In the child of `fork`: a new trace `<output>.<pid>` whose stream 0 is this
 /// thread; the parent's buffers and threads are forgotten.
 extern "C" fn atfork_child() {
+    if crate::livetrace::on() {
+        // A live trace is the process's the collector asked for: the child runs
+        // unrecorded (its copy of the buffers is forgotten).
+        crate::livetrace::forget_in_child();
+        STATE.store(INACTIVE, SeqCst);
+        return;
+    }
     if STATE.load(SeqCst) != ACTIVE {
         if STATE.load(SeqCst) == ENDING {
             STATE.store(INACTIVE, SeqCst);
@@ -481,7 +517,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     let old = crate::sys::block_async_signals();
     let pid = core::mem::transmute::<usize, unsafe extern "C" fn() -> libc::pid_t>(f)();
     crate::sys::set_signal_mask(&old);
-    if pid > 0 && STATE.load(SeqCst) == ACTIVE {
+    if pid > 0 && STATE.load(SeqCst) == ACTIVE && !crate::livetrace::on() {
         if let Some(s) = session() {
             if s.pid == sys::getpid() {
                 record::control(Event::Fork { child_pid: pid as u32 });

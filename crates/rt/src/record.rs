@@ -41,13 +41,21 @@ const fn access_class(t: u8) -> usize {
     }
 }
 
+/// Nothing to record: the runtime is inactive, or a live `trace:FUNC` probe
+/// records and this thread is outside the function (its events stop here).
+#[inline(always)]
+fn idle() -> bool {
+    STATE.load(Relaxed) == state::INACTIVE
+        || state::EXTENT_MODE.load(Relaxed) && ts().extent.get() == 0
+}
+
 // The cold entries take scalars, so the fast paths can tail-call them and need
 // no stack frame of their own; an inactive runtime returns right there.
 
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_access(tag: u8, pc: u64, addr: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Access { tag, pc, addr, value: None }, true);
@@ -56,7 +64,7 @@ unsafe extern "C" fn slow_access(tag: u8, pc: u64, addr: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_atomic(tag: u8, pc: u64, addr: u64, value: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Access { tag, pc, addr, value: Some(value) }, true);
@@ -65,7 +73,7 @@ unsafe extern "C" fn slow_atomic(tag: u8, pc: u64, addr: u64, value: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Rmw { op, lg, pc, addr, old }, true);
@@ -74,7 +82,7 @@ unsafe extern "C" fn slow_rmw(op: RmwOp, lg: u8, pc: u64, addr: u64, old: u64) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_enter(pc: u64, call_site: u64, sp: usize, frame: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Enter { pc, call_site, sp, frame }, true);
@@ -83,7 +91,7 @@ unsafe extern "C" fn slow_enter(pc: u64, call_site: u64, sp: usize, frame: u64) 
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn slow_exit(pc: u64, sp: usize) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     slow(Ev::Exit { pc, sp }, true);
@@ -224,7 +232,7 @@ pub(crate) fn clocked(t: u64) {
 #[cold]
 #[inline(never)]
 fn slow_clock(t: u64) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     control(Event::Clock(t));
@@ -310,7 +318,7 @@ pub(crate) enum Ev {
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn slow(ev: Ev, may_init: bool) {
-    if STATE.load(Relaxed) == state::INACTIVE {
+    if idle() {
         return;
     }
     let st = ts();
@@ -332,6 +340,9 @@ pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
     if st.pos.load(Relaxed) & BUSY != 0 {
         note_drop(st);
         return false;
+    }
+    if st.recording() && st.stale() {
+        state::restart(st);
     }
     if !st.recording()
         && (st.tstate.load(Relaxed) != T_NEW || !state::thread_start(st, None, may_init))
@@ -357,6 +368,19 @@ pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
     true
 }
 
+/// [`enter`] for an allocation event, which a live `trace:FUNC` probe records only
+/// inside its function.
+fn enter_in_extent(st: &ThreadState) -> bool {
+    if !enter(st, false) {
+        return false;
+    }
+    if !state::in_extent(st) {
+        guard_off(st);
+        return false;
+    }
+    true
+}
+
 /// Counts an event this thread could not record.
 fn note_drop(st: &ThreadState) {
     if st.recording() {
@@ -372,6 +396,7 @@ fn accesses_on(st: &ThreadState) -> bool {
     TRACING.load(Relaxed)
         && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
         && (!state::REGISTERED_ONLY.load(Relaxed) || st.registered.get())
+        && state::in_extent(st)
 }
 
 /// The value at `addr` (low 64 bits for 16-byte accesses).
@@ -478,6 +503,7 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
             }
             close_dead(st, sp, true);
             let emit = TRACING.load(Relaxed)
+                && state::in_extent(st)
                 && filter::allowed(pc)
                 && write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| {
                     e.func_enter(p, pc, call_site, frame)
@@ -687,7 +713,7 @@ fn stack_of(st: &ThreadState, fp: usize, buf: &mut [u64; MAX_STACK_DEPTH]) -> us
 /// Records an allocation made at `pc` (the caller's frame pointer is `fp`).
 pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
     let st = ts();
-    if !enter(st, false) {
+    if !enter_in_extent(st) {
         return;
     }
     let mut stack = [0u64; MAX_STACK_DEPTH];
@@ -704,7 +730,7 @@ pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
 /// Records a realloc.
 pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
     let st = ts();
-    if !enter(st, false) {
+    if !enter_in_extent(st) {
         return;
     }
     let mut stack = [0u64; MAX_STACK_DEPTH];
@@ -729,7 +755,7 @@ pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
 /// still be read).
 pub(crate) fn free(kind: FreeKind, pc: u64, addr: u64) {
     let st = ts();
-    if !enter(st, false) {
+    if !enter_in_extent(st) {
         return;
     }
     // SAFETY: owner, guard held.

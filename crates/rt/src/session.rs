@@ -89,6 +89,11 @@ pub(crate) struct Session {
     pub next_stream: AtomicU32,
     meta_seq: AtomicU32,
     chunks: AtomicU64,
+    /// Events written to the file.
+    events: AtomicU64,
+    /// The trace is finished and its descriptor closed (a live `trace` probe was
+    /// removed): the writers leave.
+    closed: AtomicBool,
     /// Events not recorded or not written.
     pub dropped_events: AtomicU64,
     dropped_bytes: AtomicU64,
@@ -118,8 +123,18 @@ impl Session {
         owner: bool,
         modules: Vec<Module>,
     ) -> Result<&'static Session, Error> {
+        let (fd, path) = open_output(base, owner, sys::getpid())?;
+        Ok(Session::start_on(opts, fd, path, modules))
+    }
+
+    /// [`Session::start`] on the trace `fd` already open at `path`.
+    pub(crate) fn start_on(
+        opts: &Options,
+        fd: c_int,
+        path: String,
+        modules: Vec<Module>,
+    ) -> &'static Session {
         let pid = sys::getpid();
-        let (fd, path) = open_output(base, owner, pid)?;
         let big = opts.buffer_bytes;
         let cap = 8 + 4 * opts.writers;
         let s: &'static Session = Box::leak(Box::new(Session {
@@ -143,6 +158,8 @@ impl Session {
             next_stream: AtomicU32::new(0),
             meta_seq: AtomicU32::new(0),
             chunks: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
             dropped_events: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
@@ -167,7 +184,24 @@ impl Session {
         s.write_meta(&recs, false, false, None);
         s.start_writers(opts.writers);
         SESSION.store(s as *const Session as *mut Session, Release);
-        Ok(s)
+        s
+    }
+
+    /// Events and bytes written so far, and events dropped.
+    pub(crate) fn written(&self) -> [u64; 3] {
+        [self.events.load(Relaxed), self.end.load(Relaxed), self.dropped_events.load(Relaxed)]
+    }
+
+    /// After the trace is finished: closes its descriptor and lets the writers go.
+    pub(crate) fn close(&self) {
+        self.file.lock();
+        let fd = self.fd.swap(-1, AcqRel);
+        if fd >= 0 {
+            crate::fds::close_raw(fd);
+        }
+        self.file.unlock();
+        self.closed.store(true, SeqCst);
+        self.wake_writers();
     }
 
     fn start_writers(&'static self, n: usize) {
@@ -283,6 +317,7 @@ impl Session {
                 None => {
                     self.end.store(off, Relaxed);
                     self.chunks.fetch_add(1, Relaxed);
+                    self.events.fetch_add(events, Relaxed);
                     true
                 }
             }
@@ -573,6 +608,20 @@ fn open_output(base: &str, owner: bool, pid: u32) -> Result<(c_int, String), Err
     Err(Error::Open { path: format!("{base}.{pid}"), errno: last })
 }
 
+/// Creates the trace of a live `trace` probe: a new file at `path` (never an
+/// existing one, never through a link), out of the program's way.
+pub(crate) fn create_new(path: &str) -> Result<c_int, Error> {
+    let err = |errno| Error::Open { path: path.to_string(), errno };
+    let c = std::ffi::CString::new(path).map_err(|_| err(libc::EINVAL))?;
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC;
+    // SAFETY: valid NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644) };
+    if fd < 0 {
+        return Err(err(sys::errno()));
+    }
+    Ok(crate::fds::move_high(fd))
+}
+
 /// The trace `memlens record` created (a fresh file, never a planted one) and
 /// passed open as `MEMLENS_OUTPUT_FD`; taken once, kept from programs this one
 /// starts.
@@ -608,6 +657,10 @@ extern "C" fn writer_main(arg: *mut c_void) -> *mut c_void {
             s.run_job(job, Some(&mut enc), &mut out, None);
             s.job_done();
             continue;
+        }
+        if s.closed.load(SeqCst) {
+            s.writers.fetch_sub(1, SeqCst);
+            return core::ptr::null_mut();
         }
         let w = s.wake.load(SeqCst);
         s.sleepers.fetch_add(1, SeqCst);

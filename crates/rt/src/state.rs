@@ -69,6 +69,16 @@ pub(crate) static VALUES: AtomicBool = AtomicBool::new(false);
 pub(crate) static REGISTERED_ONLY: AtomicBool = AtomicBool::new(false);
 /// `MEMLENS_FILTER` given.
 pub(crate) static FILTER_ON: AtomicBool = AtomicBool::new(false);
+/// A live `trace:FUNC` probe records: a thread records only inside the function's
+/// dynamic extent ([`ThreadState::extent`] > 0; `livetrace.rs`).
+pub(crate) static EXTENT_MODE: AtomicBool = AtomicBool::new(false);
+/// Recording sessions started in this process after the first one (live `trace`
+/// probes one after the other): a thread whose [`ThreadState::epoch`] differs
+/// belongs to an ended session and starts afresh at its next event ([`restart`]).
+pub(crate) static EPOCH: AtomicU32 = AtomicU32::new(0);
+/// The runtime may start recording later (a live `trace` probe, `livetrace.rs`):
+/// threads seen while inactive stay `T_NEW` instead of `T_OFF`.
+pub(crate) static MAY_START: AtomicBool = AtomicBool::new(false);
 
 static REGISTRY: [AtomicPtr<ThreadState>; SLOTS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; SLOTS];
@@ -138,6 +148,10 @@ pub(crate) struct ThreadState {
     pub lclock: Cell<u64>,
     /// Called `memlens_register_thread` (see [`REGISTERED_ONLY`]).
     pub registered: Cell<bool>,
+    /// Open calls of a live `trace:FUNC` probe's function (see [`EXTENT_MODE`]).
+    pub extent: Cell<u32>,
+    /// The [`EPOCH`] of the session this thread records into.
+    pub epoch: Cell<u32>,
     /// Open traced calls (`calls.rs`), mapped at the first one; never unmapped, since
     /// a traced call may return after the thread's recording ended.
     pub calls: Cell<*mut crate::calls::Frame>,
@@ -187,6 +201,8 @@ impl ThreadState {
             clock: Cell::new(0),
             lclock: Cell::new(0),
             registered: Cell::new(false),
+            extent: Cell::new(0),
+            epoch: Cell::new(0),
             calls: Cell::new(core::ptr::null_mut()),
             ncalls: Cell::new(0),
             own: AtomicU8::new(0),
@@ -265,6 +281,12 @@ impl ThreadState {
     #[inline(always)]
     pub(crate) fn recording(&self) -> bool {
         self.tstate.load(Relaxed) == T_REC
+    }
+
+    /// Recording into an ended session (see [`EPOCH`]): it must not write.
+    #[inline]
+    pub(crate) fn stale(&self) -> bool {
+        self.epoch.get() != EPOCH.load(Relaxed)
     }
 }
 
@@ -367,6 +389,13 @@ fn fast_ok(st: &ThreadState) -> bool {
         && (!ROI_MODE.load(Relaxed) || ROI_ON.load(Relaxed))
         && crate::order::mode() != crate::order::ATOMIC
         && (!REGISTERED_ONLY.load(Relaxed) || st.registered.get())
+        && in_extent(st)
+}
+
+/// Outside a live `trace:FUNC` probe's function nothing is recorded.
+#[inline]
+pub(crate) fn in_extent(st: &ThreadState) -> bool {
+    !EXTENT_MODE.load(Relaxed) || st.extent.get() > 0
 }
 
 /// Recomputes this thread's fast-path limit from the switches.
@@ -438,7 +467,9 @@ pub(crate) fn thread_start(st: &ThreadState, parent: Option<u32>, may_init: bool
     }
     match STATE.load(Acquire) {
         INACTIVE => {
-            st.tstate.store(T_OFF, Relaxed);
+            if !MAY_START.load(Relaxed) {
+                st.tstate.store(T_OFF, Relaxed);
+            }
             return false;
         }
         ACTIVE if st.guard.get() == 0 => {}
@@ -446,6 +477,7 @@ pub(crate) fn thread_start(st: &ThreadState, parent: Option<u32>, may_init: bool
     }
     let Some(sess) = session() else { return false };
     guard_on(st);
+    st.epoch.set(EPOCH.load(Relaxed));
     st.stream.set(sess.next_stream.fetch_add(1, Relaxed));
     st.seq.set(0);
     st.pthread.store(unsafe_pthread_self(), Relaxed);
@@ -514,7 +546,7 @@ pub(crate) fn finish_thread(st: &ThreadState) {
         return;
     }
     guard_on(st);
-    if STATE.load(Acquire) == ACTIVE {
+    if STATE.load(Acquire) == ACTIVE && !st.stale() {
         crate::record::flush_pending(st);
         crate::record::close_frames(st);
         crate::record::emit_control(st, &Event::ThreadExit);
@@ -529,6 +561,38 @@ pub(crate) fn finish_thread(st: &ThreadState) {
         // SAFETY: mapped in thread_start; nobody else uses a thread's shadow stack.
         unsafe { sys::unmap(sh.cast(), SHADOW_BYTES) };
     }
+    guard_off(st);
+}
+
+/// A thread of an ended session (see [`EPOCH`]) at its first event since: its
+/// buffer went out with that session's end, its open frames are not the new
+/// session's; it leaves the registry and is new again (owner, guard not held).
+pub(crate) fn restart(st: &ThreadState) {
+    guard_on(st);
+    take_own(st);
+    unregister(st);
+    let buf = st.buf.replace(0);
+    if buf != 0 && st.stolen.load(Relaxed) {
+        // taken and written out by the session's end (which drained its writers)
+        // SAFETY: mapped by `acquire` for `buf_cap` bytes; no one holds it now.
+        unsafe { sys::unmap(buf as *mut u8, crate::session::region_len(st.buf_cap.get())) };
+    }
+    st.stolen.store(false, Relaxed);
+    st.buf_end.set(0);
+    st.pos.store(0, Relaxed);
+    st.pend.set(Pending::NONE);
+    st.dropped.set(0);
+    st.reset_chunk();
+    st.reset_side();
+    let sh = st.shadow.get();
+    if !sh.is_null() {
+        for i in 0..st.depth.get().min(SHADOW_CAP) {
+            // SAFETY: entries below depth were written by this thread.
+            unsafe { *sh.add(i) &= !1 };
+        }
+    }
+    st.tstate.store(T_NEW, Relaxed);
+    st.own.store(0, Release);
     guard_off(st);
 }
 
@@ -660,6 +724,7 @@ pub(crate) fn steal_parked(t: u64, lagging: impl Fn(u32) -> bool, mut done: impl
         }
         if st.parked.load(SeqCst)
             && st.recording()
+            && !st.stale()
             && st.lclock.get() < t
             && park_chunk(sess, st, t)
         {

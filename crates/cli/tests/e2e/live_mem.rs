@@ -12,7 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-fn build(dir: &Path, src: &str) -> PathBuf {
+pub(crate) fn build(dir: &Path, src: &str) -> PathBuf {
     let exe = dir.join(src.trim_end_matches(".c"));
     let out = Command::new(memlens())
         .args(["cc", "-O1", "-g", "-pthread"])
@@ -27,14 +27,14 @@ fn build(dir: &Path, src: &str) -> PathBuf {
 }
 
 /// A program driven over stdin, started with its runtime's control socket.
-struct Driven {
+pub(crate) struct Driven {
     child: Child,
     input: ChildStdin,
     lines: Receiver<String>,
 }
 
 impl Driven {
-    fn start(dir: &Path, exe: &Path) -> Driven {
+    pub(crate) fn start(dir: &Path, exe: &Path) -> Driven {
         let run = dir.join("run");
         std::fs::create_dir_all(&run).unwrap();
         let mut child = Command::new(exe)
@@ -61,7 +61,7 @@ impl Driven {
         d
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
@@ -80,11 +80,11 @@ impl Driven {
     }
 
     /// Sends one command and returns the number its "done" line ends with.
-    fn run(&mut self, cmd: &str) -> i64 {
+    pub(crate) fn run(&mut self, cmd: &str) -> i64 {
         *self.send(cmd).last().unwrap()
     }
 
-    fn quit(mut self) {
+    pub(crate) fn quit(mut self) {
         writeln!(self.input, "q").unwrap();
         self.input.flush().unwrap();
         assert!(self.child.wait().unwrap().success());

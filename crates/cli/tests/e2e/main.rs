@@ -23,6 +23,7 @@ mod live_gui;
 mod live_mem;
 mod live_pads;
 mod live_probes;
+mod live_trace;
 mod names;
 mod order;
 mod parallel_read;
