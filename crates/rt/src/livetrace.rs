@@ -58,15 +58,16 @@ pub(crate) fn start(path: &str, extent: bool) -> Result<(), String> {
         state::EPOCH.fetch_add(1, SeqCst);
     }
     let mut opts = crate::options::get().clone();
-    opts.output = Some(path.to_string());
+    opts.rec.output = Some(path.to_string());
     opts.trace_calls = None;
     opts.filter = None;
-    opts.roi = false;
+    opts.rec.roi = false;
     if opts.order == crate::order::ATOMIC {
         // stripes held across accesses need every thread recording from the start
         opts.order = crate::order::SYNC;
+        opts.rec.order = memlens_contract::options::Order::Sync;
     }
-    state::VALUES.store(opts.values, SeqCst);
+    state::VALUES.store(opts.rec.values, SeqCst);
     state::REGISTERED_ONLY.store(opts.registered_only, SeqCst);
     crate::session::Session::start_on(&opts, fd, path.to_string(), crate::modules::scan());
     crate::order::configure(opts.order, opts.order_locks, opts.order_line, opts.cas_as_write);
