@@ -643,10 +643,87 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     /// fraction of the full decoder's cost. Returns the number of events.
     pub fn skeleton(&mut self, mut f: impl FnMut(u64, Event)) -> Result<u64, DecodeError> {
         let mut n = 0u64;
-        while self.skip_one(n, &mut f)? {
+        loop {
+            // a repeat of accesses only is stepped over whole
+            if !self.rep.active && self.pos < self.end && self.buf.as_ref()[self.pos] == tag::REPEAT
+            {
+                if let Some((body, after, reps, p)) = self.repeat_head() {
+                    let pc0 = self.pred.prev_pc;
+                    if self.walk_body(body, pc0, p, |t, _, _| t <= tag::FENCE).is_some() {
+                        self.pos = after;
+                        n += reps * p;
+                        continue;
+                    }
+                }
+            }
+            if !self.skip_one(n, &mut f)? {
+                return Ok(n);
+            }
             n += 1;
         }
-        Ok(n)
+    }
+
+    /// The `repeat` at the cursor, checked as [`Decoder::at_end`] checks it:
+    /// its body's start, the op position after it, the count and the events in
+    /// the body.
+    pub(super) fn repeat_head(&self) -> Option<(usize, usize, u64, u64)> {
+        let buf = &self.buf.as_ref()[..self.end];
+        let tag_at = self.pos;
+        let mut at = tag_at + 1;
+        let mut field = || varint::get(buf, &mut at);
+        let (bp, _bs, reps, p) = (field()?, field()?, field()?, field()?);
+        if bp == 0 || bp as usize > tag_at - self.ops0 || reps == 0 || p == 0 || p > bp {
+            return None;
+        }
+        if reps.checked_mul(p)? > u64::from(u32::MAX) {
+            return None;
+        }
+        Some((tag_at - bp as usize, at, reps, p))
+    }
+
+    /// Walks the op bytes of the body from `body` to the cursor (a repeat's tag)
+    /// from pc `pc0`, calling `f(tag, pc, range length)` per event while it
+    /// accepts them: `Some` when `f` accepted `p` events of kinds whose op bytes
+    /// are the tag and the pc (accesses, fences, entries and exits; ranges and
+    /// atomics with their length or operation) and the body ends at `pc0`.
+    pub(super) fn walk_body(
+        &self,
+        body: usize,
+        pc0: u64,
+        p: u64,
+        mut f: impl FnMut(u8, u64, u64) -> bool,
+    ) -> Option<()> {
+        let buf = &self.buf.as_ref()[..self.pos];
+        let (mut i, mut pc, mut events) = (body, pc0, 0u64);
+        while i < buf.len() {
+            let t = buf[i];
+            let mut j = i + 1;
+            if t == tag::RMW {
+                let b = *buf.get(j)?;
+                if RmwOp::from_u8(b >> 4).is_none() || b & 7 > 4 {
+                    return None;
+                }
+                j += 1;
+            }
+            let dpc = varint::get(buf, &mut j)?;
+            pc = pc.wrapping_add(unzigzag(dpc) as u64);
+            let len = match t {
+                0..=tag::ACCESS_MAX if t & 7 <= 4 => 0,
+                tag::RANGE_READ | tag::RANGE_WRITE => varint::get(buf, &mut j)?,
+                tag::RMW | tag::FUNC_ENTER | tag::FUNC_EXIT => 0,
+                tag::FENCE => {
+                    j += 1;
+                    0
+                }
+                _ => return None,
+            };
+            if j > buf.len() || !f(t, pc, len) {
+                return None;
+            }
+            i = j;
+            events += 1;
+        }
+        (i == buf.len() && pc == pc0 && events == p).then_some(())
     }
 
     /// One event of [`Decoder::skeleton`] (number `n`): `false` at the end.

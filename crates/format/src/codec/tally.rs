@@ -471,56 +471,19 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         enters: &mut u64,
         exits: &mut u64,
     ) -> Option<u64> {
-        let buf = &self.buf.as_ref()[..self.end];
-        let tag_at = self.pos;
-        let mut at = tag_at + 1;
-        let mut field = || {
-            let v = crate::varint::get(buf, &mut at)?;
-            Some(v)
-        };
-        let (bp, _bs, reps, p) = (field()?, field()?, field()?, field()?);
-        let after = at;
-        if bp == 0 || bp as usize > tag_at - self.ops0 || reps == 0 || p == 0 || p > bp {
-            return None;
-        }
-        if reps.checked_mul(p)? > u64::from(u32::MAX) {
-            return None;
-        }
-        let (body, reps32) = (tag_at - bp as usize, u32::try_from(reps).ok()?);
+        let (body, after, reps, p) = self.repeat_head()?;
+        let reps32 = u32::try_from(reps).ok()?;
+        let counted = |t: u8| t <= tag::RANGE_WRITE || t == tag::FUNC_ENTER || t == tag::FUNC_EXIT;
         // first pass: check the body, second: count it
-        for count in [false, true] {
-            let (mut i, mut pc, mut events) = (body, pc0, 0u64);
-            while i < tag_at {
-                let t = buf[i];
-                let mut j = i + 1;
-                let dpc = crate::varint::get(&buf[..tag_at], &mut j)?;
-                pc = pc.wrapping_add(unzigzag(dpc) as u64);
-                match t {
-                    0..=tag::ACCESS_MAX if t & 7 <= 4 => {
-                        if count {
-                            tally.add_n(pc, t & !tag::ACCESS_VALUE, 0, reps32);
-                        }
-                    }
-                    tag::RANGE_READ | tag::RANGE_WRITE => {
-                        let len = crate::varint::get(&buf[..tag_at], &mut j)?;
-                        if count {
-                            tally.add_n(pc, t, len, reps32);
-                        }
-                    }
-                    tag::FUNC_ENTER | tag::FUNC_EXIT => {
-                        if count {
-                            *if t == tag::FUNC_ENTER { &mut *enters } else { &mut *exits } += reps;
-                        }
-                    }
-                    _ => return None,
-                }
-                i = j;
-                events += 1;
+        self.walk_body(body, pc0, p, |t, _, _| counted(t))?;
+        self.walk_body(body, pc0, p, |t, pc, len| {
+            match t {
+                tag::FUNC_ENTER => *enters += reps,
+                tag::FUNC_EXIT => *exits += reps,
+                _ => tally.add_n(pc, t & !tag::ACCESS_VALUE, len, reps32),
             }
-            if i != tag_at || pc != pc0 || events != p {
-                return None;
-            }
-        }
+            true
+        })?;
         self.pos = after;
         Some(reps * p)
     }
