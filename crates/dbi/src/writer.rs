@@ -9,7 +9,9 @@
 //! queue to be refilled.
 
 use crate::decode::{MERGE, OP_MASK, WIDE32};
-use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
+use crate::thread::{
+    MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_TIME, M_VALUE, PC_MASK, RAW_WORDS,
+};
 use crossbeam_queue::ArrayQueue;
 use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
 use memlens_format::{
@@ -258,6 +260,7 @@ impl Stream {
                         self.counts.events += 1;
                     }
                     M_CLOCK => self.event(&Event::Clock(a)),
+                    M_TIME => self.event(&Event::Time(a)),
                     _ => {} // a stray value marker
                 }
             }
@@ -303,6 +306,7 @@ pub fn start(
         MetaRecord::Process { pid, exe, argv },
         MetaRecord::Option("dbi".into(), "qemu".into()),
         MetaRecord::Option("dbi_filter".into(), filter),
+        MetaRecord::Option("clock_offset".into(), crate::thread::clock_offset().to_string()),
     ];
     meta.extend(crate::modules::all().into_iter().map(MetaRecord::Module));
     tx.send(Msg::Meta(meta)).ok();

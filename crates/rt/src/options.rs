@@ -107,8 +107,16 @@ impl Options {
             o("cas_as_write", b(self.cas_as_write)),
             o("registered_only", b(self.registered_only)),
             o("trace_calls", self.trace_calls.clone().unwrap_or_default()),
+            // `Time` events are CLOCK_MONOTONIC; this turns them into Unix time
+            o("clock_offset", clock_offset().to_string()),
         ]
     }
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC in ns, read back to back.
+pub(crate) fn clock_offset() -> i64 {
+    let m = crate::sys::monotonic_ns();
+    crate::sys::realtime_ns() as i64 - m as i64
 }
 
 #[cfg(test)]
@@ -131,7 +139,7 @@ mod tests {
         assert_eq!(o.output.as_deref(), Some("/tmp/x"));
         assert_eq!((o.stack_depth, o.buffer_bytes, o.zstd_level), (64, 64 * 1024, 1));
         assert!(o.values && !o.roi);
-        assert_eq!(o.records().len(), 15);
+        assert_eq!(o.records().len(), 16);
         assert!(o.zstd_adapt);
         assert!(!Options::parse(|k| (k == "MEMLENS_ZSTD_ADAPT").then(|| "0".into())).zstd_adapt);
     }

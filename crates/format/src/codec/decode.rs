@@ -415,6 +415,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             tag::CLOCK => Event::Clock(self.v()?),
             tag::DROPPED => Event::Dropped(self.v()?),
             tag::SIGNAL => Event::Signal(unzigzag(self.v()?) as i32),
+            tag::TIME => Event::Time(self.v()?),
             _ => {
                 self.pos -= 1;
                 return Err(self.err("unknown event tag"));

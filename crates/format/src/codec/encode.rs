@@ -182,6 +182,16 @@ impl Encoder {
         varint::put(p.add(1), t)
     }
 
+    /// Encodes a wall-clock stamp (`Event::Time`, CLOCK_MONOTONIC ns).
+    ///
+    /// # Safety
+    /// `p` must be valid for [`MAX_ACCESS_LEN`] bytes.
+    #[inline(always)]
+    pub unsafe fn time(&mut self, p: *mut u8, ns: u64) -> *mut u8 {
+        p.write(tag::TIME);
+        varint::put(p.add(1), ns)
+    }
+
     /// Encodes a fence.
     ///
     /// # Safety
@@ -375,6 +385,7 @@ impl Encoder {
                 p.write(tag::DROPPED);
                 varint::put(p.add(1), *n)
             }
+            Event::Time(ns) => self.time(p, *ns),
             Event::Signal(s) => {
                 p.write(tag::SIGNAL);
                 varint::put(p.add(1), zigzag(i64::from(*s)))

@@ -30,7 +30,7 @@
 //! - `0x60` alloc: kind, pc, addr, size, n, n stack pcs (zigzag deltas from pc).
 //! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
 //! - `0x70` thread start: os tid, parent+1, stack low, stack high, thread pointer, name.
-//! - `0x71..` other thread and control events, see [`Tag`].
+//! - `0x71..` other thread and control events, see [`Tag`]; `0x7d` time: CLOCK_MONOTONIC ns.
 //!
 //! The code by role: `encode.rs` ([`Encoder`]), `decode.rs` ([`Decoder`]'s events),
 //! `columns.rs` ([`Columns`], [`Decoder::decode_columns`]), `tally.rs` (the counts
@@ -99,6 +99,7 @@ pub mod tag {
     pub const CLOCK: u8 = 0x7a;
     pub const DROPPED: u8 = 0x7b;
     pub const SIGNAL: u8 = 0x7c;
+    pub const TIME: u8 = 0x7d;
 }
 pub use tag as Tag;
 

@@ -208,6 +208,7 @@ fn sample() -> Vec<Event> {
         Event::Clock(123456789),
         Event::Dropped(17),
         Event::Signal(11),
+        Event::Time(1_234_567_890_123),
         Event::ThreadExit,
     ]
 }
