@@ -36,3 +36,4 @@ mod tables;
 mod untraced;
 mod view;
 mod view_index;
+mod view_time;
