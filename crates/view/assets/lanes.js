@@ -109,8 +109,12 @@
       }
       return c;
     });
-    let max = 1;
-    for (const c of cols) for (const v of c) if (v > max) max = v;
+    // bar scale: the 95th percentile of the busy columns (a few dense pixels would
+    // flatten everything else); taller columns are clipped and drawn brighter
+    const busy = [];
+    for (const c of cols) for (const v of c) if (v > 0) busy.push(v);
+    busy.sort((a, b) => a - b);
+    const max = Math.max(1e-9, busy.length ? busy[Math.floor(0.95 * (busy.length - 1))] : 1);
     const drawn = [];
     g.font = "11px sans-serif";
     lanes.forEach((ln, k) => {
@@ -121,13 +125,13 @@
       g.fillText(ln.name || "thread", 6, y + 13);
       g.fillStyle = "#999";
       g.fillText("tid " + ln.tid + " · T" + ln.thread, 6, y + 27);
-      g.fillStyle = "#4fa07a";
       let first = -1, last = -1;
       for (let p = 0; p < W; p++) {
         if (c[p] <= 0) continue;
         if (first < 0) first = p;
         last = p;
-        const hh = Math.max(1, (c[p] / max) * BAR);
+        const hh = Math.max(1, Math.min(1, c[p] / max) * BAR);
+        g.fillStyle = c[p] > max ? "#8fe0b0" : "#4fa07a";
         g.fillRect(GUT + p, y + BAR - hh, 1, hh);
       }
       // the thread's active time: from the first stamp after which it did operations
