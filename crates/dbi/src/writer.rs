@@ -9,9 +9,7 @@
 //! queue to be refilled.
 
 use crate::decode::{MERGE, OP_MASK, WIDE32};
-use crate::thread::{
-    MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_TIME, M_VALUE, PC_MASK, RAW_WORDS,
-};
+use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_TIME, M_VALUE, PC_MASK, RAW_WORDS};
 use crossbeam_queue::ArrayQueue;
 use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
 use memlens_format::{

@@ -73,7 +73,11 @@ impl LaneBuilder {
             let (Some(&a), Some(&b)) = (l.stamps.first(), l.stamps.last()) else { continue };
             let total = ops(t);
             if total > b[2] {
-                let rate = if b[2] > a[2] { (b[0] - a[0]) as f64 / (b[2] - a[2]) as f64 } else { global_rate };
+                let rate = if b[2] > a[2] {
+                    (b[0] - a[0]) as f64 / (b[2] - a[2]) as f64
+                } else {
+                    global_rate
+                };
                 let ns = b[0] + ((total - b[2]) as f64 * rate).ceil() as u64;
                 l.stamps.push([ns, end, total]);
             }
@@ -119,7 +123,9 @@ impl Lanes {
         let all: Vec<Stamp> = bytes
             .chunks_exact(STAMP_BYTES)
             .map(|c| {
-                let w = |i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+                let w = |i: usize| {
+                    u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default())
+                };
                 [w(0), w(1), w(2)]
             })
             .collect();
@@ -180,7 +186,8 @@ mod tests {
         b.stamp(ThreadId(1), 5_000, 7, 0);
         // thread 1 did 50 operations after its only stamp: extrapolated at the
         // average rate of the stamped threads (10 ns per operation)
-        let (lanes, time, n) = b.finish(&dir, |t| if t == 0 { 999 } else { 50 }, 2000, Some(-3)).unwrap();
+        let (lanes, time, n) =
+            b.finish(&dir, |t| if t == 0 { 999 } else { 50 }, 2000, Some(-3)).unwrap();
         assert_eq!(n, (1000 + 2) * STAMP_BYTES as u64);
         assert_eq!(time["t0"], 1_000);
         assert_eq!(time["t1"], 10_990);

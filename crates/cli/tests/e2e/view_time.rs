@@ -24,7 +24,9 @@ fn by_thread(trace: &Path) -> BTreeMap<u64, Vec<Value>> {
 /// The time range that brackets a thread's stores at the `@work` line: from the
 /// last stamp before the first of them to the first stamp after the last.
 fn work_range(evs: &[Value], line: u64) -> (u64, u64) {
-    let is_work = |e: &Value| e["line"] == line && e["file"].as_str().is_some_and(|f| f.ends_with("overlap.c"));
+    let is_work = |e: &Value| {
+        e["line"] == line && e["file"].as_str().is_some_and(|f| f.ends_with("overlap.c"))
+    };
     let first = evs.iter().position(is_work).expect("no work stores");
     let last = evs.iter().rposition(is_work).unwrap();
     let ns = |e: &Value| e["ns"].as_u64();
@@ -147,14 +149,20 @@ fn viewer_draws_one_wall_clock_lane_per_thread_and_the_workers_overlap() {
     assert_eq!(names.len(), 3, "{names:?}");
     assert!(names.contains(&"worker-a") && names.contains(&"worker-b"), "{names:?}");
     let (t0, t1) = (meta["time"]["t0"].as_u64().unwrap(), meta["time"]["t1"].as_u64().unwrap());
-    let (st, body) =
-        http(s.port, "GET", &format!("/api/lanes?token={}&t0={t0}&t1={t1}&n=100000", s.token), None);
+    let (st, body) = http(
+        s.port,
+        "GET",
+        &format!("/api/lanes?token={}&t0={t0}&t1={t1}&n=100000", s.token),
+        None,
+    );
     assert_eq!(st, 200);
     let w: Value = serde_json::from_slice(&body).unwrap();
     let mut active = Vec::new();
     for l in w["lanes"].as_array().unwrap() {
         let st: Vec<[u64; 3]> = serde_json::from_value(l["stamps"].clone()).unwrap();
-        assert!(st.windows(2).all(|p| p[0][0] <= p[1][0] && p[0][1] <= p[1][1] && p[0][2] <= p[1][2]));
+        assert!(st
+            .windows(2)
+            .all(|p| p[0][0] <= p[1][0] && p[0][1] <= p[1][1] && p[0][2] <= p[1][2]));
         let own = st.last().unwrap()[2];
         if own >= 100_000 {
             // the span of stamps during which the worker did operations
@@ -174,7 +182,8 @@ fn viewer_draws_one_wall_clock_lane_per_thread_and_the_workers_overlap() {
     assert_eq!(l["mode"], "time", "wall-clock time is the default axis: {l}");
     let drawn = l["drawn"].as_array().unwrap();
     assert_eq!(drawn.len(), 3);
-    let label = b.js("return document.getElementById('lanes').dataset.lanes").as_str().unwrap().to_string();
+    let label =
+        b.js("return document.getElementById('lanes').dataset.lanes").as_str().unwrap().to_string();
     for ln in lanes {
         let want = format!("{} {}", ln["name"].as_str().unwrap(), ln["tid"]);
         assert!(label.contains(&want), "{label} lacks {want}");
@@ -189,7 +198,10 @@ fn viewer_draws_one_wall_clock_lane_per_thread_and_the_workers_overlap() {
     assert!(px[0].0.max(px[1].0) < px[0].1.min(px[1].1), "{px:?}");
     for d in drawn {
         let top = d["top"].as_f64().unwrap();
-        assert!(drawn.iter().all(|o| o == d || (o["top"].as_f64().unwrap() - top).abs() >= d["height"].as_f64().unwrap()));
+        assert!(drawn
+            .iter()
+            .all(|o| o == d
+                || (o["top"].as_f64().unwrap() - top).abs() >= d["height"].as_f64().unwrap()));
     }
     // Selecting a time range: the map and the source metrics follow its operations.
     let (a, z) = (active[0].0.max(active[1].0), active[0].1.min(active[1].1));
@@ -203,7 +215,10 @@ fn viewer_draws_one_wall_clock_lane_per_thread_and_the_workers_overlap() {
     b.screenshot(&dir.join("lanes.png"));
     // The switch keeps the merged order.
     b.js("const x = document.getElementById('xmode'); x.value = 'order'; x.dispatchEvent(new Event('change'));");
-    assert_eq!(b.js("return document.getElementById('timelanes').classList.contains('off')"), json!(true));
+    assert_eq!(
+        b.js("return document.getElementById('timelanes').classList.contains('off')"),
+        json!(true)
+    );
     eprintln!("screenshot: {}", dir.join("lanes.png").display());
 }
 
@@ -213,7 +228,8 @@ fn without_time(src: &Path, dst: &Path) {
     let r = TraceReader::open(src).unwrap();
     let m = r.meta();
     let mut w = TraceWriter::new(std::fs::File::create(dst).unwrap(), m.pid, 1).unwrap();
-    let mut recs = vec![MetaRecord::Process { pid: m.pid, exe: m.exe.clone(), argv: m.argv.clone() }];
+    let mut recs =
+        vec![MetaRecord::Process { pid: m.pid, exe: m.exe.clone(), argv: m.argv.clone() }];
     recs.extend(m.modules.iter().cloned().map(MetaRecord::Module));
     for (k, v) in m.options.iter().filter(|o| o.0 != "clock_offset") {
         recs.push(MetaRecord::Option(k.clone(), v.clone()));
@@ -240,7 +256,9 @@ fn a_trace_without_time_stamps_views_in_merged_order_with_a_note() {
     assert!(dump(&old).iter().all(|e| e["event"] != "time"));
     let out = run_memlens(&["view", "--no-serve", old.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let meta: Value = serde_json::from_slice(&std::fs::read(dir.join("old.trace.mlview/meta.json")).unwrap()).unwrap();
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("old.trace.mlview/meta.json")).unwrap())
+            .unwrap();
     assert_eq!(meta["lanes"], json!([]));
     assert!(meta["time"].is_null());
     assert!(meta["ops"].as_u64().unwrap() >= 200_000, "{}", meta["ops"]);
@@ -252,7 +270,11 @@ fn a_trace_without_time_stamps_views_in_merged_order_with_a_note() {
     open(&b, &s);
     let l = b.js("return memlens.lanes");
     assert_eq!(l["mode"], "order", "{l}");
-    let note = b.js("return document.getElementById('timenote').textContent").as_str().unwrap().to_string();
+    let note = b
+        .js("return document.getElementById('timenote').textContent")
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(note.contains("merged order"), "{note}");
     assert_eq!(b.js("return document.getElementById('timenote').hidden"), json!(false));
     assert_eq!(b.js("return memlens.ready"), json!(true));
