@@ -67,10 +67,10 @@ fn threads_that_run_together_have_overlapping_monotonic_time_stamps() {
             let between = w[1].0 - w[0].0 - 1;
             assert!(between <= 4096, "thread {t}: {between} events between stamps");
         }
+        // every thread ends with a stamp just before thread_exit (main: at exit)
+        assert_eq!(evs[evs.len() - 1]["event"], "thread_exit", "thread {t}");
+        assert_eq!(stamps.last().unwrap().0, n - 2, "thread {t}: stamp before exit");
         if *t > 0 {
-            // workers end with a stamp just before thread_exit
-            assert_eq!(evs[evs.len() - 1]["event"], "thread_exit");
-            assert_eq!(stamps.last().unwrap().0, n - 2, "thread {t}: stamp before exit");
             let stores = evs.iter().filter(|e| e["line"] == line).count();
             assert_eq!(stores, 100_000, "thread {t}: K stores");
             ranges.push(work_range(evs, line));
