@@ -634,5 +634,6 @@ pub fn event_json(ev: &Event) -> Value {
         Event::Clock(t) => json!({"event": "clock", "time": t}),
         Event::Dropped(n) => json!({"event": "dropped", "events": n}),
         Event::Signal(s) => json!({"event": "signal", "signal": s}),
+        Event::Time(ns) => json!({"event": "time", "ns": ns}),
     }
 }

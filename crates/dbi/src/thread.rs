@@ -37,6 +37,9 @@ pub const M_EXIT: u64 = 3;
 pub const M_CLOCK: u64 = 4;
 /// The value of the access just before (`--values`): first word = the value.
 pub const M_VALUE: u64 = 5;
+/// A wall-clock stamp: first word = CLOCK_MONOTONIC ns. One starts every raw
+/// buffer (at most 4 Ki records, so at least every 4,096 events).
+pub const M_TIME: u64 = 6;
 /// Shadow call stack entries kept per thread (the oldest half goes when full).
 const MAX_SHADOW: usize = 4096;
 /// Full buffers a thread keeps back until the preload library reports its stack
@@ -62,6 +65,22 @@ static SHIFT_FFI: AtomicBool = AtomicBool::new(false);
 
 /// Callers recorded with each allocation (`--stack-depth`).
 pub static STACK_DEPTH: AtomicUsize = AtomicUsize::new(8);
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC in ns (the metadata option `clock_offset`).
+pub fn clock_offset() -> i64 {
+    let m = monotonic_ns();
+    let r = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    r - m as i64
+}
 
 fn update_recording() {
     let on = !TRACE_OFF.load(SeqCst) && (!ROI_MODE.load(SeqCst) || ROI_ON.load(SeqCst));
@@ -265,6 +284,7 @@ fn init(vcpu: c_uint) -> &'static mut Ts {
         stack_hi: Addr(hi),
         tls: Addr(tls),
     });
+    t.stamp_time();
     t
 }
 
@@ -309,6 +329,9 @@ impl Ts {
         let events = std::mem::take(&mut self.events);
         self.words.reserve(RAW_WORDS);
         self.reset_ptrs();
+        if !last {
+            self.stamp_time();
+        }
         let raw = Raw { stream: self.stream, words, events, last, clock0: self.clock0 };
         // No stack bounds yet, and the preload library will report them.
         let unknown = self.stack.1 == 0 && !STATIC.load(Relaxed);
@@ -351,6 +374,13 @@ impl Ts {
         }
     }
 
+    /// Appends a `Time` stamp (vDSO clock_gettime).
+    fn stamp_time(&mut self) {
+        if !self.done {
+            self.put(monotonic_ns(), MARK | (M_TIME << 48));
+        }
+    }
+
     fn event(&mut self, ev: Event) {
         if self.done {
             return;
@@ -366,6 +396,7 @@ impl Ts {
             return;
         }
         if exit {
+            self.stamp_time();
             self.event(Event::ThreadExit);
         }
         self.done = true;

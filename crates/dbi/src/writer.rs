@@ -9,7 +9,7 @@
 //! queue to be refilled.
 
 use crate::decode::{MERGE, OP_MASK, WIDE32};
-use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_VALUE, PC_MASK, RAW_WORDS};
+use crate::thread::{MARK, M_CLOCK, M_ENTER, M_EVENT, M_EXIT, M_TIME, M_VALUE, PC_MASK, RAW_WORDS};
 use crossbeam_queue::ArrayQueue;
 use memlens_contract::options::Recording;
 use memlens_format::codec::{access_tag, Encoder, Streams, MAX_ACCESS_LEN};
@@ -256,6 +256,7 @@ impl Stream {
                         self.counts.events += 1;
                     }
                     M_CLOCK => self.event(&Event::Clock(a)),
+                    M_TIME => self.event(&Event::Time(a)),
                     _ => {} // a stray value marker
                 }
             }
@@ -302,6 +303,7 @@ pub fn start(
         MetaRecord::Process { pid, exe, argv },
         MetaRecord::Option("dbi".into(), "qemu".into()),
         MetaRecord::Option("dbi_filter".into(), filter),
+        MetaRecord::Option("clock_offset".into(), crate::thread::clock_offset().to_string()),
     ];
     // the options the compiled path records too, by the same names
     meta.extend(rec.records().into_iter().map(|(k, v)| MetaRecord::Option(k.into(), v)));

@@ -331,6 +331,9 @@ pub enum Event {
     Dropped(u64),
     /// A fatal signal arrived.
     Signal(i32),
+    /// Wall-clock stamp: CLOCK_MONOTONIC nanoseconds when the thread reached this
+    /// point (the metadata option `clock_offset` turns it into Unix time).
+    Time(u64),
 }
 
 impl Event {
@@ -451,6 +454,7 @@ impl fmt::Display for Event {
             Event::Clock(t) => write!(f, "clock {t}"),
             Event::Dropped(n) => write!(f, "dropped {n}"),
             Event::Signal(s) => write!(f, "signal {s}"),
+            Event::Time(ns) => write!(f, "time {ns}"),
         }
     }
 }

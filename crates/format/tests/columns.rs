@@ -78,6 +78,7 @@ fn arb_event() -> impl Strategy<Value = Event> {
             kind: FreeKind::Free
         }),
         1 => any::<u64>().prop_map(Event::Clock),
+        1 => any::<u64>().prop_map(Event::Time),
         1 => Just(Event::ThreadExit),
     ]
 }

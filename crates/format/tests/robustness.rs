@@ -78,6 +78,7 @@ fn arb_event() -> impl Strategy<Value = Event> {
             tls: Addr(s / 2)
         }),
         any::<u64>().prop_map(Event::Clock),
+        any::<u64>().prop_map(Event::Time),
         any::<i64>().prop_map(Event::RegisterThread),
     ]
 }

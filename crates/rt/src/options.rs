@@ -91,9 +91,17 @@ impl Options {
             o("cas_as_write", b(self.cas_as_write)),
             o("registered_only", b(self.registered_only)),
             o("trace_calls", self.trace_calls.clone().unwrap_or_default()),
+            // `Time` events are CLOCK_MONOTONIC; this turns them into Unix time
+            o("clock_offset", clock_offset().to_string()),
         ]);
         recs
     }
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC in ns, read back to back.
+pub(crate) fn clock_offset() -> i64 {
+    let m = crate::sys::monotonic_ns();
+    crate::sys::realtime_ns() as i64 - m as i64
 }
 
 #[cfg(test)]
@@ -119,7 +127,7 @@ mod tests {
         assert_eq!(o.rec.output.as_deref(), Some("/tmp/x"));
         assert_eq!((o.rec.stack_depth, o.buffer_bytes, o.rec.zstd_level), (64, 64 * 1024, 1));
         assert!(o.rec.values && !o.rec.roi);
-        assert_eq!(o.records().len(), 15);
+        assert_eq!(o.records().len(), 17);
         assert!(o.zstd_adapt);
         assert!(!Options::parse(|k| (k == "MEMLENS_ZSTD_ADAPT").then(|| "0".into())).zstd_adapt);
     }

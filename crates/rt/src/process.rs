@@ -232,6 +232,8 @@ pub(crate) fn finish(end: EndStatus, mode: Mode) -> bool {
         // After a successful exec no frame returns; after a failed one the real
         // exits find the shadow stack empty and are not recorded, so it balances.
         record::close_frames(st);
+        // the end of this thread's time (other threads' buffers are taken as they are)
+        record::stamp_time(st);
         if mode == Mode::Exit {
             record::emit_control(st, &Event::ThreadExit);
         }

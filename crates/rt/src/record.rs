@@ -353,6 +353,9 @@ pub(crate) fn enter(st: &ThreadState, may_init: bool) -> bool {
         return false;
     }
     state::guard_on(st);
+    if st.pos.load(Relaxed) >= st.stamp_at.get() {
+        stamp_time(st);
+    }
     // Releases stripes held across the previous access; hands a lagging buffer over.
     order::on_enter(st);
     if st.name_kick.load(Relaxed) {
@@ -379,6 +382,15 @@ fn enter_in_extent(st: &ThreadState) -> bool {
         return false;
     }
     true
+}
+
+/// Writes a `Time` stamp now and schedules the next one [`state::STAMP_BYTES`]
+/// further (the fast path's limit stops there). Guard held.
+pub(crate) fn stamp_time(st: &ThreadState) {
+    let now = crate::sys::monotonic_ns();
+    // SAFETY: owner, guard held; a stamp takes at most MAX_ACCESS_LEN bytes.
+    unsafe { write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.time(p, now)) };
+    st.stamp_at.set((st.pos.load(Relaxed) & !BUSY) + state::STAMP_BYTES);
 }
 
 /// Counts an event this thread could not record.

@@ -33,6 +33,11 @@ use memlens_format::{Addr, ChunkCounts, Event, ThreadId};
 pub(crate) const BUSY: usize = 1 << 63;
 /// Room kept free below `limit`: enough for the largest hot-path event pair.
 pub(crate) const RESERVE: usize = 4 * MAX_ACCESS_LEN;
+/// Op-stream bytes between two `Time` stamps: an event takes at least two op bytes
+/// (tag and pc; only rare control events take one), so a thread stamps at least
+/// every 4,096 events. The fast path's `limit` stops at the next stamp's position,
+/// so stamping costs the hot path nothing.
+pub(crate) const STAMP_BYTES: usize = 8192;
 /// Entries of a thread's shadow call stack.
 pub(crate) const SHADOW_CAP: usize = 1 << 16;
 /// The shadow stack's mapping: three arrays of [`SHADOW_CAP`] words — saved stack
@@ -144,6 +149,9 @@ pub(crate) struct ThreadState {
     pub stream: Cell<u32>,
     pub seq: Cell<u32>,
     pub clock: Cell<u64>,
+    /// Buffer position at which the next `Time` stamp is due (0: at the next
+    /// general path).
+    pub stamp_at: Cell<usize>,
     /// Lamport clock of the thread (`order.rs`); 0 before its first ordering event.
     pub lclock: Cell<u64>,
     /// Called `memlens_register_thread` (see [`REGISTERED_ONLY`]).
@@ -199,6 +207,7 @@ impl ThreadState {
             stream: Cell::new(0),
             seq: Cell::new(0),
             clock: Cell::new(0),
+            stamp_at: Cell::new(0),
             lclock: Cell::new(0),
             registered: Cell::new(false),
             extent: Cell::new(0),
@@ -402,7 +411,7 @@ pub(crate) fn in_extent(st: &ThreadState) -> bool {
 pub(crate) fn refresh_limit(st: &ThreadState) {
     loop {
         let g = GEN.load(SeqCst);
-        let l = if fast_ok(st) { st.buf_end.get() - RESERVE } else { 0 };
+        let l = if fast_ok(st) { (st.buf_end.get() - RESERVE).min(st.stamp_at.get()) } else { 0 };
         st.limit.store(l, SeqCst);
         if GEN.load(SeqCst) == g {
             break;
@@ -549,6 +558,7 @@ pub(crate) fn finish_thread(st: &ThreadState) {
     if STATE.load(Acquire) == ACTIVE && !st.stale() {
         crate::record::flush_pending(st);
         crate::record::close_frames(st);
+        crate::record::stamp_time(st);
         crate::record::emit_control(st, &Event::ThreadExit);
         swap_buffer(st, true);
     }
@@ -652,12 +662,29 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
     }
     st.pos.store(st.buf.get(), Relaxed);
     st.reset_side();
+    // (the first chunk starts with `ThreadStart`; `enter` stamps right after it)
+    if !last && st.seq.get() != 0 {
+        stamp_chunk(st);
+    }
     // Skew bound: publish this thread's clock (order.rs).
     crate::order::handover(st, last);
     // The chunk header's `first_clock`: the Lamport clock in force at its start.
     st.clock.set(st.lclock.get());
     st.own.store(0, Release);
     st.buf.get() != 0
+}
+
+/// Writes the `Time` stamp that starts every chunk (owner, guard held, fresh buffer).
+fn stamp_chunk(st: &ThreadState) {
+    let p = st.pos.load(Relaxed);
+    if st.buf.get() == 0 || p + MAX_ACCESS_LEN > st.buf_end.get() {
+        return;
+    }
+    // SAFETY: owner with the guard held; room checked above.
+    let np = unsafe { st.enc().time(p as *mut u8, sys::monotonic_ns()) } as usize;
+    st.bump(class::OTHER);
+    st.pos.store(np, Relaxed);
+    st.stamp_at.set(np + STAMP_BYTES);
 }
 
 /// Takes a running thread's partial buffer and writes it as the stream's last chunk
@@ -883,6 +910,7 @@ pub(crate) fn reset_after_fork(st: &ThreadState) {
         st.pos.store(st.buf.get(), Relaxed);
         st.reset_chunk();
         st.reset_side();
+        st.stamp_at.set(0);
     }
 }
 

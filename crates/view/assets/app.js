@@ -819,6 +819,8 @@
     buildTree();
     buildTabs();
     hooks.meta = meta;
+    // for lanes.js (the wall-clock lanes): the shared state and helpers
+    Object.assign(hooks, { api, st, fmt, redraw, funcColor });
     hooks.ready = true;
     document.body.dataset.ready = "1";
   }

@@ -267,6 +267,7 @@ struct Builder<'n> {
     annotation: Option<Annotation>,
     access_index: HashMap<ThreadId, u64>,
     threads: FxMap<u32, u64>,
+    lanes: crate::lanes::LaneBuilder,
     error: Option<std::io::Error>,
     /// Per variable, when the namer names each access.
     vars: crate::vars::VarCounts,
@@ -611,6 +612,12 @@ impl Kernel for Builder<'_> {
                 self.calls.enter(self.namer, t, f, *pc, frame.0, self.op);
             }
             Event::FuncExit { pc } => self.calls.exit(self.namer, t, *pc, self.op),
+            Event::Time(ns) => {
+                let mine = self.threads.get(&t.0).copied().unwrap_or(0);
+                self.lanes.stamp(t, *ns, self.op, mine);
+            }
+            Event::ThreadStart { os_tid, name, .. } => self.lanes.start(t, *os_tid, name),
+            Event::ThreadName(name) => self.lanes.rename(t, name),
             _ => {}
         }
     }
@@ -727,6 +734,7 @@ pub(crate) fn build_in(
         annotation,
         access_index: HashMap::new(),
         threads: FxMap::default(),
+        lanes: Default::default(),
         error: None,
         vars: crate::vars::VarCounts::default(),
         budget,
@@ -872,7 +880,12 @@ pub(crate) fn build_in(
     std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
     let p = dir.join("linevars.bin");
     std::fs::write(&p, &line_vars).map_err(|e| io("write", &p, e))?;
-    let mut fixed = (bytes.len() + line_vars.len()) as u64;
+    let offset = r.meta().options.iter().rev().find(|o| o.0 == "clock_offset");
+    let offset = offset.and_then(|o| o.1.parse::<i64>().ok());
+    let ops_of = |t: u32| b.threads.get(&t).copied().unwrap_or(0);
+    let (lanes, time, lane_bytes) =
+        std::mem::take(&mut b.lanes).finish(dir, ops_of, end, offset)?;
+    let mut fixed = (bytes.len() + line_vars.len()) as u64 + lane_bytes;
     fixed += span_levels.iter().sum::<usize>() as u64 * SPAN_BYTES as u64;
     // Per source line: pcs named once.
     let mut pcs = Vec::new();
@@ -940,6 +953,8 @@ pub(crate) fn build_in(
         "span_levels": span_levels,
         "level_factor": LEVEL_FACTOR,
         "max_depth": max_depth,
+        "lanes": lanes,
+        "time": time,
         "threads": b.threads.iter().collect::<BTreeMap<_, _>>().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
         "functions": b.func_list,
         "pcs": pcs,

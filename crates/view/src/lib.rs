@@ -26,6 +26,7 @@
 mod flame;
 mod guard;
 mod index;
+mod lanes;
 mod live;
 mod place;
 mod serve;
@@ -42,7 +43,7 @@ pub use store::{Index, PcWindow, TileFields, WindowSums};
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the index layout changes; older indexes are rebuilt.
-pub const INDEX_VERSION: u32 = 2;
+pub const INDEX_VERSION: u32 = 3;
 /// Bytes per map cell in `cellsN.bin` and in tile responses.
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 const INDEX_HTML: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
+const LANES_JS: &str = include_str!("../assets/lanes.js");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
 
 /// Expensive requests (tiles, range sums, flame frames, source text) served at once;
@@ -78,10 +79,12 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
         let app = Router::new()
             .route("/", get(page))
             .route("/app.js", get(|| async { asset(APP_JS, "text/javascript") }))
+            .route("/lanes.js", get(|| async { asset(LANES_JS, "text/javascript") }))
             .route("/style.css", get(|| async { asset(STYLE_CSS, "text/css") }))
             .route("/api/meta", get(meta))
             .route("/api/tiles", get(tiles))
             .route("/api/flame", get(flame))
+            .route("/api/lanes", get(lanes))
             .route("/api/range", get(range))
             .route("/api/source", get(source))
             .with_state(state);
@@ -229,6 +232,17 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         Ok(Value::Array(
             spans.iter().map(|s| json!([s.start, s.end, s.func, s.thread, s.depth])).collect(),
         ))
+    };
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+}
+
+/// The wall-clock lanes: stamps of every thread in `t0..t1` (ns), about `n` each.
+async fn lanes(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
+    let go = move |s: &AppState| -> Result<Value, String> {
+        let t0 = num(&p, "t0", 0)?;
+        let t1 = num(&p, "t1", u64::MAX)?;
+        let n = num(&p, "n", 2048)?;
+        Ok(s.index.lanes(t0, t1, n.min(1 << 16) as usize))
     };
     heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
 }

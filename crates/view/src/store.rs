@@ -62,6 +62,7 @@ pub struct Index {
     /// Each line's name (its first byte's), in `lines` order.
     line_vars: Vec<u32>,
     max_age: u64,
+    lanes: crate::lanes::Lanes,
 }
 
 /// One flame-chart frame.
@@ -167,6 +168,7 @@ impl Index {
             return Err(bad());
         }
         let max_age = meta["max_age"].as_u64().ok_or_else(bad)?;
+        let lanes = crate::lanes::Lanes::open(dir, &meta)?;
         Ok(Index {
             dir: dir.to_path_buf(),
             meta_json,
@@ -176,7 +178,14 @@ impl Index {
             lines,
             line_vars,
             max_age,
+            lanes,
         })
+    }
+
+    /// The wall-clock lanes' stamps covering CLOCK_MONOTONIC `t0..t1` ns, about `n`
+    /// per thread (`{"t0", "t1", "lanes": [{"thread", "stamps": [[ns, op, own op]]}]}`).
+    pub fn lanes(&self, t0: u64, t1: u64, n: usize) -> Value {
+        self.lanes.window(t0, t1, n)
     }
 
     /// The directory.

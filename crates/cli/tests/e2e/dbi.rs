@@ -137,6 +137,26 @@ fn dbi_threads_each_get_a_stream() {
     let starts: Vec<_> = ev.iter().filter(|e| e["event"] == "thread_start").collect();
     assert_eq!(starts.len(), 5);
     assert_eq!(starts.iter().filter(|e| e["parent"] == 0).count(), 4, "{starts:?}");
+    // Time stamps: one right after each thread start, never decreasing, at least
+    // every 4,096 events (one per raw buffer of 4 Ki records), one before each
+    // worker's exit.
+    let mut by_thread: std::collections::BTreeMap<u64, Vec<&serde_json::Value>> =
+        Default::default();
+    for e in &ev {
+        by_thread.entry(e["thread"].as_u64().unwrap()).or_default().push(e);
+    }
+    for (t, evs) in &by_thread {
+        assert_eq!(evs[1]["event"], "time", "thread {t}: {}", evs[1]);
+        let stamps: Vec<(u64, u64)> = evs
+            .iter()
+            .filter(|e| e["event"] == "time")
+            .map(|e| (e["index"].as_u64().unwrap(), e["ns"].as_u64().unwrap()))
+            .collect();
+        assert!(stamps.windows(2).all(|w| w[0].1 <= w[1].1 && w[1].0 - w[0].0 <= 4097));
+        if *t > 0 {
+            assert_eq!(evs[evs.len() - 2]["event"], "time", "thread {t}");
+        }
+    }
 }
 
 const WORK_C: &str = r#"

@@ -38,3 +38,4 @@ mod tables;
 mod untraced;
 mod view;
 mod view_index;
+mod view_time;

@@ -141,7 +141,7 @@ impl Browser {
     }
 
     /// Runs an async script: `done(value)` is `arguments[0]`.
-    fn js_async(&self, script: &str) -> Value {
+    pub(crate) fn js_async(&self, script: &str) -> Value {
         self.cmd("POST", "/execute/async", Some(json!({"script": script, "args": []})))
     }
 
@@ -151,7 +151,7 @@ impl Browser {
         self.cmd("POST", &format!("/element/{id}/click"), Some(json!({})));
     }
 
-    fn screenshot(&self, path: &Path) {
+    pub(crate) fn screenshot(&self, path: &Path) {
         let v = self.cmd("GET", "/screenshot", None);
         std::fs::write(path, base64_decode(v.as_str().unwrap())).unwrap();
     }

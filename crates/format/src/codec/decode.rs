@@ -626,6 +626,11 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             tag::CLOCK => Event::Clock(self.v()?),
             tag::DROPPED => Event::Dropped(self.v()?),
             tag::SIGNAL => Event::Signal(unzigzag(self.v()?) as i32),
+            tag::TIME => {
+                let d = unzigzag(self.v()?) as u64;
+                self.pred.prev_time = self.pred.prev_time.wrapping_add(d);
+                Event::Time(self.pred.prev_time)
+            }
             _ => {
                 self.pos -= 1;
                 return Err(self.err("unknown event tag"));

@@ -30,7 +30,8 @@
 //! - `0x60` alloc: kind, pc, addr, size, n, n stack pcs (zigzag deltas from pc).
 //! - `0x61` free: kind, pc, addr. `0x62` realloc: pc, old, new, size, n, stack.
 //! - `0x70` thread start: os tid, parent+1, stack low, stack high, thread pointer, name.
-//! - `0x71..` other thread and control events, see [`Tag`].
+//! - `0x71..` other thread and control events, see [`Tag`]; `0x7d` time: CLOCK_MONOTONIC
+//!   ns as a zigzag delta from the chunk's previous time (the first: from 0).
 //!
 //! The code by role: `encode.rs` ([`Encoder`]), `decode.rs` ([`Decoder`]'s events),
 //! `columns.rs` ([`Columns`], [`Decoder::decode_columns`]), `tally.rs` (the counts
@@ -101,6 +102,7 @@ pub mod tag {
     pub const CLOCK: u8 = 0x7a;
     pub const DROPPED: u8 = 0x7b;
     pub const SIGNAL: u8 = 0x7c;
+    pub const TIME: u8 = 0x7d;
     /// Not an event: the body before it again, `count` more times (see `fold.rs`).
     pub const REPEAT: u8 = 0x7e;
 }
@@ -129,6 +131,7 @@ fn slot(pc: u64) -> usize {
 pub struct Predictor {
     prev_pc: u64,
     prev_frame: u64,
+    prev_time: u64,
     last: [u64; SLOTS],
 }
 
@@ -141,13 +144,14 @@ impl Default for Predictor {
 impl Predictor {
     /// The chunk-start state (usable in `const` thread-local initialisers).
     pub const fn new() -> Predictor {
-        Predictor { prev_pc: 0, prev_frame: 0, last: [0; SLOTS] }
+        Predictor { prev_pc: 0, prev_frame: 0, prev_time: 0, last: [0; SLOTS] }
     }
 
     /// Back to the chunk-start state.
     pub fn reset(&mut self) {
         self.prev_pc = 0;
         self.prev_frame = 0;
+        self.prev_time = 0;
         self.last.fill(0);
     }
 

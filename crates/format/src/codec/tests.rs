@@ -208,6 +208,11 @@ fn sample() -> Vec<Event> {
         Event::Clock(123456789),
         Event::Dropped(17),
         Event::Signal(11),
+        Event::Time(1_234_567_890_123),
+        // deltas from the previous stamp, also backwards (a damaged clock) and huge
+        Event::Time(1_234_567_900_000),
+        Event::Time(5),
+        Event::Time(u64::MAX),
         Event::ThreadExit,
     ]
 }
@@ -291,6 +296,19 @@ fn side_bytes_stay_within_the_bound() {
         assert!(s.side.len() <= SIDE_PER_OP * s.ops.len(), "{e:?}: {s:?}");
         assert!(s.ops.len() <= MAX_ACCESS_LEN, "{e:?}");
     }
+}
+
+/// Stamps microseconds apart take three bytes each after the first.
+#[test]
+fn time_stamps_are_small_deltas() {
+    let mut enc = Encoder::new();
+    let mut buf = Streams::new();
+    for i in 0..100u64 {
+        enc.push(&mut buf, &Event::Time(30_000_000_000_000 + i * 20_000));
+    }
+    assert!(buf.ops.len() <= 9 + 99 * 4, "{}", buf.ops.len());
+    let got: Vec<Event> = Decoder::new(&buf.to_raw()[..]).collect::<Result<_, _>>().unwrap();
+    assert_eq!(got[99], Event::Time(30_000_000_000_000 + 99 * 20_000));
 }
 
 #[test]
