@@ -20,10 +20,11 @@ mod parse;
 mod resolve;
 mod types;
 
+pub(crate) use crate::dwarf::is_c_family;
 pub(crate) use lex::statement;
 pub(crate) use parse::candidates;
 pub(crate) use resolve::Context;
-pub(crate) use types::{is_c_family, TypeIndex};
+pub(crate) use types::TypeIndex;
 
 #[cfg(test)]
 mod tests;

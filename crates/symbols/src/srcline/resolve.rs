@@ -5,8 +5,8 @@ use std::sync::Arc;
 use gimli::UnitOffset;
 
 use super::parse::{builtin, Cand, Candidates, Spelled};
-use super::types::{fixed_width, is_cxx, TypeEntry, TypeIndex};
-use crate::dwarf::{self, Die, Units};
+use super::types::{fixed_width, TypeEntry, TypeIndex};
+use crate::dwarf::{self, is_cxx, Die, Units};
 use crate::heaptype::{HeapType, Parents, TypeSource};
 use crate::layout::{LayoutCache, TypeLayout};
 
@@ -99,7 +99,7 @@ impl Context<'_> {
     fn deref_type(&self, mut ty: (usize, UnitOffset), deref: u8, weak: bool) -> Resolved {
         let units = self.units;
         for _ in 0..deref {
-            let Some((uid, die)) = strip(units, ty) else { return Resolved::Fail };
+            let Some((uid, die)) = strip(units, ty, true) else { return Resolved::Fail };
             if !matches!(die.tag(), gimli::DW_TAG_pointer_type | gimli::DW_TAG_array_type) {
                 return if weak { Resolved::Nothing } else { Resolved::Fail };
             }
@@ -117,7 +117,7 @@ impl Context<'_> {
 
     /// A type DIE as a heap type; built-in types under their canonical C name.
     fn heap_type(&self, ty: (usize, UnitOffset)) -> Option<HeapType> {
-        let (uid, die) = strip_cv(self.units, ty)?;
+        let (uid, die) = strip(self.units, ty, false)?;
         if die.tag() == gimli::DW_TAG_base_type {
             let name = self.units.name(uid, &die)?;
             let words: Vec<&str> = name.split_whitespace().collect();
@@ -316,24 +316,8 @@ fn walk_locals(
     }
 }
 
-/// The type DIE with qualifiers and typedefs looked through.
-fn strip(units: &Units, mut ty: (usize, UnitOffset)) -> Option<(usize, Die)> {
-    for _ in 0..16 {
-        let die = units.entry(ty.0, ty.1)?;
-        match die.tag() {
-            gimli::DW_TAG_const_type
-            | gimli::DW_TAG_volatile_type
-            | gimli::DW_TAG_restrict_type
-            | gimli::DW_TAG_atomic_type
-            | gimli::DW_TAG_typedef => ty = units.type_of(ty.0, &die)?,
-            _ => return Some((ty.0, die)),
-        }
-    }
-    None
-}
-
-/// The type DIE with qualifiers (not typedefs) looked through.
-fn strip_cv(units: &Units, mut ty: (usize, UnitOffset)) -> Option<(usize, Die)> {
+/// The type DIE with qualifiers (and, with `typedefs`, typedefs) looked through.
+fn strip(units: &Units, mut ty: (usize, UnitOffset), typedefs: bool) -> Option<(usize, Die)> {
     for _ in 0..16 {
         let die = units.entry(ty.0, ty.1)?;
         match die.tag() {
@@ -341,6 +325,7 @@ fn strip_cv(units: &Units, mut ty: (usize, UnitOffset)) -> Option<(usize, Die)> 
             | gimli::DW_TAG_volatile_type
             | gimli::DW_TAG_restrict_type
             | gimli::DW_TAG_atomic_type => ty = units.type_of(ty.0, &die)?,
+            gimli::DW_TAG_typedef if typedefs => ty = units.type_of(ty.0, &die)?,
             _ => return Some((ty.0, die)),
         }
     }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use gimli::UnitOffset;
 
-use crate::dwarf::{self, Units};
+use crate::dwarf::{self, is_c_family, Units};
 
 /// Type names of `<stdint.h>` and `<stddef.h>`, when the DWARF does not describe them
 /// (a type used only in `sizeof` is not emitted).
@@ -35,39 +35,6 @@ pub(super) struct TypeEntry {
     pub(super) off: UnitOffset,
     /// A struct/union/class/enum (named with a tag in C).
     pub(super) tag: bool,
-}
-
-pub(crate) fn is_c_family(lang: Option<gimli::DwLang>) -> bool {
-    matches!(
-        lang,
-        Some(
-            gimli::DW_LANG_C
-                | gimli::DW_LANG_C89
-                | gimli::DW_LANG_C99
-                | gimli::DW_LANG_C11
-                | gimli::DW_LANG_C17
-                | gimli::DW_LANG_C_plus_plus
-                | gimli::DW_LANG_C_plus_plus_03
-                | gimli::DW_LANG_C_plus_plus_11
-                | gimli::DW_LANG_C_plus_plus_14
-                | gimli::DW_LANG_C_plus_plus_17
-                | gimli::DW_LANG_C_plus_plus_20
-        )
-    )
-}
-
-pub(super) fn is_cxx(lang: Option<gimli::DwLang>) -> bool {
-    is_c_family(lang)
-        && !matches!(
-            lang,
-            Some(
-                gimli::DW_LANG_C
-                    | gimli::DW_LANG_C89
-                    | gimli::DW_LANG_C99
-                    | gimli::DW_LANG_C11
-                    | gimli::DW_LANG_C17
-            )
-        )
 }
 
 impl TypeIndex {
