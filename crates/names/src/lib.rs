@@ -45,6 +45,7 @@ mod label;
 mod maps;
 mod par;
 mod pre;
+mod resolve;
 mod serial;
 mod tables;
 mod vars;

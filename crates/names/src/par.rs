@@ -21,109 +21,15 @@
 //!    Labels are built once per distinct name key per worker and merged at the end.
 
 use crate::counts::{Accum, Pending};
-use crate::heap::{Block, LastBlock, Regions};
 use crate::pre::{for_chunks, pre_chunk, ChunkPre, FnStarts, HeapEv};
+use crate::resolve::{Access, CoarseHeap, HeapClasses, Resolver, Shared, ALWAYS, THREAD};
 use crate::{
-    global_label, heap_base, heap_label, heap_single, mapping_label, stack_label,
-    static_tls_layout, tls_label, Attribution, BlockLabels, DenseTable, Error, FastMap,
-    Granularity, HeapIndex, HeapShape, Interner, Kind, Label, LabelCounts, Maps, ModulePages,
-    OpenFrame, SiteNamer, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
+    static_tls_layout, Attribution, Error, FastMap, Granularity, HeapIndex, Interner, LabelCounts,
+    Maps, OpenFrame, SiteNamer, ThreadState, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::codec::Columns;
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
-use memlens_symbols::{HeapType, Symbolizer};
-use std::sync::Arc;
-
-/// Heap blocks grouped by what their names depend on: (site, call stack).
-pub(crate) struct HeapClasses {
-    of_block: Vec<u32>,
-    classes: Vec<(Arc<str>, Option<HeapType>)>,
-}
-
-impl HeapClasses {
-    pub(crate) fn new(
-        heap: &HeapIndex,
-        sym: &Symbolizer,
-        site_namer: Option<SiteNamer<'_>>,
-    ) -> HeapClasses {
-        let mut ids: FastMap<(Pc, &[Pc]), u32> = FastMap::default();
-        let mut bases: FastMap<Pc, Arc<str>> = FastMap::default();
-        let mut classes = Vec::new();
-        let of_block = heap
-            .blocks()
-            .iter()
-            .map(|b| {
-                *ids.entry((b.site, &b.stack[..])).or_insert_with(|| {
-                    let base = bases
-                        .entry(b.site)
-                        .or_insert_with(|| heap_base(site_namer, b.site))
-                        .clone();
-                    classes.push((base, sym.heap_type(b.site, &b.stack)));
-                    (classes.len() - 1) as u32
-                })
-            })
-            .collect();
-        HeapClasses { of_block, classes }
-    }
-}
-
-/// [`Granularity::Variable`]: the whole-block name of every heap block, by key,
-/// and the address ranges where all blocks ever there share one (see [`Regions`]).
-pub(crate) struct CoarseHeap {
-    pub(crate) regions: Regions,
-    pub(crate) labels: Vec<Label>,
-}
-
-impl CoarseHeap {
-    pub(crate) fn new(heap: &HeapIndex, classes: &HeapClasses) -> CoarseHeap {
-        let mut keys = Interner { coarse: true, ..Interner::default() };
-        let mut by: FastMap<(u32, HeapShape), Option<u32>> = FastMap::default();
-        let regions = Regions::new(heap, |bi| {
-            let class = classes.of_block[bi];
-            let (base, ty) = &classes.classes[class as usize];
-            let shape = heap_single(ty, &heap.blocks()[bi]);
-            *by.entry((class, shape)).or_insert_with(|| {
-                if matches!(shape, HeapShape::DynamicTls(_)) {
-                    return None;
-                }
-                let l = heap_label(base, ty, shape, 0);
-                (l.kind == Kind::Heap).then(|| keys.intern(l))
-            })
-        });
-        CoarseHeap { regions, labels: keys.labels }
-    }
-
-    /// The range of [`Regions`] holding `addr` and its name as an id of `labels`;
-    /// `ids` keeps the id of each key interned so far (`UNSEEN`: none yet).
-    pub(crate) fn find(
-        &self,
-        addr: u64,
-        ids: &mut Vec<u32>,
-        labels: &mut Interner,
-    ) -> Option<(u64, u64, u32)> {
-        let (lo, hi, key) = self.regions.find(addr)?;
-        let k = key as usize;
-        if ids.len() <= k {
-            ids.resize(self.labels.len().max(k + 1), UNSEEN);
-        }
-        if ids[k] == UNSEEN {
-            ids[k] = labels.intern(self.labels[k].clone());
-        }
-        Some((lo, hi, ids[k]))
-    }
-}
-
-/// What the workers share.
-struct Shared<'a> {
-    sym: &'a Symbolizer,
-    heap: &'a HeapIndex,
-    classes: &'a HeapClasses,
-    maps: Option<&'a Maps>,
-    static_tls: &'a [(u32, u64, u64)],
-    coarse: Option<&'a CoarseHeap>,
-    /// Lowest offset below the thread pointer of the static TLS blocks.
-    tls_reach: u64,
-}
+use memlens_symbols::Symbolizer;
 
 /// One chunk's starting point.
 struct ChunkStart {
@@ -133,13 +39,6 @@ struct ChunkStart {
     /// Position of the thread's stream (threads of earlier streams: `earlier[..pos]`).
     pos: usize,
 }
-
-/// The answer does not depend on the thread's state.
-const ALWAYS: u8 = 0;
-/// Valid while the thread's stack range, thread pointer and existence are unchanged.
-const THREAD: u8 = 1;
-/// Valid while, in addition, no frame was entered or left.
-const FRAME: u8 = 2;
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -176,28 +75,11 @@ const PAGE_BITS: u32 = 8;
 
 struct Worker<'a> {
     sh: &'a Shared<'a>,
-    labels: Interner,
+    res: Resolver,
     acc: Accum,
     cache: Vec<Entry>,
-    /// Label per byte address of the writable module segments, where most globals are.
-    dense: DenseTable,
-    globals: FastMap<u64, Option<u32>>,
-    stack_names: FastMap<(Pc, i64, Pc, Pc), u32>,
-    tls_names: FastMap<(u64, u64), Option<u32>>,
-    heap_names: FastMap<(u32, HeapShape, u64), u32>,
-    block_labels: BlockLabels,
-    /// Labels of large blocks' offsets (see `Attributor`'s).
-    heap_dense: DenseTable,
-    block_seg: Vec<u32>,
-    /// Mapping names, valid for `mapping_epoch`.
-    mapping_names: FastMap<u64, u32>,
-    mapping_epoch: u64,
     fs: FnStarts,
     epochs: u64,
-    module_pages: ModulePages,
-    last_block: LastBlock,
-    /// Per key of `Shared::coarse`: the label id (`UNSEEN`: none yet).
-    region_ids: Vec<u32>,
     pages: Vec<PageEntry>,
 }
 
@@ -215,24 +97,11 @@ impl<'a> Worker<'a> {
     fn new(sh: &'a Shared<'a>, g: Granularity) -> Worker<'a> {
         Worker {
             sh,
-            labels: Interner { coarse: g == Granularity::Variable, ..Interner::default() },
-            block_labels: BlockLabels::default(),
+            res: Resolver::new(sh.sym, g, true),
             acc: Accum::default(),
             cache: vec![EMPTY; 1 << CACHE_BITS],
-            dense: DenseTable::new(sh.sym),
-            globals: FastMap::default(),
-            stack_names: FastMap::default(),
-            tls_names: FastMap::default(),
-            heap_names: FastMap::default(),
-            heap_dense: DenseTable::empty(),
-            block_seg: Vec::new(),
-            mapping_names: FastMap::default(),
-            mapping_epoch: u64::MAX,
             fs: FnStarts::default(),
             epochs: 0,
-            module_pages: ModulePages::default(),
-            last_block: LastBlock::default(),
-            region_ids: Vec::new(),
             pages: vec![
                 PageEntry { page: u64::MAX, lo: 0, hi: 0, epoch: 0, label: 0 };
                 1 << PAGE_BITS
@@ -243,10 +112,6 @@ impl<'a> Worker<'a> {
     fn epoch(&mut self) -> u64 {
         self.epochs += 1;
         self.epochs
-    }
-
-    fn intern(&mut self, l: Label) -> u32 {
-        self.labels.intern(l)
     }
 
     fn chunk(
@@ -278,7 +143,7 @@ impl<'a> Worker<'a> {
                         Event::Rmw { pc, addr, size, op, .. } => {
                             let w = u64::from(op.stores());
                             let n = u64::from(size);
-                            let id = match self.dense.get(addr.0) {
+                            let id = match self.res.dense.get(addr.0) {
                                 Some((_, _, id)) if id != UNSEEN && id != NOT_GLOBAL => id,
                                 _ => self.label(&cur, *index, pc, addr),
                             };
@@ -317,7 +182,7 @@ impl<'a> Worker<'a> {
                 let w = cols.kind[i] & Columns::WRITE != 0;
                 let (l, st) = (u64::from(!w), u64::from(w));
                 let (br, bw) = if w { (0, n) } else { (n, 0) };
-                let id = match self.dense.get(addr.0) {
+                let id = match self.res.dense.get(addr.0) {
                     Some((_, _, id)) if id != UNSEEN && id != NOT_GLOBAL => id,
                     _ => self.label(&cur, next, pc, addr),
                 };
@@ -357,7 +222,21 @@ impl<'a> Worker<'a> {
 
     #[inline(never)]
     fn miss(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr, h: usize) -> u32 {
-        let (label, dep, span) = self.resolve(cur, index, pc, addr);
+        let a = Access { thread: cur.thread, st: &cur.st, index, pc, addr, tepoch: cur.tepoch };
+        let r = self.res.resolve(self.sh, &a, || {
+            let mut threads: FastMap<ThreadId, Option<(u64, u64)>> = FastMap::default();
+            for &(t, s) in cur.earlier {
+                threads.insert(t, s);
+            }
+            if cur.exists {
+                threads.insert(cur.thread, cur.st.stack);
+            }
+            threads
+        });
+        if let (Some((lo, hi)), THREAD) = (r.region, r.dep) {
+            self.note_page(cur, addr, lo, hi, r.id);
+        }
+        let (label, dep, span) = (r.id, r.dep, r.span);
         let epoch = match dep {
             ALWAYS => 0,
             THREAD => cur.tepoch,
@@ -389,156 +268,6 @@ impl<'a> Worker<'a> {
             epoch: cur.tepoch,
             label: id,
         };
-    }
-
-    /// The same decisions as [`Attributor::attribute`](crate::Attributor::attribute),
-    /// with what the answer depends on.
-    fn resolve(
-        &mut self,
-        cur: &Cursor<'_>,
-        index: u64,
-        pc: Pc,
-        addr: Addr,
-    ) -> (u32, u8, std::ops::Range<u64>) {
-        let sh = self.sh;
-        let all = 0..u64::MAX;
-        if let Some((k, at, mut id)) = self.dense.get(addr.0) {
-            if id == UNSEEN {
-                id = global_label(sh.sym, addr).map_or(NOT_GLOBAL, |l| self.intern(l));
-                self.dense.set(k, at, id);
-            }
-            if id != NOT_GLOBAL {
-                return (id, ALWAYS, all);
-            }
-        } else if self.module_pages.contains(sh.sym, addr) {
-            let id = match self.globals.get(&addr.0) {
-                Some(&id) => id,
-                None => {
-                    let id = global_label(sh.sym, addr).map(|l| self.intern(l));
-                    self.globals.insert(addr.0, id);
-                    id
-                }
-            };
-            if let Some(id) = id {
-                return (id, ALWAYS, all);
-            }
-        }
-        let st = &cur.st;
-        let dep = if st.in_stack(addr.0) {
-            if let Some(i) = st.owner(addr.0) {
-                let (fpc, rbp) = (st.frames.frames()[i].pc, st.frames.frames()[i].rbp);
-                let callee_site = st.frames.frames().get(i + 1).map(|o| o.call_site);
-                let key =
-                    (fpc, addr.0 as i64 - (rbp + 16) as i64, pc, callee_site.unwrap_or(Pc(0)));
-                let id = match self.stack_names.get(&key) {
-                    Some(&id) => id,
-                    None => {
-                        let id = self.intern(stack_label(sh.sym, fpc, rbp, pc, callee_site, addr));
-                        self.stack_names.insert(key, id);
-                        id
-                    }
-                };
-                return (id, FRAME, all);
-            }
-            // a frame entered later may own it
-            FRAME
-        } else {
-            THREAD
-        };
-        let below = st.tls.wrapping_sub(addr.0);
-        if st.tls != 0
-            && addr.0 < st.tls
-            && sh.static_tls.iter().any(|&(_, off, size)| below <= off && below > off - size)
-        {
-            let key = (st.tls, addr.0);
-            let id = match self.tls_names.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let id = tls_label(sh.sym, sh.static_tls, st.tls, addr).map(|l| self.intern(l));
-                    self.tls_names.insert(key, id);
-                    id
-                }
-            };
-            if let Some(id) = id {
-                return (id, dep, all);
-            }
-        }
-        if let Some(ch) = sh.coarse {
-            if let Some((lo, hi, id)) = ch.find(addr.0, &mut self.region_ids, &mut self.labels) {
-                if dep == THREAD {
-                    self.note_page(cur, addr, lo, hi, id);
-                }
-                return (id, dep, all);
-            }
-        }
-        let (found, span) = self.last_block.find(sh.heap, addr, cur.thread, index, true);
-        if let Some((bi, off)) = found {
-            let class = sh.classes.of_block[bi];
-            let (base, ty) = &sh.classes.classes[class as usize];
-            let b: &Block = &sh.heap.blocks()[bi];
-            let single = heap_single(ty, b);
-            if self.labels.coarse {
-                let id = match self.block_labels.get(bi) {
-                    Some(id) => id,
-                    None => {
-                        let (l, n) = (heap_label(base, ty, single, off), sh.heap.blocks().len());
-                        self.block_labels.set(bi, n, l, &mut self.labels)
-                    }
-                };
-                if let Some(id) = id {
-                    return (id, dep, span);
-                }
-            }
-            let mut seg = usize::MAX;
-            if b.end - b.start >= BIG_BLOCK {
-                if self.block_seg.len() <= bi {
-                    self.block_seg.resize(sh.heap.blocks().len().max(bi + 1), u32::MAX);
-                }
-                if self.block_seg[bi] == u32::MAX {
-                    self.block_seg[bi] = self.heap_dense.add(b.end - b.start) as u32;
-                }
-                seg = self.block_seg[bi] as usize;
-                let id = self.heap_dense.get_in(seg, off);
-                if id != UNSEEN {
-                    return (id, dep, span);
-                }
-            }
-            let key = (class, single, off);
-            let id = match self.heap_names.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let id = self.intern(heap_label(base, ty, single, off));
-                    self.heap_names.insert(key, id);
-                    id
-                }
-            };
-            if seg != usize::MAX {
-                self.heap_dense.set(seg, off, id);
-            }
-            return (id, dep, span);
-        }
-        // the threads the serial pass knows at this point, in its map's order
-        if self.mapping_epoch != cur.tepoch {
-            self.mapping_names.clear();
-            self.mapping_epoch = cur.tepoch;
-        }
-        let id = match self.mapping_names.get(&addr.0) {
-            Some(&id) => id,
-            None => {
-                let mut threads: FastMap<ThreadId, Option<(u64, u64)>> = FastMap::default();
-                for &(t, s) in cur.earlier {
-                    threads.insert(t, s);
-                }
-                if cur.exists {
-                    threads.insert(cur.thread, st.stack);
-                }
-                let l = mapping_label(threads.iter().map(|(t, s)| (*t, *s)), sh.sym, sh.maps, addr);
-                let id = self.intern(l);
-                self.mapping_names.insert(addr.0, id);
-                id
-            }
-        };
-        (id, dep, span)
     }
 }
 
@@ -604,9 +333,9 @@ pub fn attribute_trace(
         }
     }
     heap.finish();
-    let classes = HeapClasses::new(&heap, sym, Some(site_namer));
+    let classes = HeapClasses::new(&heap, Some(site_namer));
     let static_tls = static_tls_layout(sym);
-    let coarse = (g == Granularity::Variable).then(|| CoarseHeap::new(&heap, &classes));
+    let coarse = (g == Granularity::Variable).then(|| CoarseHeap::new(sym, &heap, &classes));
     let sh = Shared {
         sym,
         heap: &heap,
@@ -614,7 +343,7 @@ pub fn attribute_trace(
         maps: maps.as_ref(),
         static_tls: &static_tls,
         coarse: coarse.as_ref(),
-        tls_reach: static_tls.iter().map(|&(_, off, _)| off).max().unwrap_or(0),
+        tls_reach: Shared::tls_reach(&static_tls),
     };
     // pass 2: attribution
     let workers = for_chunks(
@@ -627,7 +356,7 @@ pub fn attribute_trace(
     let mut out = Attribution::default();
     let mut ids = Interner { coarse: g == Granularity::Variable, ..Interner::default() };
     for w in workers {
-        let part = w.acc.finish(w.labels.labels);
+        let part = w.acc.finish(w.res.labels.labels);
         for (l, p) in part.labels.into_iter().zip(part.counts) {
             let at = ids.intern(l) as usize;
             if at == out.counts.len() {

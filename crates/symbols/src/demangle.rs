@@ -9,14 +9,7 @@ use gimli::DwLang;
 pub(crate) fn demangle(name: &str, language: Option<DwLang>) -> String {
     match language {
         Some(gimli::DW_LANG_Rust) => demangle_rust(name),
-        Some(
-            gimli::DW_LANG_C_plus_plus
-            | gimli::DW_LANG_C_plus_plus_03
-            | gimli::DW_LANG_C_plus_plus_11
-            | gimli::DW_LANG_C_plus_plus_14
-            | gimli::DW_LANG_C_plus_plus_17
-            | gimli::DW_LANG_C_plus_plus_20,
-        ) => demangle_cpp(name),
+        l if crate::dwarf::is_cxx(l) => demangle_cpp(name),
         _ => demangle_guess(name),
     }
     .unwrap_or_else(|| name.to_owned())

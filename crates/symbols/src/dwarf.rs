@@ -223,3 +223,37 @@ pub(crate) fn expr_ops(
     }
     Some(out)
 }
+
+/// A C or C++ unit.
+pub(crate) fn is_c_family(lang: Option<gimli::DwLang>) -> bool {
+    is_c(lang) || is_cxx(lang)
+}
+
+/// A C unit.
+fn is_c(lang: Option<gimli::DwLang>) -> bool {
+    matches!(
+        lang,
+        Some(
+            gimli::DW_LANG_C
+                | gimli::DW_LANG_C89
+                | gimli::DW_LANG_C99
+                | gimli::DW_LANG_C11
+                | gimli::DW_LANG_C17
+        )
+    )
+}
+
+/// A C++ unit.
+pub(crate) fn is_cxx(lang: Option<gimli::DwLang>) -> bool {
+    matches!(
+        lang,
+        Some(
+            gimli::DW_LANG_C_plus_plus
+                | gimli::DW_LANG_C_plus_plus_03
+                | gimli::DW_LANG_C_plus_plus_11
+                | gimli::DW_LANG_C_plus_plus_14
+                | gimli::DW_LANG_C_plus_plus_17
+                | gimli::DW_LANG_C_plus_plus_20
+        )
+    )
+}

@@ -88,17 +88,7 @@ pub(crate) fn alloc_site_index(units: &Units) -> HashMap<u64, (usize, UnitOffset
     let mut out = HashMap::new();
     for (uid, unit) in units.units.iter().enumerate() {
         // Only clang's C++ emits the attribute; skip the (large) Rust and C units.
-        let cxx = matches!(
-            units.langs[uid],
-            Some(
-                gimli::DW_LANG_C_plus_plus
-                    | gimli::DW_LANG_C_plus_plus_03
-                    | gimli::DW_LANG_C_plus_plus_11
-                    | gimli::DW_LANG_C_plus_plus_14
-                    | gimli::DW_LANG_C_plus_plus_17
-                    | gimli::DW_LANG_C_plus_plus_20
-            )
-        );
+        let cxx = crate::dwarf::is_cxx(units.langs[uid]);
         if !cxx {
             continue;
         }
