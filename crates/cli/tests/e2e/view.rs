@@ -151,7 +151,7 @@ impl Browser {
         self.cmd("POST", &format!("/element/{id}/click"), Some(json!({})));
     }
 
-    fn screenshot(&self, path: &Path) {
+    pub(crate) fn screenshot(&self, path: &Path) {
         let v = self.cmd("GET", "/screenshot", None);
         std::fs::write(path, base64_decode(v.as_str().unwrap())).unwrap();
     }
