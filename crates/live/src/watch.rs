@@ -225,7 +225,7 @@ impl Probe for WatchProbe {
         };
         vec![
             Table {
-                title: format!("{}: accesses per thread", self.var.name),
+                title: "accesses per thread".into(),
                 columns: vec![
                     col("thread", ""),
                     col("loads", "accesses"),
@@ -235,7 +235,7 @@ impl Probe for WatchProbe {
                 sort: None,
             },
             Table {
-                title: format!("{}: accesses per thread and line", self.var.name),
+                title: "accesses per thread and line".into(),
                 columns: vec![
                     col("thread", ""),
                     col("line", ""),
@@ -246,7 +246,7 @@ impl Probe for WatchProbe {
                 sort: None,
             },
             Table {
-                title: format!("{}: last store and value", self.var.name),
+                title: "last store and value".into(),
                 columns: vec![col("thread", ""), col("line", ""), col("value", "")],
                 rows: vec![last_store],
                 sort: None,

@@ -238,6 +238,7 @@
       const tr = el('tr');
       r.cells.forEach((v, k) => {
         const td = el('td', numeric[k] ? null : 's', cellText(v));
+        td.title = cellText(v);
         // The row's source line: its first text cell opens it.
         if (r.at && typeof v === 'string' && !tr.querySelector('td.at')) {
           td.classList.add('at');

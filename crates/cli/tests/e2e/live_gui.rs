@@ -531,7 +531,7 @@ fn live_gui_watch_panels_show_exact_accesses_per_thread_and_line() {
     let src = programs().join("livewatch.c").to_str().unwrap().to_owned();
     let line = |m: &str, f: &str| format!("{src}:{} {f}", line_of("livewatch.c", m));
     wait_rows("threads", &json!([[ta, "0", "10"], [tb, "3", "5"]]), || {
-        panel_rows(&b, "watch", "cfg.limit: accesses per thread")
+        panel_rows(&b, "watch", "accesses per thread")
     });
     // Most accesses first (the probe's order).
     wait_rows(
@@ -541,10 +541,10 @@ fn live_gui_watch_panels_show_exact_accesses_per_thread_and_line() {
             [tb, line("watch-b", "set_b"), "0", "5"],
             [tb, line("watch-load", "get_limit"), "3", "0"],
         ]),
-        || panel_rows(&b, "watch", "cfg.limit: accesses per thread and line"),
+        || panel_rows(&b, "watch", "accesses per thread and line"),
     );
     wait_rows("last store", &json!([[tb, line("watch-b", "set_b"), "1005"]]), || {
-        panel_rows(&b, "watch", "cfg.limit: last store and value")
+        panel_rows(&b, "watch", "last store and value")
     });
     shot(&b, &dir, "live-gui-watch.png");
 }
