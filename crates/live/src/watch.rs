@@ -193,8 +193,9 @@ impl Probe for WatchProbe {
         let ((_, _, _, raw), ((last_tid, last_pc), rows)) = &*last;
         let col = |name, unit| Column { name, unit };
         let mut threads: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        let mut by_line: BTreeMap<(u32, String), (u64, u64, Option<(String, u64)>)> =
-            BTreeMap::new();
+        // (thread, line) -> loads, stores, the line's source location
+        type ByLine = BTreeMap<(u32, String), (u64, u64, Option<(String, u64)>)>;
+        let mut by_line = ByLine::new();
         for &(tid, pc, l, s) in rows {
             let t = threads.entry(tid).or_default();
             (t.0, t.1) = (t.0 + l, t.1 + s);
