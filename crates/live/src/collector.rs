@@ -220,11 +220,13 @@ impl Collector {
         }
     }
 
-    /// What the GUI polls: the probes with their values and source lines.
+    /// What the GUI polls: the probes with their values, source lines and tables.
     fn state(&mut self) -> Value {
         let mut probes = self.list();
         for (row, e) in probes.as_array_mut().into_iter().flatten().zip(self.probes.values()) {
             row["lines"] = e.lines.iter().map(|(f, l)| json!([f, l])).collect();
+            // After list(): tables come from the values it just read.
+            row["tables"] = e.probe.tables().iter().map(crate::module::Table::to_json).collect();
         }
         json!({
             "pid": self.target.pid(),

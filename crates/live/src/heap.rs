@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Map, Value};
 
 use crate::inproc::{Control, SiteRow, Values};
-use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule, Table, TableRow};
 use crate::target::Target;
 use crate::{Error, Result};
 
@@ -48,6 +48,45 @@ pub(crate) fn outside(pid: i32, pc: u64) -> String {
     match lib {
         Some(lib) => format!("{pc:#x} in {lib}"),
         None => format!("{pc:#x} (outside the executable)"),
+    }
+}
+
+/// Names code addresses of the target (`FILE:LINE FUNCTION` and the line), once each:
+/// the heap and watch probes' rows.
+pub(crate) struct SiteNames {
+    pid: i32,
+    bias: u64,
+    binary: Arc<crate::locate::Binary>,
+    names: Mutex<std::collections::HashMap<u64, Site>>,
+}
+
+/// A named code address: its text and, when known, its source line.
+pub(crate) type Site = (String, Option<(String, u64)>);
+
+impl SiteNames {
+    pub(crate) fn new(target: &Target, bias: u64) -> SiteNames {
+        SiteNames {
+            pid: target.pid(),
+            bias,
+            binary: target.shared_binary(),
+            names: Mutex::default(),
+        }
+    }
+
+    /// The call site `pc` (a return address in the target) names.
+    pub(crate) fn get(&self, pc: u64) -> Site {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names
+            .entry(pc)
+            .or_insert_with(|| {
+                if pc == 1 {
+                    return ("(other sites: the runtime's site table is full)".into(), None);
+                }
+                self.binary
+                    .call_site_at(pc.wrapping_sub(self.bias))
+                    .unwrap_or_else(|| (outside(self.pid, pc), None))
+            })
+            .clone()
     }
 }
 
@@ -101,11 +140,8 @@ impl ProbeModule for HeapModule {
         };
         Ok(Box::new(HeapProbe {
             control,
-            pid: target.pid(),
             id,
-            bias,
-            binary: target.shared_binary(),
-            names: Mutex::default(),
+            names: SiteNames::new(target, bias),
             last: Mutex::new(((0, 0, 0, 0), Vec::new())),
         }))
     }
@@ -113,13 +149,9 @@ impl ProbeModule for HeapModule {
 
 struct HeapProbe {
     control: Arc<Mutex<Control>>,
-    pid: i32,
     id: u32,
-    bias: u64,
     /// Names the sites.
-    binary: Arc<crate::locate::Binary>,
-    /// Site names by run-time address.
-    names: Mutex<std::collections::HashMap<u64, String>>,
+    names: SiteNames,
     /// Last values read, kept when the target is gone.
     last: Mutex<(Values, Vec<SiteRow>)>,
 }
@@ -133,19 +165,12 @@ impl Drop for HeapProbe {
 }
 
 impl HeapProbe {
-    fn name(&self, pc: u64) -> String {
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        names
-            .entry(pc)
-            .or_insert_with(|| {
-                if pc == 1 {
-                    return "(other sites: the runtime's site table is full)".into();
-                }
-                self.binary
-                    .call_site(pc.wrapping_sub(self.bias))
-                    .unwrap_or_else(|| outside(self.pid, pc))
-            })
-            .clone()
+    /// The sites of the last read, named, by bytes in use (then peak, then name).
+    fn rows(&self, sites: &[SiteRow]) -> Vec<(Site, u64, u64, u64)> {
+        let mut rows: Vec<(Site, u64, u64, u64)> =
+            sites.iter().map(|&(pc, b, n, p)| (self.names.get(pc), b, n, p)).collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.3.cmp(&a.3)).then(a.0 .0.cmp(&b.0 .0)));
+        rows
     }
 }
 
@@ -164,9 +189,7 @@ impl Probe for HeapProbe {
             *last = r;
         }
         let ((bytes, blocks, peak, dropped), sites) = &*last;
-        let mut rows: Vec<(String, u64, u64, u64)> =
-            sites.iter().map(|&(pc, b, n, p)| (self.name(pc), b, n, p)).collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.3.cmp(&a.3)).then(a.0.cmp(&b.0)));
+        let rows = self.rows(sites);
         let mut m = Map::new();
         m.insert("bytes".into(), (*bytes).into());
         m.insert("blocks".into(), (*blocks).into());
@@ -175,11 +198,34 @@ impl Probe for HeapProbe {
         m.insert(
             "sites".into(),
             rows.into_iter()
-                .map(|(site, b, n, p)| {
+                .map(|((site, _), b, n, p)| {
                     json!({"site": site, "bytes": b, "blocks": n, "peak_bytes": p})
                 })
                 .collect(),
         );
         m
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let rows = self
+            .rows(&last.1)
+            .into_iter()
+            .map(|((site, at), b, n, p)| TableRow {
+                cells: vec![site.into(), b.into(), n.into(), p.into()],
+                at,
+            })
+            .collect();
+        vec![Table {
+            title: "allocation sites".into(),
+            columns: vec![
+                Column { name: "site", unit: "" },
+                Column { name: "bytes", unit: "bytes" },
+                Column { name: "blocks", unit: "blocks" },
+                Column { name: "peak_bytes", unit: "bytes" },
+            ],
+            rows,
+            sort: Some(1),
+        }]
     }
 }

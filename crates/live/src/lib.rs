@@ -42,7 +42,9 @@ pub use collector::{Collector, Handle, Options};
 pub use dylib::{load_module, ABI_VERSION};
 pub use error::{Error, Result};
 pub use locate::{Binary, Point, Variable};
-pub use module::{builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule};
+pub use module::{
+    builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule, Table, TableRow,
+};
 pub use perf::{hardware_pmu, privilege, uprobe_type};
 
 /// Kernel probes can be placed here (uprobe PMU, root or CAP_PERFMON); the error

@@ -226,6 +226,12 @@ impl Binary {
     /// outside the toolchain's own sources, so a `std::vector`'s growth is charged to
     /// the user's line); `None` outside the executable's code.
     pub fn call_site(&self, ret: u64) -> Option<String> {
+        self.call_site_at(ret).map(|(text, _)| text)
+    }
+
+    /// [`Binary::call_site`]'s name, with the `(FILE, LINE)` it names when known (the
+    /// GUI links a table row to that line).
+    pub fn call_site_at(&self, ret: u64) -> Option<(String, Option<(String, u64)>)> {
         self.offset_of(ret.checked_sub(1)?)?;
         let func = self.function_at(ret.wrapping_sub(2));
         let loc = self.symbols.frames(Pc(ret));
@@ -233,15 +239,17 @@ impl Binary {
             f.file.as_deref().is_some_and(|p| !memlens_names::is_toolchain_source(p))
         };
         let f = loc.frames.iter().find(user).or(loc.frames.first());
-        let at = match f.and_then(|f| Some((f.file.as_deref()?, f.line?))) {
+        let line = f.and_then(|f| Some((f.file.as_deref()?.to_owned(), u64::from(f.line?))));
+        let at = match &line {
             Some((file, line)) => format!("{file}:{line}"),
             None => format!("{ret:#x}"),
         };
         let func = f.and_then(|f| f.function.as_deref().map(str::to_owned)).or(func);
-        Some(match func {
+        let text = match func {
             Some(func) => format!("{at} {func}"),
             None => at,
-        })
+        };
+        Some((text, line))
     }
 
     /// A global variable or a member of one (`cfg`, `cfg.limit`, `v[3]`, named as

@@ -40,6 +40,48 @@ pub struct Column {
     pub unit: &'static str,
 }
 
+/// A titled table a probe publishes next to its values (the heap probe's allocation
+/// sites, the watch probe's threads): the GUI draws one panel per table, knowing no
+/// module.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// What the panel is titled.
+    pub title: String,
+    /// Its column headers, with units.
+    pub columns: Vec<Column>,
+    /// The rows, in the order the probe sorted them.
+    pub rows: Vec<TableRow>,
+    /// The column the rows are sorted by (descending) until the user picks another;
+    /// `None`: the order of `rows`.
+    pub sort: Option<usize>,
+}
+
+/// One row of a [`Table`].
+#[derive(Clone, Debug)]
+pub struct TableRow {
+    /// One cell per column: a number or a string.
+    pub cells: Vec<Value>,
+    /// The source line the row is about (`(FILE, LINE)`), when it has one.
+    pub at: Option<(String, u64)>,
+}
+
+impl Table {
+    /// The table as the collector serves it: `{"title", "columns": [{"name","unit"}],
+    /// "rows": [{"cells": [...], "at": [FILE, LINE] | null}], "sort": COLUMN | null}`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "title": self.title,
+            "columns": self.columns.iter()
+                .map(|c| serde_json::json!({"name": c.name, "unit": c.unit}))
+                .collect::<Vec<_>>(),
+            "rows": self.rows.iter()
+                .map(|r| serde_json::json!({"cells": r.cells, "at": r.at}))
+                .collect::<Vec<_>>(),
+            "sort": self.sort,
+        })
+    }
+}
+
 /// A probe module.
 pub trait ProbeModule: Send {
     /// Name, description and requirements.
@@ -71,6 +113,11 @@ pub trait Probe: Send {
     fn values(&self) -> Map<String, Value>;
     /// The ELF addresses it probes (the GUI shows its values at their source lines).
     fn points(&self) -> Vec<u64> {
+        Vec::new()
+    }
+    /// Its detailed rows as titled tables, from the data the last `values()` read
+    /// (the collector calls `values()` first).
+    fn tables(&self) -> Vec<Table> {
         Vec::new()
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::heap::{runtime, MEMLENS_BUILT};
 use crate::inproc::{Control, Values};
-use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule, Table, TableRow};
 use crate::target::Target;
 use crate::{Error, Result};
 
@@ -164,18 +164,27 @@ impl Probe for TraceProbe {
         m.insert("path".into(), self.path.display().to_string().into());
         m
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::split_out;
-
-    #[test]
-    fn the_output_follows_the_last_single_colon() {
-        assert_eq!(split_out("work"), ("work", None));
-        assert_eq!(split_out("work:o.trace"), ("work", Some("o.trace")));
-        assert_eq!(split_out("ns::f"), ("ns::f", None));
-        assert_eq!(split_out("ns::f:/tmp/x"), ("ns::f", Some("/tmp/x")));
-        assert_eq!(split_out("now:"), ("now", Some("")));
+    fn tables(&self) -> Vec<Table> {
+        let (events, bytes, dropped, _) = *self.last.lock().unwrap_or_else(|e| e.into_inner());
+        vec![Table {
+            title: "trace file".into(),
+            columns: vec![
+                Column { name: "path", unit: "" },
+                Column { name: "events", unit: "events" },
+                Column { name: "bytes", unit: "bytes" },
+                Column { name: "dropped", unit: "events" },
+            ],
+            rows: vec![TableRow {
+                cells: vec![
+                    self.path.display().to_string().into(),
+                    events.into(),
+                    bytes.into(),
+                    dropped.into(),
+                ],
+                at: None,
+            }],
+            sort: None,
+        }]
     }
 }

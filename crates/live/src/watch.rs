@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
-use crate::heap::{outside, runtime, MEMLENS_BUILT};
+use crate::heap::{runtime, SiteNames, MEMLENS_BUILT};
 use crate::inproc::{Control, Values, WatchRows};
-use crate::locate::{Binary, Variable};
-use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::locate::Variable;
+use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule, Table, TableRow};
 use crate::target::Target;
 use crate::{Error, Result};
 
@@ -66,12 +66,9 @@ impl ProbeModule for WatchModule {
         let bias = control.lock().map(|c| c.bias).unwrap_or(0);
         Ok(Box::new(WatchProbe {
             control,
-            pid: target.pid(),
             id,
-            bias,
             var,
-            binary: target.shared_binary(),
-            names: Mutex::default(),
+            names: SiteNames::new(target, bias),
             last: Mutex::new(((0, 0, 0, 0), ((0, 0), Vec::new()))),
         }))
     }
@@ -79,13 +76,10 @@ impl ProbeModule for WatchModule {
 
 struct WatchProbe {
     control: Arc<Mutex<Control>>,
-    pid: i32,
     id: u32,
-    bias: u64,
     var: Variable,
-    binary: Arc<Binary>,
-    /// Line names by run-time code address.
-    names: Mutex<HashMap<u64, String>>,
+    /// Names the accessing lines.
+    names: SiteNames,
     /// Last values read, kept when the target is gone.
     last: Mutex<(Values, WatchRows)>,
 }
@@ -121,15 +115,7 @@ fn signed(ty: &str) -> bool {
 
 impl WatchProbe {
     fn name(&self, pc: u64) -> String {
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        names
-            .entry(pc)
-            .or_insert_with(|| {
-                self.binary
-                    .call_site(pc.wrapping_sub(self.bias))
-                    .unwrap_or_else(|| outside(self.pid, pc))
-            })
-            .clone()
+        self.names.get(pc).0
     }
 
     fn value(&self, raw: u64) -> Value {
@@ -200,5 +186,72 @@ impl Probe for WatchProbe {
                 .collect(),
         );
         m
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let ((_, _, _, raw), ((last_tid, last_pc), rows)) = &*last;
+        let col = |name, unit| Column { name, unit };
+        let mut threads: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        // (thread, line) -> loads, stores, the line's source location
+        type ByLine = BTreeMap<(u32, String), (u64, u64, Option<(String, u64)>)>;
+        let mut by_line = ByLine::new();
+        for &(tid, pc, l, s) in rows {
+            let t = threads.entry(tid).or_default();
+            (t.0, t.1) = (t.0 + l, t.1 + s);
+            let (name, at) = self.names.get(pc);
+            let e = by_line.entry((tid, name)).or_insert((0, 0, at));
+            (e.0, e.1) = (e.0 + l, e.1 + s);
+        }
+        let threads = threads
+            .into_iter()
+            .map(|(t, (l, s))| TableRow { cells: vec![t.into(), l.into(), s.into()], at: None })
+            .collect();
+        let mut lines: Vec<TableRow> = by_line
+            .into_iter()
+            .map(|((t, name), (l, s, at))| TableRow {
+                cells: vec![t.into(), name.into(), l.into(), s.into()],
+                at,
+            })
+            .collect();
+        let total =
+            |r: &TableRow| r.cells[2].as_u64().unwrap_or(0) + r.cells[3].as_u64().unwrap_or(0);
+        lines.sort_by_key(|r| std::cmp::Reverse(total(r)));
+        let value = if self.var.size <= 8 { self.value(*raw) } else { Value::Null };
+        let last_store = if *last_tid == 0 {
+            TableRow { cells: vec![Value::Null, "(no store yet)".into(), value], at: None }
+        } else {
+            let (name, at) = self.names.get(*last_pc);
+            TableRow { cells: vec![(*last_tid).into(), name.into(), value], at }
+        };
+        vec![
+            Table {
+                title: "accesses per thread".into(),
+                columns: vec![
+                    col("thread", ""),
+                    col("loads", "accesses"),
+                    col("stores", "accesses"),
+                ],
+                rows: threads,
+                sort: None,
+            },
+            Table {
+                title: "accesses per thread and line".into(),
+                columns: vec![
+                    col("thread", ""),
+                    col("line", ""),
+                    col("loads", "accesses"),
+                    col("stores", "accesses"),
+                ],
+                rows: lines,
+                sort: None,
+            },
+            Table {
+                title: "last store and value".into(),
+                columns: vec![col("thread", ""), col("line", ""), col("value", "")],
+                rows: vec![last_store],
+                sort: None,
+            },
+        ]
     }
 }

@@ -22,7 +22,7 @@
   const S = {
     ready: false, error: null, polls: 0, state: null, modules: [], columns: [],
     file: null, lines: new Map(), rows: new Map(), history: new Map(), removed: new Map(),
-    pending: null,
+    pending: null, sorts: new Map(), shown: new Map(),
   };
   window.memlens = S;
 
@@ -158,6 +158,107 @@
     }
     renderTotals(ps);
     renderProbes(ps);
+    renderPanels(ps);
+  }
+
+  // The tables probes publish (`tables` in state): a panel each, sortable by any
+  // column (a click on its header; again to reverse), redrawn at every poll.
+  function renderPanels(ps) {
+    const box = $('panels');
+    const want = [];
+    const all = ps.map((p) => [p, false]).concat([...S.removed.values()].map((p) => [p, true]));
+    for (const [p, gone] of all) {
+      (p.tables || []).forEach((t, i) => want.push({ key: p.id + '/' + i, p, t, gone }));
+    }
+    const have = new Map([...box.children].map((d) => [d.dataset.key, d]));
+    const keep = new Set(want.map((w) => w.key));
+    for (const [k, d] of have) {
+      if (!keep.has(k)) {
+        d.remove();
+        S.shown.delete(k);
+      }
+    }
+    for (const w of want) {
+      let d = have.get(w.key);
+      if (!d) {
+        d = el('div', 'panel');
+        d.dataset.key = w.key;
+        d.dataset.probe = String(w.p.id);
+        d.dataset.module = w.p.module;
+        d.append(el('div', 'title'), el('table'));
+        box.append(d);
+      }
+      d.classList.toggle('removed', w.gone);
+      d.dataset.title = w.t.title;
+      d.firstChild.textContent = '#' + w.p.id + ' ' + w.p.spec + ': ' + w.t.title + (w.gone ? ' (removed)' : '');
+      fillTable(d.lastChild, w.key, w.t);
+    }
+  }
+
+  const cellText = (v) => (v === null || v === undefined ? '' : String(v));
+  function compare(a, b) {
+    if (a === b) return 0;
+    if (a === null || a === undefined) return 1;
+    if (b === null || b === undefined) return -1;
+    if (typeof a === 'number' && typeof b === 'number') return a - b;
+    return String(a).localeCompare(String(b));
+  }
+
+  function fillTable(table, key, t) {
+    const sort = S.sorts.get(key) || { col: t.sort === null ? -1 : t.sort, desc: true };
+    // Unchanged: keep the elements (a click or a selection in them stays valid).
+    const shown = JSON.stringify([t, sort]);
+    if (S.shown.get(key) === shown) return;
+    S.shown.set(key, shown);
+    const rows = t.rows.slice();
+    if (sort.col >= 0 && sort.col < t.columns.length) {
+      // Stable: ties keep the probe's own order.
+      rows.sort((a, b) => {
+        const c = compare(a.cells[sort.col], b.cells[sort.col]);
+        const nulls = a.cells[sort.col] === null || b.cells[sort.col] === null;
+        return sort.desc && !nulls ? -c : c;
+      });
+    }
+    const numeric = t.columns.map((_, k) => t.rows.every((r) => typeof r.cells[k] !== 'string'));
+    const body = el('tbody');
+    const head = el('tr');
+    t.columns.forEach((c, k) => {
+      const th = el('th', numeric[k] ? null : 's', c.name + (k === sort.col ? (sort.desc ? ' \u25BC' : ' \u25B2') : ''));
+      if (k === sort.col) th.classList.add('sorted');
+      th.title = c.unit;
+      th.dataset.col = String(k);
+      th.addEventListener('click', () => {
+        S.sorts.set(key, { col: k, desc: k === sort.col ? !sort.desc : true });
+        fillTable(table, key, t);
+      });
+      head.append(th);
+    });
+    body.append(head);
+    for (const r of rows) {
+      const tr = el('tr');
+      r.cells.forEach((v, k) => {
+        const td = el('td', numeric[k] ? null : 's', cellText(v));
+        td.title = cellText(v);
+        // The row's source line: its first text cell opens it.
+        if (r.at && typeof v === 'string' && !tr.querySelector('td.at')) {
+          td.classList.add('at');
+          td.title = r.at[0] + ':' + r.at[1];
+          td.addEventListener('click', () => showLine(r.at[0], r.at[1]).catch((e) => status(e.message)));
+        }
+        tr.append(td);
+      });
+      body.append(tr);
+    }
+    table.replaceChildren(body);
+  }
+
+  async function showLine(file, line) {
+    if (S.file !== file) await openFile(file);
+    for (const tr of document.querySelectorAll('#code tr.hit')) tr.classList.remove('hit');
+    const tr = S.rows.get(line);
+    if (!tr) return;
+    tr.classList.add('hit');
+    tr.scrollIntoView({ block: 'center' });
   }
 
   // Aggregates: the program, the open file, and each function of it.
@@ -188,7 +289,7 @@
   }
 
   const valueText = (p) => Object.entries(p)
-    .filter(([k, v]) => !['id', 'spec', 'module', 'location', 'lines'].includes(k) && typeof v === 'number')
+    .filter(([k, v]) => !['id', 'spec', 'module', 'location', 'lines', 'tables'].includes(k) && typeof v === 'number')
     .map(([k, v]) => k + '=' + v).join(' ');
 
   // The first column a probe's module registered, as a rate per second over time.
@@ -366,6 +467,7 @@
   });
 
   S.openFile = openFile;
+  S.showLine = showLine;
   S.menu = (line) => showMenu(10, 10, line);
   (async () => {
     try {

@@ -4,6 +4,7 @@
 //! The target is tests/programs/ticker.c (plain gcc -O1 -g), calling tick() about
 //! every millisecond. Needs root and the uprobe PMU, like live_probes.rs.
 
+use crate::live_mem::{build, Driven};
 use crate::live_probes::unsupported;
 use crate::util::*;
 use crate::view::{browser_available, http, Browser};
@@ -26,7 +27,8 @@ fn build_ticker(dir: &Path) -> (PathBuf, String) {
 
 /// A `memlens live` launching the ticker, with its GUI's port and token.
 struct Gui {
-    child: Child,
+    /// `None` when a [`Driven`] owns it (the target's stdin and stdout go through it).
+    child: Option<Child>,
     port: u16,
     token: String,
     target: i32,
@@ -34,6 +36,18 @@ struct Gui {
 
 impl Gui {
     fn start(dir: &Path, exe: &Path, extra: &[&str]) -> Gui {
+        Gui::spawn(dir, exe, extra, Stdio::null(), Stdio::null())
+    }
+
+    /// A `memlens live` launching the memlens-built `exe` (liveheap.c, livewatch.c),
+    /// with the program driven over the collector's stdin and stdout.
+    fn driven(dir: &Path, exe: &Path) -> (Gui, Driven) {
+        let mut g = Gui::spawn(dir, exe, &[], Stdio::piped(), Stdio::piped());
+        let d = Driven::adopt(g.child.take().unwrap());
+        (g, d)
+    }
+
+    fn spawn(dir: &Path, exe: &Path, extra: &[&str], stdin: Stdio, stdout: Stdio) -> Gui {
         let runtime = dir.join("run");
         std::fs::create_dir_all(&runtime).unwrap();
         let mut child = Command::new(memlens())
@@ -42,7 +56,8 @@ impl Gui {
             .arg("--")
             .arg(exe)
             .env("XDG_RUNTIME_DIR", &runtime)
-            .stdout(Stdio::null())
+            .stdin(stdin)
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -63,7 +78,7 @@ impl Gui {
         let rest = url.strip_prefix("http://127.0.0.1:").expect("not bound to 127.0.0.1");
         let port = rest.split('/').next().unwrap().parse().unwrap();
         let token = rest.split("token=").nth(1).unwrap().to_owned();
-        Gui { child, port, token, target }
+        Gui { child: Some(child), port, token, target }
     }
 
     fn url(&self) -> String {
@@ -91,8 +106,10 @@ impl Gui {
 
 impl Drop for Gui {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         // SAFETY: plain kill of the launched ticker (it outlives a killed collector).
         unsafe { libc::kill(self.target, libc::SIGKILL) };
     }
@@ -390,4 +407,144 @@ fn a_module_of_another_abi_version_is_refused_in_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(want), "{err}");
     }
+}
+
+/// The rows of the panels of `module`'s probes titled `title`, as cell texts.
+fn panel_rows(b: &Browser, module: &str, title: &str) -> Value {
+    b.js(&format!(
+        "const d = document.querySelector(\"#panels .panel[data-module='{module}'][data-title='{title}']\");
+         return d && [...d.querySelectorAll('tr')].slice(1).map(tr => [...tr.cells].map(td => td.textContent));"
+    ))
+}
+
+/// Polls until `rows` (of the program's own lines: rows naming `src`) are `want`.
+fn wait_rows(what: &str, want: &Value, mut rows: impl FnMut() -> Value) -> Value {
+    let t = Instant::now();
+    loop {
+        let got = rows();
+        if &got == want {
+            return got;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{what}: got {got}, want {want}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The page's rows naming `src`: the program's own allocation sites or lines.
+fn own(rows: Value, src: &str) -> Value {
+    let rows = rows.as_array().cloned().unwrap_or_default();
+    rows.into_iter().filter(|r| r.to_string().contains(&format!("{src}:"))).collect()
+}
+
+fn open_browser(g: &Gui) -> Browser {
+    let b = Browser::start();
+    b.cmd("POST", "/url", Some(json!({"url": g.url()})));
+    poll_js(&b, "return window.memlens && (window.memlens.error || window.memlens.ready)");
+    assert_eq!(b.js("return memlens.error"), Value::Null);
+    b
+}
+
+/// Where the screenshots go: `MEMLENS_SHOTS` when set (they outlive the scratch
+/// directory), else `dir`.
+fn shot(b: &Browser, dir: &Path, name: &str) {
+    let to = std::env::var_os("MEMLENS_SHOTS").map_or(dir.to_path_buf(), PathBuf::from);
+    std::fs::create_dir_all(&to).unwrap();
+    b.screenshot(&to.join(name));
+    eprintln!("screenshot {}", to.join(name).display());
+}
+
+#[test]
+fn live_gui_heap_panel_shows_exact_bytes_per_allocation_site() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("live-gui-heap");
+    // Built from a copy in `dir`: its DWARF path has no `..` (the source view's code
+    // lines need the path as the line table spells it).
+    std::fs::copy(programs().join("liveheap.c"), dir.join("liveheap.c")).unwrap();
+    let exe = build(&dir, dir.join("liveheap.c").to_str().unwrap());
+    let (g, mut t) = Gui::driven(&dir, &exe);
+    let b = open_browser(&g);
+    // Open the program's file; insert `heap` through its menu action (it takes no
+    // location, so every line offers it).
+    let src = dir.join("liveheap.c").to_str().unwrap().to_owned();
+    let (la, lb) = (line_of("liveheap.c", "heap-a"), line_of("liveheap.c", "heap-b"));
+    b.click(&format!("#tree .file[data-path='{src}']"));
+    poll_js(&b, &format!("return document.querySelector(\"#code tr[data-line='{la}'].code\")"));
+    b.js(&format!(
+        "const td = document.querySelector(\"#code tr[data-line='{la}'] td.n\"); const r = td.getBoundingClientRect();
+         td.dispatchEvent(new MouseEvent('contextmenu', {{bubbles: true, cancelable: true, clientX: r.left + 4, clientY: r.top + 4}}));"
+    ));
+    b.click("#menu div[data-spec='heap']");
+    poll_js(&b, "return document.querySelector(\"#panels .panel[data-module='heap']\")");
+    assert_eq!(g.probes().len(), 1);
+
+    t.run("a 20"); // 20 × 100 bytes at A
+    t.run("b 5"); // 5 × 1000 at B
+    t.run("fa 5");
+    t.run("fb 2");
+    let site = |l: u64, f: &str| format!("{src}:{l} {f}");
+    // Sorted by bytes in use: B's 3000 over A's 1500; exact blocks and peaks.
+    let want = json!([
+        [site(lb, "alloc_b"), "3000", "3", "5000"],
+        [site(la, "alloc_a"), "1500", "15", "2000"],
+    ]);
+    let rows = || own(panel_rows(&b, "heap", "allocation sites"), &src);
+    wait_rows("heap panel", &want, rows);
+    shot(&b, &dir, "live-gui-heap.png");
+    // The values move as the program runs: freeing all of A's blocks.
+    t.run("fa 15");
+    let want = json!([
+        [site(lb, "alloc_b"), "3000", "3", "5000"],
+        [site(la, "alloc_a"), "0", "0", "2000"],
+    ]);
+    wait_rows("heap panel after frees", &want, rows);
+    // A click on a column's header sorts by it; again reverses.
+    b.click("#panels .panel[data-module='heap'] th[data-col='3']");
+    b.click("#panels .panel[data-module='heap'] th[data-col='3']");
+    let asc = json!([
+        [site(la, "alloc_a"), "0", "0", "2000"],
+        [site(lb, "alloc_b"), "3000", "3", "5000"],
+    ]);
+    wait_rows("ascending peaks", &asc, rows);
+    // A site opens its line.
+    b.click("#panels .panel[data-module='heap'] td.at");
+    poll_js(&b, &format!("return document.querySelector(\"#code tr.hit[data-line='{la}']\")"));
+    // Text goes in as text: no element came from the data.
+    assert_eq!(b.js("return document.querySelectorAll('#panels td *').length"), json!(0));
+}
+
+#[test]
+fn live_gui_watch_panels_show_exact_accesses_per_thread_and_line() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("live-gui-watch");
+    let exe = build(&dir, "livewatch.c");
+    let (g, mut t) = Gui::driven(&dir, &exe);
+    let b = open_browser(&g);
+    // watch has no menu action (it needs a variable): the GUI's API inserts it.
+    g.call(json!({"cmd": "add", "spec": "watch:cfg.limit"}));
+    // A stores 1..=10, then B stores 1001..=1005 and loads it 3 times.
+    let r = t.send("r 10 5 3");
+    let (ta, tb) = (r[0].to_string(), r[1].to_string());
+    let src = programs().join("livewatch.c").to_str().unwrap().to_owned();
+    let line = |m: &str, f: &str| format!("{src}:{} {f}", line_of("livewatch.c", m));
+    wait_rows("threads", &json!([[ta, "0", "10"], [tb, "3", "5"]]), || {
+        panel_rows(&b, "watch", "accesses per thread")
+    });
+    // Most accesses first (the probe's order).
+    wait_rows(
+        "threads and lines",
+        &json!([
+            [ta, line("watch-a", "set_a"), "0", "10"],
+            [tb, line("watch-b", "set_b"), "0", "5"],
+            [tb, line("watch-load", "get_limit"), "3", "0"],
+        ]),
+        || panel_rows(&b, "watch", "accesses per thread and line"),
+    );
+    wait_rows("last store", &json!([[tb, line("watch-b", "set_b"), "1005"]]), || {
+        panel_rows(&b, "watch", "last store and value")
+    });
+    shot(&b, &dir, "live-gui-watch.png");
 }

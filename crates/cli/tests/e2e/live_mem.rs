@@ -37,13 +37,19 @@ impl Driven {
     pub(crate) fn start(dir: &Path, exe: &Path) -> Driven {
         let run = dir.join("run");
         std::fs::create_dir_all(&run).unwrap();
-        let mut child = Command::new(exe)
+        let child = Command::new(exe)
             .env("MEMLENS_CONTROL", "1")
             .env("XDG_RUNTIME_DIR", &run)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        Driven::adopt(child)
+    }
+
+    /// Drives `child` (the program, or a `memlens live` that launched it) over its
+    /// piped stdin and stdout, once it printed "ready".
+    pub(crate) fn adopt(mut child: Child) -> Driven {
         let input = child.stdin.take().unwrap();
         let out = child.stdout.take().unwrap();
         let (tx, lines) = channel();
@@ -70,7 +76,7 @@ impl Driven {
     }
 
     /// Sends one command and returns the numbers of its "done" line.
-    fn send(&mut self, cmd: &str) -> Vec<i64> {
+    pub(crate) fn send(&mut self, cmd: &str) -> Vec<i64> {
         writeln!(self.input, "{cmd}").unwrap();
         self.input.flush().unwrap();
         let l = self.line();
