@@ -191,6 +191,23 @@ impl Control {
         self.ask("go").map(|_| ())
     }
 
+    /// A timer probe's calls per log2 bucket of their durations (see
+    /// `crates/rt/src/liveprobe.rs`); an error once the target is gone.
+    pub fn hist(&mut self, id: u32) -> Result<[u64; 65]> {
+        let rest = self.ask(&format!("hist {id}"))?;
+        let mut h = [0u64; 65];
+        for w in rest.split_whitespace() {
+            if let Some((b, n)) = w.split_once(':') {
+                if let (Ok(b), Ok(n)) = (b.parse::<usize>(), n.parse::<u64>()) {
+                    if let Some(x) = h.get_mut(b) {
+                        *x = n;
+                    }
+                }
+            }
+        }
+        Ok(h)
+    }
+
     /// Every probe's values (after the target exited: the values it sent then).
     pub fn read(&mut self) -> Result<HashMap<u32, Values>> {
         match self.ask("read") {
@@ -249,6 +266,8 @@ pub(crate) struct PadProbe {
     points: Vec<u64>,
     /// Last values read, kept when the target is gone.
     last: Mutex<Values>,
+    /// A timer's last histogram read, likewise.
+    hist: Mutex<[u64; 65]>,
 }
 
 impl PadProbe {
@@ -277,7 +296,8 @@ impl PadProbe {
         }
         let location = format!("{} (pad)", crate::count::describe(target, points));
         let points = points.iter().map(|p| p.vaddr).collect();
-        Ok(PadProbe { control, ids, timer, location, points, last: Mutex::new((0, 0, 0, 0)) })
+        let (last, hist) = (Mutex::new((0, 0, 0, 0)), Mutex::new([0; 65]));
+        Ok(PadProbe { control, ids, timer, location, points, last, hist })
     }
 }
 
@@ -301,7 +321,27 @@ impl Probe for PadProbe {
     }
 
     fn values(&self) -> Map<String, Value> {
-        let read = self.control.lock().ok().and_then(|mut c| c.read().ok());
+        let (read, hists) = match self.control.lock() {
+            Ok(mut c) => {
+                let read = c.read().ok();
+                let hists: Option<Vec<[u64; 65]>> = if self.timer {
+                    self.ids.iter().map(|&id| c.hist(id).ok()).collect()
+                } else {
+                    None
+                };
+                (read, hists)
+            }
+            Err(_) => (None, None),
+        };
+        let mut hist = self.hist.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hs) = hists {
+            *hist = [0; 65];
+            for h in hs {
+                for (t, n) in hist.iter_mut().zip(h) {
+                    *t += n;
+                }
+            }
+        }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(all) = read {
             let mut v = (0u64, 0u64, u64::MAX, 0u64);
@@ -321,11 +361,14 @@ impl Probe for PadProbe {
             *last = v;
         }
         let mut m = Map::new();
-        m.insert("count".into(), last.0.into());
         if self.timer {
-            m.insert("sum_ns".into(), last.1.into());
-            m.insert("min_ns".into(), last.2.into());
-            m.insert("max_ns".into(), last.3.into());
+            // the uprobe timer's values, histogram included
+            let (count, sum, min, max) = *last;
+            let min = if count == 0 { u64::MAX } else { min };
+            let agg = crate::timer::Agg { count, sum, min, max, hist: *hist, unmatched: 0 };
+            agg.to_json(&mut m);
+        } else {
+            m.insert("count".into(), last.0.into());
         }
         m
     }

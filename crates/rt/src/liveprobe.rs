@@ -28,6 +28,8 @@
 //!   probe ` <id> <loads> <stores> <dropped> <value>` (the bytes now, when ≤ 8),
 //!   for the trace probe ` <id> <events> <bytes> <dropped> 0` (written to the file
 //!   so far: a thread's buffer goes out when full, and all of them at removal)
+//! - `hist <id>` → `ok` then ` <bucket>:<calls>` per non-empty log2 bucket of a
+//!   timer's durations (bucket `b` from `2^(b-1)` ns; none for other probes)
 //! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes>` per
 //!   allocation site (run-time return addresses; `1`: the catch-all row)
 //! - `watch` → `ok <last store's tid> <its pc hex>` (`0 0`: none yet), then
@@ -75,6 +77,9 @@ struct Slot {
     sum: AtomicU64,
     min: AtomicU64,
     max: AtomicU64,
+    /// A timer's calls per log2 bucket of their duration (bucket `b`: from
+    /// `2^(b-1)` ns, 0 for 0 ns), as the uprobe timer keeps them.
+    hist: [AtomicU64; 65],
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -87,6 +92,7 @@ const EMPTY: Slot = Slot {
     sum: AtomicU64::new(0),
     min: AtomicU64::new(u64::MAX),
     max: AtomicU64::new(0),
+    hist: [const { AtomicU64::new(0) }; 65],
 };
 
 static SLOTS: [Slot; MAX] = [EMPTY; MAX];
@@ -130,6 +136,7 @@ pub(crate) fn timed(slot: u16, ns: u64) {
     s.sum.fetch_add(ns, Relaxed);
     s.min.fetch_min(ns, Relaxed);
     s.max.fetch_max(ns, Relaxed);
+    s.hist[(64 - ns.leading_zeros()) as usize].fetch_add(1, Relaxed);
 }
 
 /// Starts the control thread when `MEMLENS_CONTROL` asks for it. `bias`: the
@@ -388,6 +395,20 @@ fn request(line: &str) -> String {
             Ok(()) => "ok".into(),
             Err(e) => format!("err {e}"),
         },
+        ["hist", id] => {
+            let id = id.parse::<u32>().unwrap_or(0);
+            let mut s = String::from("ok");
+            let timer = |x: &&Slot| x.kind.load(Acquire) == TIMER && x.id.load(Relaxed) == id;
+            if let Some(slot) = SLOTS.iter().find(timer) {
+                for (b, n) in slot.hist.iter().enumerate() {
+                    let n = n.load(Relaxed);
+                    if n > 0 {
+                        s.push_str(&format!(" {b}:{n}"));
+                    }
+                }
+            }
+            s
+        }
         ["read"] => {
             let mut s = String::from("ok");
             for slot in SLOTS.iter().filter(|s| s.kind.load(Acquire) != FREE) {
@@ -462,6 +483,9 @@ fn add(id: u32, kind: u8, pad: u64) -> Result<(), &'static str> {
     slot.sum.store(0, Relaxed);
     slot.min.store(u64::MAX, Relaxed);
     slot.max.store(0, Relaxed);
+    for b in &slot.hist {
+        b.store(0, Relaxed);
+    }
     slot.pad_end.store(pad + 5, Relaxed);
     slot.kind.store(kind, Release);
     ON.store(true, Relaxed);

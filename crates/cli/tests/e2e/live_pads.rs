@@ -70,10 +70,20 @@ fn pad_count_and_timer_exact_then_removed_code_is_the_original() {
     assert_eq!(tm["count"], N, "{tm}");
     assert!(tm["sum_ns"].as_u64().unwrap() > 0, "{tm}");
     assert!(tm["min_ns"].as_u64() <= tm["max_ns"].as_u64(), "{tm}");
+    // the log2 histogram holds every call, each bucket within [min, max]
+    let hist = |tm: &serde_json::Value| -> Vec<(u64, u64)> {
+        let h = tm["hist"].as_array().unwrap_or_else(|| panic!("no histogram: {tm}"));
+        h.iter().map(|b| (b[0].as_u64().unwrap(), b[1].as_u64().unwrap())).collect()
+    };
+    let h = hist(&tm);
+    assert_eq!(h.iter().map(|b| b.1).sum::<u64>(), N, "{tm}");
+    let (lo, hi) = (tm["min_ns"].as_u64().unwrap(), tm["max_ns"].as_u64().unwrap());
+    assert!(h.iter().all(|&(from, _)| from <= hi && (from == 0 || 2 * from > lo)), "{tm}");
     // eight threads
     assert_eq!(t.phase(libc::SIGUSR2).len(), t.phase(libc::SIGUSR2).len());
     assert_eq!(live.get(count)["count"], N + 16 * N);
     assert_eq!(live.get(timer)["count"], N + 16 * N);
+    assert_eq!(hist(&live.get(timer)).iter().map(|b| b.1).sum::<u64>(), N + 16 * N);
 
     live.rm(count);
     assert_eq!(t.code(at, 1), [0xe8], "the timer still holds the pad");
