@@ -105,6 +105,9 @@ struct Stream {
     /// The 8-byte pieces so far of a vector access QEMU split: pc (0: none),
     /// address, bytes so far, bytes of the whole access, store, value of the first.
     pend: (u64, u64, u64, u64, bool, Option<u64>),
+    /// A time stamp that arrived between the pieces of `pend`: written after it,
+    /// so it does not split the access (0: none).
+    held_time: u64,
     ended: bool,
 }
 
@@ -117,6 +120,7 @@ impl Stream {
             clock,
             chunk_clock: clock,
             pend: (0, 0, 0, 0, false, None),
+            held_time: 0,
             ended: false,
         }
     }
@@ -156,6 +160,10 @@ impl Stream {
                     self.event(&Event::Range { pc, addr: memlens_format::Addr(a), len, kind });
                 }
             }
+        }
+        if self.held_time != 0 {
+            let t = std::mem::take(&mut self.held_time);
+            self.event(&Event::Time(t));
         }
     }
 
@@ -256,6 +264,7 @@ impl Stream {
                         self.counts.events += 1;
                     }
                     M_CLOCK => self.event(&Event::Clock(a)),
+                    M_TIME if self.pend.0 != 0 => self.held_time = a,
                     M_TIME => self.event(&Event::Time(a)),
                     _ => {} // a stray value marker
                 }
