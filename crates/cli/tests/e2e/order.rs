@@ -19,7 +19,7 @@ fn inc(cc: Cc) -> PathBuf {
         Cc::Gcc => 0,
         Cc::Clang => 1,
     };
-    EXES[i].get_or_init(|| build(cc, "inc.c", &scratch("order-build"), &[])).clone()
+    EXES[i].get_or_init(|| build(cc, "inc.c", &scratch_kept("order-build"), &[])).clone()
 }
 
 fn repeats() -> usize {
@@ -295,7 +295,7 @@ fn racy(cc: Cc) -> PathBuf {
         Cc::Gcc => 0,
         Cc::Clang => 1,
     };
-    EXES[i].get_or_init(|| build(cc, "racy.c", &scratch("order-racy-build"), &[])).clone()
+    EXES[i].get_or_init(|| build(cc, "racy.c", &scratch_kept("order-racy-build"), &[])).clone()
 }
 
 const RACY_TOTAL: u64 = 40_000;

@@ -26,8 +26,18 @@ pub fn programs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/programs")
 }
 
-/// A fresh scratch directory under target/.
+#[path = "../../../../tests/support/scratch.rs"]
+mod cleanup;
+
+/// A fresh scratch directory under target/, removed when the test passes.
 pub fn scratch(name: &str) -> PathBuf {
+    let dir = scratch_kept(name);
+    cleanup::remove_on_pass(&dir);
+    dir
+}
+
+/// A fresh scratch directory under target/ that stays (for values cached across tests).
+pub fn scratch_kept(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = memlens().parent().unwrap().join("e2e").join(format!(
         "{name}-{}-{}",

@@ -50,7 +50,10 @@ pub fn include_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
-/// A fresh scratch directory for one test.
+#[path = "../../../../tests/support/scratch.rs"]
+mod cleanup;
+
+/// A fresh scratch directory for one test, removed when the test passes.
 pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let d = std::env::temp_dir().join(format!(
@@ -61,6 +64,7 @@ pub fn scratch(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
+    cleanup::remove_on_pass(&d);
     d
 }
 
