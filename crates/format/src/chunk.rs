@@ -308,6 +308,8 @@ pub struct ChunkEncoder {
     zstd: Option<zstd::bulk::Compressor<'static>>,
     folder: Option<Box<crate::codec::Folder>>,
     fold: bool,
+    /// The other candidate when a fold's compressed size is checked.
+    alt: Vec<u8>,
 }
 
 impl ChunkEncoder {
@@ -315,7 +317,7 @@ impl ChunkEncoder {
     /// zstd's fast levels (faster, larger; the same codec to a reader).
     pub fn new(level: i32) -> ChunkEncoder {
         let zstd = if level != 0 { zstd::bulk::Compressor::new(level).ok() } else { None };
-        ChunkEncoder { level, zstd, folder: None, fold: true }
+        ChunkEncoder { level, zstd, folder: None, fold: true, alt: Vec::new() }
     }
 
     /// Whether event chunks are folded ([`ChunkEncoder::encode_events`]; on by default).
@@ -446,15 +448,30 @@ impl ChunkEncoder {
             EventParts::Region { buf, ops, side } => f.fold_region(buf, ops, side),
             EventParts::Streams { ops, side } => f.fold(ops, side),
         });
-        // a fold is kept when it removes nine tenths of the bytes: below that zstd
-        // compresses the original as well or better (the repeats' counts break its
-        // long matches: sort's trace grew 2.2x), and the writer pays for nothing
-        let folded = folded.filter(|f| f.len() * 10 <= ops.len() + side.len());
-        let (ops, side) = match folded {
-            Some(f) => (&f.ops[..], &f.side[..]),
-            None => (ops, side),
-        };
-        self.frame_events(stream, seq, flags, counts, first_clock, ops, side, out);
+        // a fold must remove half the raw bytes and, checked on a
+        // sample of chunks, must compress to nine tenths of the original at most:
+        // zstd's long matches often do as well (bzip2, sort), and there the fold
+        // only costs the writer time (sort: 3x) that makes it fall behind
+        let folded = folded.filter(|f| f.len() * 2 <= ops.len() + side.len());
+        match folded {
+            None => self.frame_events(stream, seq, flags, counts, first_clock, ops, side, out),
+            Some(f) => {
+                self.frame_events(stream, seq, flags, counts, first_clock, &f.ops, &f.side, out);
+                let check = self.zstd.is_some() && folder.as_mut().is_some_and(|f| f.check_due());
+                if check {
+                    let mut alt = std::mem::take(&mut self.alt);
+                    self.frame_events(stream, seq, flags, counts, first_clock, ops, side, &mut alt);
+                    let fold_won = out.len() * 10 <= alt.len() * 9;
+                    if !fold_won {
+                        std::mem::swap(out, &mut alt);
+                    }
+                    self.alt = alt;
+                    if let Some(f) = folder.as_mut() {
+                        f.checked(fold_won);
+                    }
+                }
+            }
+        }
         if folder.is_some() {
             self.folder = folder;
         }

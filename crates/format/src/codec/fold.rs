@@ -28,6 +28,9 @@ const GIVE_UP: usize = 1 << 15;
 const TABLE_BITS: u32 = 12;
 /// Chunks written unfolded after one where folding did not pay.
 const SKIP_AFTER_MISS: u32 = 7;
+/// Folded chunks kept without a check after a check the fold won, and chunks left
+/// unfolded after one it lost (see [`Folder::check_due`]).
+const CHECK_EVERY: u32 = 15;
 
 /// Reusable scratch space for [`Folder::fold`] (one per writer thread).
 #[derive(Default)]
@@ -37,6 +40,11 @@ pub struct Folder {
     out: Streams,
     /// Chunks still to write unfolded after one where folding did not pay.
     rest: u32,
+    /// Folded chunks still to keep before the next compressed-size check.
+    trusted: u32,
+    /// Misses and lost checks in a row (each doubles the chunks left unfolded
+    /// after it).
+    lost: u32,
 }
 
 #[derive(Default)]
@@ -89,12 +97,42 @@ impl Folder {
         let len = ops.len() + side.len();
         self.out.clear();
         let folded = fold_into(region, ops, side, &mut self.scratch, &mut self.out).is_some();
-        // a chunk that lost less than a quarter of its bytes: the next few are
-        // likely alike (random addresses), and looking costs the writer time
-        if !folded || self.out.len() * 4 > len * 3 {
-            self.rest = SKIP_AFTER_MISS;
+        // a chunk that did not lose half its bytes: the next few are likely
+        // alike (random addresses, short branchy loops), and looking costs the
+        // writer time (the writer keeps only folds that halve a chunk)
+        if !folded || self.out.len() * 2 > len {
+            self.miss();
         }
         folded
+    }
+
+    /// Whether the writer should compress this folded chunk both ways and keep
+    /// the smaller ([`Folder::checked`]): the first folded chunk and one in
+    /// sixteen after that. A fold that removes most raw bytes can still compress
+    /// worse (the repeats' counts break zstd's long matches: sort's trace doubled).
+    pub fn check_due(&mut self) -> bool {
+        let due = self.trusted == 0;
+        self.trusted = self.trusted.saturating_sub(1);
+        due
+    }
+
+    /// The outcome of a check: after a loss the next chunks are written unfolded
+    /// without looking ([`Folder::miss`]), after a win folded without comparing.
+    pub fn checked(&mut self, fold_won: bool) {
+        if fold_won {
+            self.trusted = CHECK_EVERY;
+            self.lost = 0;
+        } else {
+            self.miss();
+        }
+    }
+
+    /// A chunk where folding did not pay: the next 7 are written unfolded
+    /// without looking, twice as many after each further miss in a row (to 224).
+    fn miss(&mut self) {
+        self.rest = SKIP_AFTER_MISS << self.lost.min(5);
+        self.lost += 1;
+        self.trusted = 0;
     }
 
     /// Whether this chunk is one to leave unfolded after a miss.
@@ -157,10 +195,8 @@ fn fold_into(
         let j = cand - 1;
         let (bo, bs) = (sc.op_off[j] as usize, sc.side_off[j] as usize);
         let (lo, ls) = (o - bo, s - bs);
-        // the bytes from event i on that repeat those `lo` / `ls` earlier
-        let mo = same_len(ops, bo, o);
-        let ms = if ls == 0 { usize::MAX } else { same_len(side, bs, s) };
-        let reps = (mo / lo).min(ms / ls.max(1));
+        // how many times the body repeats from event i on, in both streams
+        let reps = repeats(ops, bo, o, lo, side, bs, s, ls);
         let (co, cs) = (o + reps * lo, s + reps * ls);
         if reps == 0 || reps * (lo + ls) < MIN_SAVED {
             continue;
@@ -209,19 +245,59 @@ fn hash(raw: &[u8], o: usize, ol: usize, s: usize, sl: usize) -> usize {
     (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TABLE_BITS)) as usize
 }
 
+/// How many whole times the body `ops[bo..o]` / `side[bs..s]` (`lo` / `ls` bytes)
+/// repeats from `o` / `s` on. Both streams are compared in growing steps, each
+/// no further than the other has matched: when only one repeats for long (sort:
+/// the same ops, other addresses), comparing it to its end at every event made
+/// folding quadratic (a writer 6x slower).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn repeats(
+    ops: &[u8],
+    bo: usize,
+    o: usize,
+    lo: usize,
+    side: &[u8],
+    bs: usize,
+    s: usize,
+    ls: usize,
+) -> usize {
+    let (mut mo, mut ms) = (0usize, 0usize);
+    let mut want = 1usize;
+    loop {
+        mo = same_run(ops, bo, o, mo, want.saturating_mul(lo));
+        if mo < want * lo {
+            break;
+        }
+        if ls > 0 {
+            ms = same_run(side, bs, s, ms, want.saturating_mul(ls));
+            if ms < want * ls {
+                break;
+            }
+        }
+        want = want.saturating_mul(2);
+    }
+    let r = mo / lo;
+    if ls == 0 {
+        r
+    } else {
+        r.min(same_run(side, bs, s, ms, r.saturating_mul(ls)) / ls)
+    }
+}
+
 /// How many bytes from `b` on equal those from `a` on (`a < b`; the runs may
-/// overlap, so a repeating pattern of period `b - a` counts to its end). Words
-/// of eight at a time, without calling `memcmp`: in a traced program that is
-/// the runtime's interposed one.
+/// overlap, so a repeating pattern of period `b - a` counts to its end), given
+/// that the first `from` do, and counting no further than `max`. Words of eight
+/// at a time, without calling `memcmp`: in a traced program that is the
+/// runtime's interposed one.
 #[inline]
-fn same_len(buf: &[u8], a: usize, b: usize) -> usize {
+fn same_run(buf: &[u8], a: usize, b: usize, from: usize, max: usize) -> usize {
     assert!(a <= b && b <= buf.len());
-    let n = buf.len() - b;
+    let n = (buf.len() - b).min(max);
     let p = buf.as_ptr();
     // SAFETY: every read below is of 8 bytes at `a + m` or `b + m` with
-    // `m + 8 <= n`, so within `buf` (`a <= b`).
+    // `m + 8 <= n <= buf.len() - b`, so within `buf` (`a <= b`).
     let word = |i: usize| unsafe { (p.add(i) as *const u64).read_unaligned() };
-    let mut m = 0;
+    let mut m = from.min(n);
     // 32 bytes a step while they all match, then words
     while m + 32 <= n {
         let x = (word(a + m) ^ word(b + m))

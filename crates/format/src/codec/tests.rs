@@ -348,3 +348,73 @@ fn garbage_is_an_error_not_a_panic() {
     let mut d = Decoder::new(&[2, 0x03, 0x02][..]);
     assert!(d.next().is_err());
 }
+
+/// `repeats` counts the whole periods both streams repeat, however long one of
+/// them runs on alone (it used to compare that one to its end at every event).
+#[test]
+fn repeats_counts_whole_periods_of_both_streams() {
+    // the naive count: period by period
+    let naive = |ops: &[u8], bo: usize, o: usize, side: &[u8], bs: usize, s: usize| {
+        let (lo, ls) = (o - bo, s - bs);
+        let mut r = 0;
+        while o + (r + 1) * lo <= ops.len()
+            && s + (r + 1) * ls <= side.len()
+            && (0..lo).all(|k| ops[bo + r * lo + k] == ops[o + r * lo + k])
+            && (0..ls).all(|k| side[bs + r * ls + k] == side[s + r * ls + k])
+        {
+            r += 1;
+        }
+        r
+    };
+    let mut x = 7u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for case in 0..400 {
+        let (lo, ls) = (1 + (rnd() % 40) as usize, (rnd() % 12) as usize);
+        let (ro, rs) = ((rnd() % 300) as usize, (rnd() % 300) as usize);
+        let body_o: Vec<u8> = (0..lo).map(|_| rnd() as u8).collect();
+        let body_s: Vec<u8> = (0..ls).map(|_| rnd() as u8).collect();
+        let mut ops: Vec<u8> = body_o.iter().cycle().take(lo * (ro + 1)).copied().collect();
+        let mut side: Vec<u8> = body_s.iter().cycle().take(ls * (rs + 1)).copied().collect();
+        // a tail that may or may not continue the pattern
+        ops.extend((0..(rnd() % 20)).map(|_| if case % 2 == 0 { body_o[0] } else { rnd() as u8 }));
+        side.extend((0..(rnd() % 20)).map(|_| rnd() as u8));
+        let got = super::fold::repeats(&ops, 0, lo, lo, &side, 0, ls, ls);
+        assert_eq!(got, naive(&ops, 0, lo, &side, 0, ls), "case {case}: lo {lo} ls {ls}");
+    }
+}
+
+/// A folder that looked at a chunk that did not halve leaves the next 7 chunks
+/// unfolded without looking, twice as many after each further miss in a row.
+#[test]
+fn folding_backs_off_after_misses() {
+    let looped: Vec<Event> =
+        (0..4000).map(|i| plain(0x1000, 0x10_0000 + 8 * i, 8, false)).collect();
+    let random: Vec<Event> = (0..4000u64)
+        .map(|i| {
+            plain(0x1000 + (i * 2_654_435_761) % 977, (i * 0x9E37_79B9) & 0xff_ffff, 8, i % 3 == 0)
+        })
+        .collect();
+    let split = |evs: &[Event]| {
+        let mut enc = Encoder::new();
+        let mut st = Streams::new();
+        for e in evs {
+            enc.push(&mut st, e);
+        }
+        st
+    };
+    let (lp, rn) = (split(&looped), split(&random));
+    let mut f = Folder::new();
+    assert!(f.fold(&lp.ops, &lp.side).is_some(), "a strided loop folds");
+    assert!(f.fold(&rn.ops, &rn.side).is_none(), "random accesses do not");
+    for miss in 0..3u32 {
+        let skipped = (0..).take_while(|_| f.fold(&lp.ops, &lp.side).is_none()).count();
+        assert_eq!(skipped as u32, 7 << miss, "miss {miss}");
+        // the fold that ended the skip counted as a look; miss again
+        assert!(f.fold(&rn.ops, &rn.side).is_none());
+    }
+}
