@@ -201,9 +201,10 @@ impl Binary {
         self.symbols.functions().iter().any(|f| &*f.name == "memlens_register_thread")
     }
 
-    /// Every source file the DWARF names (the only files the GUI shows).
+    /// Every source file the DWARF names but the memlens runtime's and the Rust
+    /// standard library's (the only files the GUI shows).
     pub fn source_files(&self) -> Vec<String> {
-        self.symbols.source_files().unwrap_or_default()
+        self.symbols.user_source_files().unwrap_or_default()
     }
 
     /// The lines of `file` (a name from [`Binary::source_files`]) that have code, each

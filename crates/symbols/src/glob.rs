@@ -49,7 +49,7 @@ impl Glob {
 }
 
 /// `path` without `.` components and with `dir/..` pairs removed.
-fn normal(path: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn normal(path: &str) -> std::borrow::Cow<'_, str> {
     if !path.split('/').any(|c| c == "." || c == "..") {
         return path.into();
     }

@@ -19,6 +19,7 @@ use crate::heaptype::{self, FrameVerdict, HeapType, Parents, TypeSource};
 use crate::layout::LayoutCache;
 use crate::srcline::{self, TypeIndex};
 use crate::Error;
+use gimli::Reader as _;
 
 /// Source files by path: their lines, `None` when unreadable.
 type SourceCache = HashMap<Arc<str>, Option<Arc<[String]>>>;
@@ -489,11 +490,13 @@ impl ModuleSymbols {
         Ok(out)
     }
 
-    /// Every line of the files matching `pattern` that has code, with the first
-    /// address where execution enters it (the live GUI marks these lines as
-    /// instrumentable). Sorted by line; empty without DWARF.
-    pub fn code_lines(&self, pattern: &str) -> Result<Vec<(u64, Pc)>, Error> {
-        let glob = Glob::new(pattern)?;
+    /// Every line of `file` (a name from [`Self::source_files`]) that has code,
+    /// with the first address where execution enters it (the live GUI marks these
+    /// lines as instrumentable). Sorted by line; empty without DWARF. Paths are
+    /// compared with `.` and `dir/..` components removed, not as globs (a name
+    /// with `..` matched nothing; one with `[` would have been a pattern).
+    pub fn code_lines(&self, file: &str) -> Result<Vec<(u64, Pc)>, Error> {
+        let want = crate::glob::normal(file);
         let Some(units) = self.units()? else { return Ok(Vec::new()) };
         let mut first: HashMap<u64, u64> = HashMap::new();
         for (uid, unit) in units.units.iter().enumerate() {
@@ -511,7 +514,7 @@ impl ModuleSymbols {
                 let m = *matches.entry(row.file_index()).or_insert_with(|| {
                     row.file(header)
                         .and_then(|f| units.file_path(uid, header, f))
-                        .is_some_and(|p: String| glob.is_path_match(&p))
+                        .is_some_and(|p: String| crate::glob::normal(&p) == want)
                 });
                 if m {
                     let a = row.address() + self.module.bias;
@@ -527,9 +530,52 @@ impl ModuleSymbols {
     /// Every source file the DWARF line tables name, as [`Self::frames`] spells it
     /// (sorted, deduplicated). Empty without DWARF. The viewer serves only these.
     pub fn source_files(&self) -> Result<Vec<String>, Error> {
+        self.files_of_units(|_, _| true)
+    }
+
+    /// [`Self::source_files`] without the memlens runtime's own sources, nor the
+    /// Rust standard library's, nor (in a program with no Rust of its own) the
+    /// crates the runtime is built from: the files a user browses in the live GUI.
+    pub fn user_source_files(&self) -> Result<Vec<String>, Error> {
+        let Some(units) = self.units()? else { return Ok(Vec::new()) };
+        let text = |v: &Option<R>| {
+            v.as_ref().and_then(|r| r.to_string_lossy().ok().map(|c| c.into_owned()))
+        };
+        let named: Vec<(String, String)> = units
+            .units
+            .iter()
+            .map(|u| (text(&u.name).unwrap_or_default(), text(&u.comp_dir).unwrap_or_default()))
+            .collect();
+        // the runtime's crates were built in one workspace: where its `rt` was
+        let rt_dirs: Vec<&str> = named
+            .iter()
+            .filter(|(n, _)| n.starts_with("crates/rt/src/lib.rs/@/"))
+            .map(|(_, d)| d.as_str())
+            .collect();
+        let kind: Vec<UnitOrigin> =
+            named.iter().map(|(n, d)| UnitOrigin::of(n, d, &rt_dirs)).collect();
+        let own_rust = kind
+            .iter()
+            .zip(&units.langs)
+            .any(|(k, l)| *k == UnitOrigin::User && *l == Some(gimli::DW_LANG_Rust));
+        let runtime = kind.contains(&UnitOrigin::Runtime);
+        self.files_of_units(|uid, _| match kind[uid] {
+            UnitOrigin::User => true,
+            UnitOrigin::Registry => own_rust || !runtime,
+            UnitOrigin::Runtime | UnitOrigin::Toolchain => false,
+        })
+    }
+
+    fn files_of_units(
+        &self,
+        keep: impl Fn(usize, &gimli::Unit<R>) -> bool,
+    ) -> Result<Vec<String>, Error> {
         let Some(units) = self.units()? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for (uid, unit) in units.units.iter().enumerate() {
+            if !keep(uid, unit) {
+                continue;
+            }
             let Some(program) = &unit.line_program else { continue };
             let header = program.header();
             out.extend(header.file_names().iter().filter_map(|f| units.file_path(uid, header, f)));
@@ -850,4 +896,61 @@ fn find_sup_file(holder: &Path, name: &str, id: &[u8], search: &DebugSearch) -> 
         drop(obj);
         matches.then_some(data)
     })
+}
+
+/// Where a compile unit comes from, by its name and directory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum UnitOrigin {
+    /// The program's own code.
+    User,
+    /// A crate of the memlens runtime (rustc names a unit `SRC/@/CRATE.HASH-cgu.N`).
+    Runtime,
+    /// Rust's standard library (built in `/rustc/HASH`, its dependencies in `/rust/deps`).
+    Toolchain,
+    /// A crate from a Cargo registry: the user's, or the runtime's dependencies.
+    Registry,
+}
+
+impl UnitOrigin {
+    /// `rt_dirs`: the directories the memlens runtime's crates were built in.
+    fn of(name: &str, dir: &str, rt_dirs: &[&str]) -> UnitOrigin {
+        // rustc names a unit `ROOT/@/CGU`
+        if name.contains("/@/") && rt_dirs.contains(&dir) {
+            UnitOrigin::Runtime
+        } else if dir.starts_with("/rustc/") || dir.starts_with("/rust/deps") {
+            UnitOrigin::Toolchain
+        } else if dir.contains("/registry/src/") || name.contains("/registry/src/") {
+            UnitOrigin::Registry
+        } else {
+            UnitOrigin::User
+        }
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::UnitOrigin;
+
+    #[test]
+    fn units_are_told_apart_by_name_and_directory() {
+        let rt = ["/work/main"];
+        let of = |n, d| UnitOrigin::of(n, d, &rt);
+        // release (codegen unit names) and incremental (hashes) builds of the runtime
+        let cgu = "crates/format/src/lib.rs/@/memlens_format.6d1faf4c6985c478-cgu.06";
+        assert_eq!(of(cgu, "/work/main"), UnitOrigin::Runtime);
+        assert_eq!(
+            of("crates/rt/src/lib.rs/@/6sswwq9xd5haw56usa9vu52sy", "/work/main"),
+            UnitOrigin::Runtime
+        );
+        // a C file compiled in the memlens tree is not the runtime
+        assert_eq!(of("tests/programs/inc.c", "/work/main"), UnitOrigin::User);
+        assert_eq!(
+            of("library/std/src/lib.rs/@/std.x-cgu.0", "/rustc/59807616e"),
+            UnitOrigin::Toolchain
+        );
+        let zstd = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/zstd-sys-2.1.2";
+        assert_eq!(of("zstd/lib/common/zstd_common.c", zstd), UnitOrigin::Registry);
+        assert_eq!(of("src/main.rs/@/app.1-cgu.0", "/home/u/app"), UnitOrigin::User);
+        assert_eq!(of("", ""), UnitOrigin::User);
+    }
 }

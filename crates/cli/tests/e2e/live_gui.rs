@@ -171,6 +171,29 @@ fn live_gui_api_lists_sources_inserts_counts_and_removes() {
     assert!(v["error"].as_str().unwrap().contains(&format!("no probe with id {id}")), "{v}");
 }
 
+/// A memlens-built program (the runtime linked in) compiled from a path with `..`:
+/// the GUI lists the program's file as DWARF spells it, with its lines of code, and
+/// none of the runtime's own sources nor the Rust library's it is built from.
+#[test]
+fn live_gui_lists_the_program_s_files_only_and_code_lines_through_dotdot() {
+    if unsupported() {
+        return;
+    }
+    let dir = scratch("live-gui-files");
+    let exe = build(&dir, "ticker.c");
+    let g = Gui::start(&dir, &exe, &[]);
+    let files = g.call(json!({"cmd": "files"}));
+    let files: Vec<&str> = files.as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    let src = *files.iter().find(|f| f.ends_with("/ticker.c")).expect("ticker.c listed");
+    assert!(src.contains("/../"), "built from a path with `..`: {src}");
+    let runtime = ["/crates/rt/", "/crates/format/", "/crates/contract/", "library/core/", "zstd"];
+    let shown: Vec<_> = files.iter().filter(|f| runtime.iter().any(|r| f.contains(r))).collect();
+    assert!(shown.is_empty(), "the runtime's sources are listed: {shown:?}");
+    let s = g.call(json!({"cmd": "source", "file": src}));
+    let lines = s["lines"].as_array().unwrap();
+    assert!(lines.contains(&json!([line_of("ticker.c", "tick"), "tick"])), "{lines:?}");
+}
+
 #[test]
 fn live_gui_keeps_view_s_server_rules() {
     if unsupported() {

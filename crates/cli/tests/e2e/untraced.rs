@@ -22,6 +22,11 @@ fn start_sigwait(
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            // the dispositions the test gives, whatever it was started with (a
+            // background job of a script ignores SIGINT and SIGQUIT, nohup SIGHUP)
+            for s in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(s, libc::SIG_DFL);
+            }
             for &s in &ignore {
                 libc::signal(s, libc::SIG_IGN);
             }
