@@ -277,10 +277,9 @@ pub(super) fn repeats(
         want = want.saturating_mul(2);
     }
     let r = mo / lo;
-    if ls == 0 {
-        r
-    } else {
-        r.min(same_run(side, bs, s, ms, r.saturating_mul(ls)) / ls)
+    match same_run(side, bs, s, ms, r.saturating_mul(ls)).checked_div(ls) {
+        Some(rs) => r.min(rs),
+        None => r, // no side bytes: the op stream decides
     }
 }
 
