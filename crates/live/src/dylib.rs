@@ -9,8 +9,12 @@
 //! returning a table whose first field is the ABI version ([`ABI_VERSION`]); a
 //! library speaking another version is refused before anything else is read. Strings
 //! are NUL-terminated UTF-8; actions and columns are JSON arrays (the shapes of
-//! `memlens probe modules --format json`), values a JSON object. Probes are used from
-//! one thread at a time, not always the one that created them.
+//! `memlens probe modules --format json`), values a JSON object. A probe publishes
+//! tables (GUI panels, like the heap probe's sites) under the values' key `"tables"`:
+//! `[{"title", "columns": [{"name","unit"}], "rows": [{"cells": [...], "at": [FILE,
+//! LINE] | null}], "sort": COLUMN | null}]`, the shape [`crate::module::Table::to_json`]
+//! serves. Probes are used from one thread at a time, not always the one that created
+//! them.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -18,9 +22,13 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::module::{
+    Action, Column, ModuleInfo, Probe, ProbeModule, Table as PanelTable, TableRow,
+};
 use crate::target::Target;
 use crate::{Error, Result};
+use std::cell::RefCell;
+use std::collections::HashSet;
 
 /// The ABI version this memlens speaks.
 pub const ABI_VERSION: u32 = 1;
@@ -244,13 +252,65 @@ impl ProbeModule for DylibModule {
             let why = c_err(&err);
             return Err(Error::Spec(format!("{}:{args}: {why}", self.info.name)));
         }
-        Ok(Box::new(DylibProbe { table: self.table, p }))
+        Ok(Box::new(DylibProbe {
+            table: self.table,
+            p,
+            tables: RefCell::default(),
+            names: RefCell::default(),
+        }))
     }
 }
 
 struct DylibProbe {
     table: &'static Table,
     p: *mut c_void,
+    /// The tables the last `values()` carried.
+    tables: RefCell<Vec<PanelTable>>,
+    /// Column names and units are `&'static` in [`Column`]: each distinct one is
+    /// leaked once, not at every poll.
+    names: RefCell<HashSet<&'static str>>,
+}
+
+impl DylibProbe {
+    fn intern(&self, s: &str) -> &'static str {
+        let mut names = self.names.borrow_mut();
+        match names.get(s) {
+            Some(n) => n,
+            None => {
+                let n = leak(s);
+                names.insert(n);
+                n
+            }
+        }
+    }
+
+    /// A table of the module's values; `None` when it is not one (ignored: a module
+    /// that gets the shape wrong loses its panel, not its values).
+    fn panel(&self, v: &Value) -> Option<PanelTable> {
+        let columns: Vec<Column> = v["columns"]
+            .as_array()?
+            .iter()
+            .map(|c| {
+                Some(Column {
+                    name: self.intern(c["name"].as_str()?),
+                    unit: self.intern(c["unit"].as_str().unwrap_or("")),
+                })
+            })
+            .collect::<Option<_>>()?;
+        let rows = v["rows"]
+            .as_array()?
+            .iter()
+            .map(|r| {
+                let cells = r["cells"].as_array()?.clone();
+                let at = r["at"]
+                    .as_array()
+                    .and_then(|a| Some((a.first()?.as_str()?.to_owned(), a.get(1)?.as_u64()?)));
+                (cells.len() == columns.len()).then_some(TableRow { cells, at })
+            })
+            .collect::<Option<_>>()?;
+        let sort = v["sort"].as_u64().map(|c| c as usize).filter(|&c| c < columns.len());
+        Some(PanelTable { title: v["title"].as_str()?.to_owned(), columns, rows, sort })
+    }
 }
 
 // SAFETY: the ABI requires probes usable from any thread, one at a time; the
@@ -271,10 +331,20 @@ impl Probe for DylibProbe {
     fn values(&self) -> Map<String, Value> {
         // SAFETY: a live probe; the callback writes at most `len` bytes.
         let s = read_text(|b, n| unsafe { (self.table.values)(self.p, b, n) });
-        match serde_json::from_str(&s) {
+        let mut m = match serde_json::from_str(&s) {
             Ok(Value::Object(m)) => m,
             _ => Map::new(),
-        }
+        };
+        let tables = match m.remove("tables") {
+            Some(Value::Array(t)) => t.iter().filter_map(|t| self.panel(t)).collect(),
+            _ => Vec::new(),
+        };
+        *self.tables.borrow_mut() = tables;
+        m
+    }
+
+    fn tables(&self) -> Vec<PanelTable> {
+        self.tables.borrow().clone()
     }
 }
 

@@ -74,7 +74,24 @@ unsafe fn put(s: &str, buf: *mut c_char, len: usize) -> usize {
 
 /// (minor faults, user + system CPU ticks) of `pid`.
 fn stat(pid: i32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_file(&format!("/proc/{pid}/stat"))
+}
+
+/// (minor faults, CPU ticks) of each thread of `pid`, by thread id.
+fn threads(pid: i32) -> Vec<(i32, (u64, u64))> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut out: Vec<_> = dir
+        .filter_map(|e| {
+            let tid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            Some((tid, stat_file(&format!("/proc/{pid}/task/{tid}/stat"))?))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn stat_file(path: &str) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(path).ok()?;
     // Fields after the parenthesised command name, starting with the state (field 3).
     let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
     let num = |i: usize| f.get(i - 3)?.parse::<u64>().ok();
@@ -132,11 +149,17 @@ unsafe extern "C" fn values(p: *mut c_void, buf: *mut c_char, len: usize) -> usi
     // SAFETY: a probe from `create`.
     let p = unsafe { &*p.cast::<Probe>() };
     // USER_HZ is 100 on Linux whatever the kernel's HZ.
+    // a table per probe (a panel in the GUI): the target's threads
+    let rows: Vec<String> = threads(p.pid)
+        .iter()
+        .map(|(tid, (flt, ticks))| format!(r#"{{"cells":[{tid},{flt},{}],"at":null}}"#, ticks * 10))
+        .collect();
     let s = format!(
-        r#"{{"polls":{},"minflt":{},"cpu_ms":{}}}"#,
+        r#"{{"polls":{},"minflt":{},"cpu_ms":{},"tables":[{{"title":"Threads","columns":[{{"name":"tid","unit":""}},{{"name":"minflt","unit":"faults"}},{{"name":"cpu_ms","unit":"ms"}}],"rows":[{}],"sort":2}}]}}"#,
         p.polls,
         p.last.0 - p.first.0,
-        (p.last.1 - p.first.1) * 10
+        (p.last.1 - p.first.1) * 10,
+        rows.join(",")
     );
     // SAFETY: the caller's buffer.
     unsafe { put(&s, buf, len) }

@@ -387,6 +387,16 @@ fn out_of_tree_module_is_loaded_by_path_and_reports_values() {
     assert_eq!(p["module"], "procstat");
     wait_until("polls", || get()["polls"].as_u64().unwrap() >= 3);
     assert!(get()["cpu_ms"].is_u64() && get()["minflt"].is_u64());
+    // Its table (the target's threads) becomes a panel like a built-in module's.
+    let state = g.call(json!({"cmd": "state"}));
+    let row = state["probes"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap();
+    let t = &row["tables"][0];
+    assert_eq!(t["title"], "Threads", "{row}");
+    assert_eq!(t["columns"][0]["name"], "tid");
+    assert_eq!(t["sort"], 2);
+    let tids: Vec<i64> =
+        t["rows"].as_array().unwrap().iter().map(|r| r["cells"][0].as_i64().unwrap()).collect();
+    assert_eq!(tids, [i64::from(g.target)], "the ticker has one thread: {t}");
     // Its own errors come back as one line.
     let v = g.try_call(json!({"cmd": "add", "spec": "procstat:main"}));
     assert_eq!(
