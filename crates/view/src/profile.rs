@@ -289,8 +289,8 @@ impl Profile {
             b[2] = b[2].max(r[1]);
             live = r[2];
             b[3] = live;
-            for j in 0..4 {
-                b[4 + j] += r[3 + j];
+            for (d, v) in b[4..].iter_mut().zip(&r[3..]) {
+                *d += v;
             }
         }
         while k < n {

@@ -265,7 +265,9 @@ fn viewer_shows_the_call_tree_and_the_heap_over_time() {
     assert_eq!(v.b.js("return +document.getElementById('heapchart').dataset.peak"), peak);
     assert_eq!(v.b.js("return document.getElementById('heapchart').dataset.axis"), "time");
     let sites =
-        v.b.js("return [...document.querySelectorAll('#hpeak td.t')].map(e => e.textContent)");
+        v.b.js("return [...document.querySelectorAll('#hpeak td.t')].map(e => e.dataset.site)");
+    let shown = v.b.js("return document.querySelector('#hpeak td.t').textContent");
+    assert!(shown.as_str().unwrap().starts_with("calltree.c:"), "{shown}");
     let want =
         heap["at_peak"].as_array().unwrap().iter().map(|r| r["site"].clone()).collect::<Vec<_>>();
     assert_eq!(sites.as_array().unwrap(), &want);
