@@ -417,7 +417,6 @@ impl Render for HeapReport {
                 Column::num("never_written_bytes", "never written"),
                 Column::num("short_lived", "short-lived"),
                 Column::num("live_at_end", "live at end"),
-                Column::num("at_peak_bytes", "at peak"),
             ],
         );
         for s in sites {
