@@ -329,6 +329,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn damaged_files_are_refused_with_one_line() {
+        let dir = std::env::temp_dir().join(format!("memlens-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let heap = r#"{"bucket":1,"ops":2,"peak_bytes":8,"peak_op":0,"peak_event":0,"timeline":[[0,8,8,8,0,1,0]]}"#;
+        std::fs::write(dir.join("heap.json"), heap).unwrap();
+        // a node whose parent comes after it, and a function id out of range
+        for nodes in ["[[0,0,0,0,0,0,0],[2,1,1,0,0,0,0]]", "[[0,0,0,0,0,0,0],[0,7,1,0,0,0,0]]"] {
+            let t = format!(r#"{{"has_misses":false,"functions":["(root)","f"],"nodes":{nodes}}}"#);
+            std::fs::write(dir.join("calltree.json"), t).unwrap();
+            let e = Profile::open(&dir).err().expect("damaged").to_string();
+            assert!(e.contains("calltree.json") && e.contains("--reindex"), "{e}");
+        }
+        let t = r#"{"has_misses":false,"functions":["(root)","f"],"nodes":[[0,0,0,1,0,8,0],[0,1,2,3,4,40,0]]}"#;
+        std::fs::write(dir.join("calltree.json"), t).unwrap();
+        let p = Profile::open(&dir).unwrap();
+        let v = p.top_down(0).unwrap();
+        assert_eq!(v["self"]["incl"], json!([4, 4, 48]));
+        assert_eq!(v["rows"][0]["name"], "f");
+        assert!(p.top_down(5).is_err() && p.function(0).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn heap_bins_carry_the_live_bytes_and_map_operations_to_time() {
         let p = Profile {
             heap: HeapLine {
