@@ -26,11 +26,14 @@ pub struct HeapConfig {
     pub byte_detail_limit: u64,
     /// Blocks living fewer events than this are short-lived. Default 10 000.
     pub short_lived: u64,
+    /// Keep the heap over time in buckets of this many memory operations (the
+    /// viewer's axis); `None`: no timeline.
+    pub timeline: Option<u64>,
 }
 
 impl Default for HeapConfig {
     fn default() -> HeapConfig {
-        HeapConfig { byte_detail_limit: 1024, short_lived: 10_000 }
+        HeapConfig { byte_detail_limit: 1024, short_lived: 10_000, timeline: None }
     }
 }
 
@@ -75,6 +78,10 @@ pub struct SiteStats {
     pub never_written_bytes: u64,
     /// Accesses per byte offset (when the size is uniform and within the limit).
     pub by_offset: Vec<u64>,
+    /// Bytes live when the whole heap peaked (DHAT's "at t-gmax").
+    pub at_peak_bytes: u64,
+    /// Blocks live then.
+    pub at_peak_blocks: u64,
     live_blocks: u64,
     live_bytes: u64,
     mixed_sizes: bool,
@@ -99,6 +106,25 @@ struct Block {
     detail: Option<(Vec<u32>, Vec<u8>)>,
 }
 
+/// The heap in one bucket of [`HeapConfig::timeline`] memory operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapBucket {
+    /// Bucket number: operations `bucket * size .. (bucket + 1) * size`.
+    pub bucket: u64,
+    /// Most bytes live in it.
+    pub max_live: u64,
+    /// Bytes live at its end.
+    pub live_end: u64,
+    /// Bytes allocated in it.
+    pub alloc_bytes: u64,
+    /// Bytes freed in it.
+    pub free_bytes: u64,
+    /// Allocations in it.
+    pub allocs: u64,
+    /// Frees in it.
+    pub frees: u64,
+}
+
 /// The heap kernel. Not shardable: blocks cross threads.
 #[derive(Clone, Debug, Default)]
 pub struct Heap {
@@ -107,8 +133,15 @@ pub struct Heap {
     stats: Vec<SiteStats>,
     blocks: Blocks<Block>,
     now: u64,
+    ops: u64,
     live_bytes: u64,
     max_live_bytes: u64,
+    peak_event: u64,
+    peak_op: u64,
+    /// A new peak was reached and no block was freed since: the sites' live bytes
+    /// are the peak's (taken at the next free, as DHAT does).
+    peak_pending: bool,
+    timeline: Vec<HeapBucket>,
     heap_accesses: u64,
     other_accesses: u64,
 }
@@ -120,6 +153,15 @@ pub struct HeapReport {
     pub sites: Vec<SiteStats>,
     /// Most heap bytes live at once (DHAT's t-gmax).
     pub max_live_bytes: u64,
+    /// Events before the allocation that first reached it.
+    pub peak_event: u64,
+    /// Memory operations (loads, stores, ranges, RMWs) before it: the viewer's axis.
+    pub peak_op: u64,
+    /// Memory operations seen.
+    pub ops: u64,
+    /// The heap over time ([`HeapConfig::timeline`]), buckets with an allocation or
+    /// a free only (the others keep the previous bucket's live bytes).
+    pub timeline: Vec<HeapBucket>,
     /// Accesses that fell into a live block.
     pub heap_accesses: u64,
     /// Accesses outside every live block (stack, globals, freed memory).
@@ -159,7 +201,13 @@ impl Heap {
             _ => {}
         }
         self.live_bytes += size;
-        self.max_live_bytes = self.max_live_bytes.max(self.live_bytes);
+        if self.live_bytes > self.max_live_bytes {
+            self.max_live_bytes = self.live_bytes;
+            self.peak_event = self.now - 1;
+            self.peak_op = self.ops;
+            self.peak_pending = true;
+        }
+        self.tick(size, true);
         let detail = (size <= self.cfg.byte_detail_limit)
             .then(|| (vec![0u32; size as usize], vec![0u8; size as usize]));
         let b = Block {
@@ -183,7 +231,40 @@ impl Heap {
         }
     }
 
+    /// Keeps every site's live bytes of the peak just left.
+    fn snapshot_peak(&mut self) {
+        for s in self.stats.iter_mut() {
+            s.at_peak_bytes = s.live_bytes;
+            s.at_peak_blocks = s.live_blocks;
+        }
+        self.peak_pending = false;
+    }
+
+    /// An allocation (or a free) of `bytes`, already counted live (or not), in the
+    /// timeline.
+    fn tick(&mut self, bytes: u64, alloc: bool) {
+        let Some(size) = self.cfg.timeline else { return };
+        let b = self.ops / size.max(1);
+        if self.timeline.last().is_none_or(|l| l.bucket != b) {
+            let before = if alloc { self.live_bytes - bytes } else { self.live_bytes + bytes };
+            self.timeline.push(HeapBucket { bucket: b, max_live: before, ..HeapBucket::default() });
+        }
+        let l = self.timeline.last_mut().expect("pushed");
+        l.live_end = self.live_bytes;
+        l.max_live = l.max_live.max(self.live_bytes);
+        if alloc {
+            l.alloc_bytes += bytes;
+            l.allocs += 1;
+        } else {
+            l.free_bytes += bytes;
+            l.frees += 1;
+        }
+    }
+
     fn retire(&mut self, size: u64, b: Block, freed: bool) {
+        if freed && self.peak_pending {
+            self.snapshot_peak();
+        }
         let s = &mut self.stats[b.site as usize];
         let life = self.now - b.born;
         s.lifetime_sum += life;
@@ -214,6 +295,9 @@ impl Heap {
                     *o += u64::from(*c);
                 }
             }
+        }
+        if freed {
+            self.tick(size, false);
         }
     }
 
@@ -248,6 +332,9 @@ impl Kernel for Heap {
 
     fn process(&mut self, _thread: memlens_format::ThreadId, ev: &Event) {
         self.now += 1;
+        if matches!(ev, Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. }) {
+            self.ops += 1;
+        }
         match ev {
             Event::Alloc { pc, addr, size, stack, .. } => self.alloc(*pc, stack, addr.0, *size),
             Event::Realloc { pc, old, new, size, stack } => {
@@ -265,12 +352,19 @@ impl Kernel for Heap {
     }
 
     fn finish(mut self) -> HeapReport {
+        if self.peak_pending {
+            self.snapshot_peak();
+        }
         for (_, size, b) in self.blocks.drain() {
             self.retire(size, b, false);
         }
         HeapReport {
             sites: self.stats,
             max_live_bytes: self.max_live_bytes,
+            peak_event: self.peak_event,
+            peak_op: self.peak_op,
+            ops: self.ops,
+            timeline: self.timeline,
             heap_accesses: self.heap_accesses,
             other_accesses: self.other_accesses,
             events: self.now,
@@ -299,6 +393,8 @@ impl Render for HeapReport {
             "blocks" => self.sites.iter().map(|s| s.blocks).sum::<u64>(),
             "bytes" => self.sites.iter().map(|s| s.bytes).sum::<u64>(),
             "max_live_bytes" => self.max_live_bytes,
+            "peak_event" => self.peak_event,
+            "leaked_bytes" => self.sites.iter().map(|s| s.live_bytes_at_end).sum::<u64>(),
             "heap_accesses" => self.heap_accesses,
             "other_accesses" => self.other_accesses,
         });
@@ -342,13 +438,70 @@ impl Render for HeapReport {
                 "never_read_bytes" => s.never_read_bytes,
                 "never_written_bytes" => s.never_written_bytes,
                 "uniform_size" => s.uniform_size,
+                "at_peak_bytes" => s.at_peak_bytes, "at_peak_blocks" => s.at_peak_blocks,
             };
             if s.uniform_size.is_some() && !s.by_offset.is_empty() {
                 r.insert("accesses_by_offset".into(), json!(s.by_offset));
             }
             sec.rows.push(r);
         }
-        Table { sections: vec![summary, sec] }
+        let at_peak = self.site_section(
+            namer,
+            opts,
+            ("at_peak", "Live at the peak (t-gmax)"),
+            ("at_peak_bytes", "bytes at peak"),
+            ("at_peak_blocks", "blocks at peak"),
+            |s| (s.at_peak_bytes, s.at_peak_blocks),
+        );
+        let leaks = self.site_section(
+            namer,
+            opts,
+            ("leaks", "Live at exit (leaks)"),
+            ("live_bytes_at_end", "bytes at exit"),
+            ("live_at_end", "blocks at exit"),
+            |s| (s.live_bytes_at_end, s.live_at_end),
+        );
+        Table { sections: vec![summary, sec, at_peak, leaks] }
+    }
+}
+
+impl HeapReport {
+    /// The sites with bytes by `key` (bytes, blocks), most first: the peak's and the
+    /// leaks' tables.
+    fn site_section(
+        &self,
+        namer: &dyn Namer,
+        opts: &RenderOpts,
+        (key, title): (&str, &str),
+        (bytes_col, bytes_title): (&'static str, &str),
+        (blocks_col, blocks_title): (&'static str, &str),
+        by: impl Fn(&SiteStats) -> (u64, u64),
+    ) -> Section {
+        let mut sites: Vec<&SiteStats> = self.sites.iter().filter(|s| by(s).0 > 0).collect();
+        sites.sort_by(|a, b| (by(b), a.pc).cmp(&(by(a), b.pc)));
+        opts.cut(&mut sites);
+        let mut sec = Section::new(
+            key,
+            title,
+            vec![
+                Column::text("site", "site"),
+                Column::num(bytes_col, bytes_title),
+                Column::num(blocks_col, blocks_title),
+                Column::num("bytes", "allocated"),
+            ],
+        );
+        for s in sites {
+            let site = namer.code(s.pc);
+            let stack: Vec<String> = s.stack.iter().map(|&p| namer.code(p).location()).collect();
+            let (b, n) = by(s);
+            sec.rows.push(row! {
+                "site" => format!("{} ({})", site.location(), site.function),
+                "function" => site.function, "file" => site.file, "line" => site.line,
+                "stack" => stack, bytes_col => b, blocks_col => n,
+                "bytes" => s.bytes, "blocks" => s.blocks,
+            });
+        }
+        sec
     }
 }
 
@@ -357,6 +510,42 @@ mod tests {
     use super::*;
     use crate::testutil::*;
     use crate::{drive_serial, NoNames};
+
+    #[test]
+    fn the_peak_its_sites_the_timeline_and_the_leaks() {
+        let evs = vec![
+            alloc(0x10, 0x1000, 16, &[]),
+            rd(0x50, 0x1000, 8),
+            alloc(0x20, 0x2000, 32, &[]),
+            rd(0x50, 0x1000, 8),
+            rd(0x50, 0x1000, 8),
+            free(0x60, 0x1000),
+            alloc(0x10, 0x3000, 8, &[]),
+            rd(0x50, 0x3000, 8),
+        ];
+        let cfg = HeapConfig { timeline: Some(2), ..HeapConfig::default() };
+        let rep = drive_serial(&trace(&[(0, evs)]), Heap::new(cfg), |_| {}).unwrap();
+        assert_eq!((rep.max_live_bytes, rep.peak_event, rep.peak_op, rep.ops), (48, 2, 1, 4));
+        let at: Vec<(u64, u64)> =
+            rep.sites.iter().map(|s| (s.at_peak_bytes, s.at_peak_blocks)).collect();
+        assert_eq!(at, [(16, 1), (32, 1)]);
+        let b = |bucket, max_live, live_end, alloc_bytes, free_bytes, allocs, frees| HeapBucket {
+            bucket,
+            max_live,
+            live_end,
+            alloc_bytes,
+            free_bytes,
+            allocs,
+            frees,
+        };
+        assert_eq!(rep.timeline, [b(0, 48, 48, 48, 0, 2, 0), b(1, 48, 40, 8, 16, 1, 1)]);
+        let j = rep.render(&NoNames, &RenderOpts::default()).to_json();
+        assert_eq!(j["at_peak"][0]["at_peak_bytes"], 32);
+        assert_eq!(j["at_peak"][1]["at_peak_bytes"], 16);
+        assert_eq!(j["leaks"][0]["live_bytes_at_end"], 32);
+        assert_eq!(j["leaks"][1]["live_bytes_at_end"], 8);
+        assert_eq!(j["summary"][0]["leaked_bytes"], 40);
+    }
 
     #[test]
     fn sites_blocks_lifetimes_and_bytes() {

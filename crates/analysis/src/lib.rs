@@ -34,7 +34,8 @@
 //!   - [`sharing::Sharing`]: data touched by several threads (DINAMITE's analysis).
 //!   - [`false_sharing::FalseSharing`]: lines written by one thread and accessed by
 //!     another at disjoint bytes.
-//!   - [`heap::Heap`]: DHAT-like allocation-site profile.
+//!   - [`heap::Heap`]: DHAT-like allocation-site profile, with the heap over time.
+//!   - [`calltree::CallTree`]: the call tree (top-down, bottom-up, callers and callees).
 //!   - [`layout::Layout`]: field hotness and co-access per allocation site, with
 //!     layout advice.
 //!
@@ -72,6 +73,7 @@ macro_rules! row {
 
 mod blocks;
 pub mod cachesim;
+pub mod calltree;
 pub mod counts;
 pub mod false_sharing;
 pub mod filter;

@@ -807,6 +807,18 @@
     showTable("variables");
   }
 
+  // ---------- bottom views: source & tables | call tree (calltree.js) | heap (heap.js) ----------
+  async function showView(v) {
+    hooks.view = v;
+    document.querySelectorAll("#views button").forEach((b) => b.classList.toggle("on", b.dataset.view === v));
+    $("source").hidden = $("tables").hidden = v !== "source";
+    $("calltree").hidden = v !== "calls";
+    $("heapview").hidden = v !== "heap";
+    if (v === "calls" && hooks.callTree && !hooks.callTree.shown) { hooks.callTree.shown = true; await hooks.callTree.show("top"); }
+    if (v === "heap" && hooks.heapView) await hooks.heapView.show();
+  }
+  hooks.showView = showView;
+
   // ---------- start ----------
   async function start() {
     const t = performance.now();
@@ -818,6 +830,8 @@
     hooks.firstPaintMs = performance.now() - t;
     buildTree();
     buildTabs();
+    document.querySelectorAll("#views button").forEach((b) => b.addEventListener("click", () => showView(b.dataset.view)));
+    $("xmode").addEventListener("change", () => { if (hooks.view === "heap") showView("heap"); });
     hooks.meta = meta;
     // for lanes.js (the wall-clock lanes): the shared state and helpers
     Object.assign(hooks, { api, st, fmt, redraw, funcColor });

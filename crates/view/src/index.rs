@@ -4,6 +4,7 @@ use crate::flame::Calls;
 use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
 use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
+use memlens_analysis::calltree::CallTree;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{Heap, HeapConfig};
 use memlens_analysis::sharing::Sharing;
@@ -699,6 +700,9 @@ pub(crate) fn build_in(
         }
     };
     let has_annotation = annotation.is_some();
+    // the call tree counts misses from its own copy (the builder owns the other)
+    let tree_annotation = annotation.clone();
+    let mut tree = CallTree::new(namer).with_annotation(tree_annotation.as_ref());
     let mut b = Builder {
         namer,
         names: Names {
@@ -745,21 +749,25 @@ pub(crate) fn build_in(
     let cur = CurrentVariable::default();
     let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
         let tables = sc.spawn(|| {
-            let k = (FalseSharing::default(), Heap::new(HeapConfig::default()));
+            let heap = HeapConfig { timeline: Some(fine), ..HeapConfig::default() };
+            let k = (FalseSharing::default(), Heap::new(heap));
             memlens_analysis::drive_merged(r, k, |_| {})
         });
         let tick = |n| progress(n, total_events);
         let mine = match access {
             Some(n) => {
                 b.vars = crate::vars::VarCounts::new(Some(cur.clone()));
-                let k = Named::new(n, cur.clone(), (&mut b, Sharing::with_variables(cur)));
-                memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s), names)| {
+                let k = (&mut b, Sharing::with_variables(cur.clone()), &mut tree);
+                let k = Named::new(n, cur, k);
+                memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s, ()), names)| {
                     s.set_variables(names.clone());
                     (s, Some(names))
                 })
             }
-            None => memlens_analysis::drive_merged(r, (&mut b, Sharing::default()), tick)
-                .map(|((), s)| (s, None)),
+            None => {
+                let k = (&mut b, Sharing::default(), &mut tree);
+                memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
+            }
         };
         let tables = tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
         let (sharing, var_names) = mine?;
@@ -886,6 +894,7 @@ pub(crate) fn build_in(
     let (lanes, time, lane_bytes) =
         std::mem::take(&mut b.lanes).finish(dir, ops_of, end, offset)?;
     let mut fixed = (bytes.len() + line_vars.len()) as u64 + lane_bytes;
+    fixed += crate::profile::write(dir, namer, &tree.finish(), &heap, fine)?;
     fixed += span_levels.iter().sum::<usize>() as u64 * SPAN_BYTES as u64;
     // Per source line: pcs named once.
     let mut pcs = Vec::new();

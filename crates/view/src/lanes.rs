@@ -143,6 +143,20 @@ impl Lanes {
         Ok(Lanes { lanes })
     }
 
+    /// Every stamp as (merged operation, ns), sorted by operation, the times made
+    /// non-decreasing: what maps the merged order onto wall-clock time.
+    pub(crate) fn op_clock(&self) -> Vec<(u64, u64)> {
+        let mut c: Vec<(u64, u64)> =
+            self.lanes.iter().flat_map(|(_, s)| s.iter().map(|x| (x[1], x[0]))).collect();
+        c.sort_unstable();
+        let mut max = 0;
+        for x in c.iter_mut() {
+            max = max.max(x.1);
+            x.1 = max;
+        }
+        c
+    }
+
     /// Each lane's stamps that cover `t0..t1` (the last before and first after
     /// included), at most about `n` of them per lane: every k-th, which keeps the
     /// operation counts exact at the points kept.

@@ -29,6 +29,7 @@ mod index;
 mod lanes;
 mod live;
 mod place;
+mod profile;
 mod serve;
 mod sparse;
 mod store;
@@ -43,7 +44,7 @@ pub use store::{Index, PcWindow, TileFields, WindowSums};
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the index layout changes; older indexes are rebuilt.
-pub const INDEX_VERSION: u32 = 3;
+pub const INDEX_VERSION: u32 = 4;
 /// Bytes per map cell in `cellsN.bin` and in tile responses.
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.

@@ -19,6 +19,8 @@ use tokio::sync::Semaphore;
 const INDEX_HTML: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
 const LANES_JS: &str = include_str!("../assets/lanes.js");
+const CALLTREE_JS: &str = include_str!("../assets/calltree.js");
+const HEAP_JS: &str = include_str!("../assets/heap.js");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
 
 /// Expensive requests (tiles, range sums, flame frames, source text) served at once;
@@ -80,6 +82,8 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .route("/", get(page))
             .route("/app.js", get(|| async { asset(APP_JS, "text/javascript") }))
             .route("/lanes.js", get(|| async { asset(LANES_JS, "text/javascript") }))
+            .route("/calltree.js", get(|| async { asset(CALLTREE_JS, "text/javascript") }))
+            .route("/heap.js", get(|| async { asset(HEAP_JS, "text/javascript") }))
             .route("/style.css", get(|| async { asset(STYLE_CSS, "text/css") }))
             .route("/api/meta", get(meta))
             .route("/api/tiles", get(tiles))
@@ -87,6 +91,8 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
             .route("/api/lanes", get(lanes))
             .route("/api/range", get(range))
             .route("/api/source", get(source))
+            .route("/api/calltree", get(calltree))
+            .route("/api/heap", get(heap_over_time))
             .with_state(state);
         let app = Guard::new(token.clone(), addr.port()).protect(app);
         ready(&format!("http://{addr}/?token={token}"));
@@ -243,6 +249,63 @@ async fn lanes(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         let t1 = num(&p, "t1", u64::MAX)?;
         let n = num(&p, "n", 2048)?;
         Ok(s.index.lanes(t0, t1, n.min(1 << 16) as usize))
+    };
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+}
+
+/// The call tree: `view=top&node=N` (node N and its children), `view=bottom&path=F,G`
+/// (the inverted tree under function F called by G ...) or `view=function&function=F`
+/// (F with its callers and callees). Function ids index the answer's names.
+async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
+    let go = move |s: &AppState| -> Result<Value, String> {
+        let prof = s.index.profile();
+        match p.get("view").map_or("top", String::as_str) {
+            "top" => prof.top_down(num(&p, "node", 0)?.min(u32::MAX as u64) as u32),
+            "bottom" => {
+                let path = p.get("path").map_or("", String::as_str);
+                let path: Result<Vec<u64>, _> =
+                    path.split(',').filter(|x| !x.is_empty()).map(str::parse).collect();
+                let path = path.map_err(|_| format!("bad path: {}", p["path"]))?;
+                if path.len() > 256 {
+                    return Err("at most 256 functions in a path".into());
+                }
+                Ok(prof.bottom_up(&path))
+            }
+            "function" => prof.function(num(&p, "function", 0)?),
+            v => Err(format!("bad view: {v} (top, bottom or function)")),
+        }
+    };
+    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+}
+
+/// The heap over time in `n` bins of `x0..x1`: `axis=time` (ns, when the trace has
+/// stamps) or `order` (merged memory operations); with the peak, the sites live at
+/// it and the sites live at exit (`analyze heap`'s `at_peak` and `leaks`).
+async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
+    let go = move |s: &AppState| -> Result<Value, String> {
+        let meta = s.index.meta();
+        let time = match p.get("axis").map_or("order", String::as_str) {
+            "time" if s.index.clock().is_empty() => {
+                return Err("this trace has no time stamps: use axis=order".into())
+            }
+            "time" => true,
+            "order" => false,
+            a => return Err(format!("bad axis: {a} (time or order)")),
+        };
+        let (lo, hi) = if time {
+            (meta["time"]["t0"].as_u64().unwrap_or(0), meta["time"]["t1"].as_u64().unwrap_or(1))
+        } else {
+            (0, meta["ops"].as_u64().unwrap_or(0).max(1))
+        };
+        let x0 = num(&p, "x0", lo)?;
+        let x1 = num(&p, "x1", hi)?;
+        let n = num(&p, "n", 512)?.min(4096) as usize;
+        let mut v = s.index.profile().heap(time.then(|| s.index.clock()), x0, x1, n);
+        let h = &meta["tables"]["heap"];
+        v["summary"] = h["summary"][0].clone();
+        v["at_peak"] = h["at_peak"].clone();
+        v["leaks"] = h["leaks"].clone();
+        Ok(v)
     };
     heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
 }

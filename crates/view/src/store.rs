@@ -63,6 +63,10 @@ pub struct Index {
     line_vars: Vec<u32>,
     max_age: u64,
     lanes: crate::lanes::Lanes,
+    /// The call tree and the heap over time.
+    profile: crate::profile::Profile,
+    /// Merged operation → ns (empty without time stamps).
+    clock: Vec<(u64, u64)>,
 }
 
 /// One flame-chart frame.
@@ -169,6 +173,8 @@ impl Index {
         }
         let max_age = meta["max_age"].as_u64().ok_or_else(bad)?;
         let lanes = crate::lanes::Lanes::open(dir, &meta)?;
+        let profile = crate::profile::Profile::open(dir)?;
+        let clock = lanes.op_clock();
         Ok(Index {
             dir: dir.to_path_buf(),
             meta_json,
@@ -179,6 +185,8 @@ impl Index {
             line_vars,
             max_age,
             lanes,
+            profile,
+            clock,
         })
     }
 
@@ -186,6 +194,17 @@ impl Index {
     /// per thread (`{"t0", "t1", "lanes": [{"thread", "stamps": [[ns, op, own op]]}]}`).
     pub fn lanes(&self, t0: u64, t1: u64, n: usize) -> Value {
         self.lanes.window(t0, t1, n)
+    }
+
+    /// The call tree and the heap over time.
+    pub(crate) fn profile(&self) -> &crate::profile::Profile {
+        &self.profile
+    }
+
+    /// Merged operation → CLOCK_MONOTONIC ns, from every thread's stamps (empty
+    /// when the trace has none).
+    pub(crate) fn clock(&self) -> &[(u64, u64)] {
+        &self.clock
     }
 
     /// The directory.

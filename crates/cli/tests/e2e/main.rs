@@ -37,5 +37,6 @@ mod stream;
 mod tables;
 mod untraced;
 mod view;
+mod view_calls;
 mod view_index;
 mod view_time;

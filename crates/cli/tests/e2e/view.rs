@@ -210,19 +210,19 @@ pub(crate) fn browser_available() -> bool {
 }
 
 /// A running `memlens view` with a browser on its page.
-struct Viewer {
+pub(crate) struct Viewer {
     // Field order: the browser closes before the server stops.
-    b: Browser,
+    pub(crate) b: Browser,
     _server: Server,
     url: String,
-    port: u16,
-    token: String,
+    pub(crate) port: u16,
+    pub(crate) token: String,
 }
 
 impl Viewer {
     /// Serves `trace` (indexing it first), opens the page and waits until it drew and
     /// fetched what hover and selection need.
-    fn open(trace: &Path) -> Viewer {
+    pub(crate) fn open(trace: &Path) -> Viewer {
         let mut child = Command::new(memlens())
             .args(["view", "--port", "0", trace.to_str().unwrap()])
             .stdout(Stdio::piped())
@@ -252,12 +252,12 @@ impl Viewer {
 
     /// Waits for the page's background fetches and pending selections; returns the
     /// number of highlighted cells.
-    fn idle(&self) -> Value {
+    pub(crate) fn idle(&self) -> Value {
         self.b.js_async("const done = arguments[0]; memlens.idle().then(done);")
     }
 
     /// Polls `script` until it returns something truthy (at most 10 s).
-    fn wait_for(&self, script: &str) {
+    pub(crate) fn wait_for(&self, script: &str) {
         let t = Instant::now();
         while !self.b.js(&format!("return !!({script})")).as_bool().unwrap() {
             assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {script}");
