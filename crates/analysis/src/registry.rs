@@ -308,6 +308,8 @@ where
 }
 
 type Build = fn(&KernelOptions, Option<CurrentVariable>, Pipeline) -> Result<DynKernel, Error>;
+/// A whole-trace pass on `threads` workers.
+type Scan = fn(&TraceReader, usize) -> Result<Box<dyn Report>, Error>;
 
 /// One registered kernel.
 pub struct KernelInfo {
@@ -327,7 +329,7 @@ pub struct KernelInfo {
     pub final_offline: bool,
     build: Build,
     /// A faster equivalent of the chunk driver when nothing is filtered.
-    scan: Option<fn(&TraceReader, usize) -> Result<Box<dyn Report>, Error>>,
+    scan: Option<Scan>,
 }
 
 /// Every driver: order-free kernels that can also run in shards.
@@ -531,8 +533,12 @@ impl KernelInfo {
             Driver::Chunks => drive_chunks(r, Shards::new(k), threads, |_| {}),
             Driver::Shards => drive_parallel(r, Shards::new(k), threads),
             Driver::Follow => {
+                // one poll reads a finished trace to its end
                 let mut live = self.follow(path, opts, p)?;
-                while live.poll()? != crate::TailState::Complete {}
+                if live.poll()? != crate::TailState::Complete {
+                    let what = format!("{}: the trace is not finished", path.display());
+                    return Err(Error::Config(what));
+                }
                 Ok(live.finish())
             }
         }
