@@ -327,6 +327,43 @@ impl Heap {
     }
 }
 
+/// Block bookkeeping fed by [`track_allocs`] (this kernel and the DHAT exporter).
+pub trait AllocTracker {
+    /// A block of `size` bytes at `addr`, allocated at `pc` (call stack `stack`).
+    fn alloc(&mut self, pc: Pc, stack: &[Pc], addr: u64, size: u64);
+    /// The block at `addr` is freed (unknown addresses are ignored).
+    fn free(&mut self, addr: u64);
+}
+
+/// Feeds `t` an allocation, reallocation or free; false for every other event.
+pub fn track_allocs(t: &mut impl AllocTracker, ev: &Event) -> bool {
+    match ev {
+        Event::Alloc { pc, addr, size, stack, .. } => t.alloc(*pc, stack, addr.0, *size),
+        Event::Realloc { pc, old, new, size, stack } => {
+            if old.0 != 0 {
+                t.free(old.0);
+            }
+            // realloc(p, 0) only frees
+            if new.0 != 0 {
+                t.alloc(*pc, stack, new.0, *size);
+            }
+        }
+        Event::Free { addr, .. } => t.free(addr.0),
+        _ => return false,
+    }
+    true
+}
+
+impl AllocTracker for Heap {
+    fn alloc(&mut self, pc: Pc, stack: &[Pc], addr: u64, size: u64) {
+        Heap::alloc(self, pc, stack, addr, size)
+    }
+
+    fn free(&mut self, addr: u64) {
+        Heap::free(self, addr)
+    }
+}
+
 impl Kernel for Heap {
     type Output = HeapReport;
 
@@ -335,19 +372,8 @@ impl Kernel for Heap {
         if matches!(ev, Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. }) {
             self.ops += 1;
         }
-        match ev {
-            Event::Alloc { pc, addr, size, stack, .. } => self.alloc(*pc, stack, addr.0, *size),
-            Event::Realloc { pc, old, new, size, stack } => {
-                if old.0 != 0 {
-                    self.free(old.0);
-                }
-                // realloc(p, 0) only frees
-                if new.0 != 0 {
-                    self.alloc(*pc, stack, new.0, *size);
-                }
-            }
-            Event::Free { addr, .. } => self.free(addr.0),
-            _ => for_each_touch(ev, |t| self.access(t.addr, t.len, t.write)),
+        if !track_allocs(self, ev) {
+            for_each_touch(ev, |t| self.access(t.addr, t.len, t.write));
         }
     }
 

@@ -83,6 +83,7 @@ pub mod layout;
 pub mod live;
 pub mod merged;
 pub mod names;
+pub mod registry;
 pub mod reuse;
 pub mod sharing;
 pub mod table;
@@ -94,6 +95,7 @@ pub use filter::{Filter, Filtered, WindowBasis};
 pub use live::{ChunkSource, Live, TailState, TraceTail};
 pub use merged::{drive_merged, Merged, MergedEvent};
 pub use names::{AccessNamer, CodeName, CurrentVariable, DataName, Named, Namer, NoNames};
+pub use registry::{DynKernel, KernelInfo, KernelOptions, Pipeline, Report};
 pub use table::{Render, RenderOpts, Table};
 
 use memlens_format::{AccessKind, ChunkDecoder, Event, Pc, ThreadId, TraceReader};

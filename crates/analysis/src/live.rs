@@ -318,6 +318,12 @@ impl<K: ChunkKernel + Clone> Live<K> {
 }
 
 impl<K: Kernel + Clone> Live<K> {
+    /// [`Live::chunks`] for a kernel the caller knows to be order-free (the
+    /// registry's erased kernels, which cannot carry the [`ChunkKernel`] bound).
+    pub(crate) fn chunks_unchecked(path: impl AsRef<Path>, kernel: K) -> Live<K> {
+        Live::with_source(TraceTail::new(path), kernel, Order::Chunks)
+    }
+
     /// Follows the trace at `path` in the merged global order (any kernel).
     pub fn merged(path: impl AsRef<Path>, kernel: K) -> Live<K> {
         Live::with_source(TraceTail::new(path), kernel, Order::Merged)
@@ -413,13 +419,7 @@ impl<K: Kernel + Clone, S: ChunkSource> Live<K, S> {
                     self.land(c);
                 }
                 if complete {
-                    // lost chunks (sequence gaps) and streams without a last chunk:
-                    // take what there is, in sequence order, as the offline reader does
-                    for s in &mut self.streams {
-                        let rest = std::mem::take(&mut s.pending);
-                        s.ready.extend(rest.into_values());
-                        s.last_seen = true;
-                    }
+                    self.take_gaps();
                 }
                 if !self.release()? {
                     self.replay(complete)?;
@@ -443,6 +443,17 @@ impl<K: Kernel + Clone, S: ChunkSource> Live<K, S> {
         }
     }
 
+    /// The trace is complete: lost chunks (sequence gaps) and streams without a last
+    /// chunk leave nothing more to wait for; take what there is, in sequence order,
+    /// as the offline reader does.
+    fn take_gaps(&mut self) {
+        for s in &mut self.streams {
+            let rest = std::mem::take(&mut s.pending);
+            s.ready.extend(rest.into_values());
+            s.last_seen = true;
+        }
+    }
+
     /// Starts again from the first chunk (a stream appeared below what was released).
     fn replay(&mut self, complete: bool) -> Result<(), Error> {
         self.replays += 1;
@@ -455,11 +466,7 @@ impl<K: Kernel + Clone, S: ChunkSource> Live<K, S> {
             self.land(c);
         }
         if complete {
-            for s in &mut self.streams {
-                let rest = std::mem::take(&mut s.pending);
-                s.ready.extend(rest.into_values());
-                s.last_seen = true;
-            }
+            self.take_gaps();
         }
         if self.release()? {
             Ok(())

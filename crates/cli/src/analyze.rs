@@ -1,16 +1,10 @@
 //! `memlens analyze KERNEL`: run one of the analysis kernels over a trace.
 
 use anyhow::{bail, Context, Result};
-use memlens_analysis::cachesim::{CacheConfig, CacheSim};
-use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
-use memlens_analysis::heap::{Heap, HeapConfig};
-use memlens_analysis::layout::{Layout, LayoutConfig};
-use memlens_analysis::reuse::{Reuse, ReuseConfig};
-use memlens_analysis::sharing::Sharing;
-use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
-use memlens_analysis::{counts::Counts, Filter, Kernel, Render, RenderOpts, WindowBasis};
-use memlens_analysis::{CurrentVariable, Named, Namer};
-use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
+use memlens_analysis::cachesim::{CacheConfig, CacheReport};
+use memlens_analysis::registry::{self, KernelInfo, KernelOption};
+use memlens_analysis::{Filter, KernelOptions, Pipeline, RenderOpts, Report, WindowBasis};
+use memlens_format::{Addr, Pc, ThreadId, TraceReader};
 use memlens_names::Names;
 use std::io::Write;
 use std::path::PathBuf;
@@ -97,41 +91,6 @@ pub fn parse_every(s: &str) -> Result<Every> {
     Ok(e)
 }
 
-/// The kernel names.
-pub const KERNELS: &[&str] =
-    &["counts", "sharing", "false-sharing", "cachesim", "reuse", "working-set", "heap", "layout"];
-
-/// Keeps only accesses between `memlens_roi_begin` and `memlens_roi_end` of
-/// their thread; other events pass.
-#[derive(Clone)]
-pub(crate) struct Roi<K> {
-    pub(crate) inner: K,
-    pub(crate) inside: std::collections::HashMap<ThreadId, bool>,
-    /// Off: every event passes (one kernel type with and without `--roi`).
-    pub(crate) on: bool,
-}
-
-impl<K: Kernel> Kernel for Roi<K> {
-    type Output = K::Output;
-
-    fn process(&mut self, t: ThreadId, ev: &Event) {
-        if !self.on {
-            return self.inner.process(t, ev);
-        }
-        if let Event::Roi(b) = ev {
-            self.inside.insert(t, *b);
-        }
-        if ev.is_access() && !self.inside.get(&t).copied().unwrap_or(false) {
-            return;
-        }
-        self.inner.process(t, ev);
-    }
-
-    fn finish(self) -> K::Output {
-        self.inner.finish()
-    }
-}
-
 /// The code `--function`/`--file` select in every module of the trace, as pc ranges
 /// (pcs are return addresses: instruction + 1). Same meaning as `record`'s filters.
 fn code_ranges(
@@ -197,9 +156,10 @@ fn data_ranges(
     Ok(out)
 }
 
-fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K::Output> {
+/// A progress bar for long runs (hidden when stderr is not a terminal).
+fn progress_bar(r: &TraceReader) -> Option<indicatif::ProgressBar> {
     let total = r.totals().events as u64;
-    let pb = (total > 20_000_000).then(|| {
+    (total > 20_000_000).then(|| {
         let pb = indicatif::ProgressBar::new(total);
         pb.set_style(
             indicatif::ProgressStyle::with_template(
@@ -208,76 +168,7 @@ fn run<K: Kernel>(r: &TraceReader, k: K, filter: Filter, roi: bool) -> Result<K:
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         pb
-    });
-    let tick = |n| {
-        if let Some(pb) = &pb {
-            pb.set_position(n)
-        }
-    };
-    let out = if roi {
-        memlens_analysis::drive_merged(
-            r,
-            filter.apply(Roi { inner: k, inside: Default::default(), on: true }),
-            tick,
-        )?
-    } else {
-        memlens_analysis::drive_merged(r, filter.apply(k), tick)?
-    };
-    if let Some(pb) = pb {
-        pb.finish_and_clear();
-    }
-    Ok(out)
-}
-
-/// [`run`] for a kernel that counts by the variable of each access (read from
-/// `cur`): the namer sees every event, the kernel those the filter passes. The
-/// variable names by id come back with the output (`None`: the namer names no
-/// accesses, and the kernel ran alone).
-fn run_named<K: Kernel>(
-    r: &TraceReader,
-    namer: &dyn Namer,
-    cur: CurrentVariable,
-    k: K,
-    filter: Filter,
-    roi: bool,
-) -> Result<(K::Output, Option<Vec<String>>)> {
-    let k = Roi { inner: k, inside: Default::default(), on: roi };
-    match namer.access_namer() {
-        Some(n) => {
-            let (out, names) = run(r, Named::new(n, cur, filter.apply(k)), Filter::new(), false)?;
-            Ok((out, Some(names)))
-        }
-        None => Ok((run(r, k, filter, false)?, None)),
-    }
-}
-
-/// Like [`run`] for order-free kernels, on every core (no window filter allowed).
-fn run_chunks<K: memlens_analysis::ChunkKernel>(
-    r: &TraceReader,
-    k: K,
-    filter: Filter,
-) -> Result<K::Output> {
-    let total = r.totals().events as u64;
-    let pb = (total > 20_000_000).then(|| {
-        let pb = indicatif::ProgressBar::new(total);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {human_pos}/{human_len} events {wide_bar} {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        pb
-    });
-    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let out = memlens_analysis::drive_chunks(r, filter.apply(k), n, |n| {
-        if let Some(pb) = &pb {
-            pb.set_position(n)
-        }
-    })?;
-    if let Some(pb) = pb {
-        pb.finish_and_clear();
-    }
-    Ok(out)
+    })
 }
 
 /// Prints a result; JSON carries `complete` (whether the trace had every event).
@@ -320,8 +211,18 @@ pub(crate) fn render_opts(o: &AnalyzeOpts) -> RenderOpts {
     opts
 }
 
+/// The options `info` reads, from `o` (a cache config file is read only for the
+/// kernels that simulate caches).
+pub(crate) fn kernel_options(info: &KernelInfo, o: &AnalyzeOpts) -> Result<KernelOptions> {
+    let mut k = KernelOptions { line: o.line, interval: o.interval, ..Default::default() };
+    if info.reads(KernelOption::Cache) {
+        k.cache = cache_config(o)?;
+    }
+    Ok(k)
+}
+
 /// The cache hierarchy `o` describes (flags, config file, cores, annotation).
-pub(crate) fn cache_config(o: &AnalyzeOpts) -> Result<CacheConfig> {
+fn cache_config(o: &AnalyzeOpts) -> Result<CacheConfig> {
     let mut cfg = match &o.cache_config {
         Some(p) => {
             let text = crate::files::read_text(p, "cache config", crate::files::CONFIG_CAP)?;
@@ -340,11 +241,9 @@ pub(crate) fn cache_config(o: &AnalyzeOpts) -> Result<CacheConfig> {
 }
 
 /// Writes the cachesim annotation where `--annotate` asked.
-pub(crate) fn write_annotation(
-    o: &AnalyzeOpts,
-    rep: &memlens_analysis::cachesim::CacheReport,
-) -> Result<()> {
-    if let (Some(path), Some(a)) = (&o.annotate, &rep.annotation) {
+pub(crate) fn write_annotation(o: &AnalyzeOpts, rep: &dyn Report) -> Result<()> {
+    let annotation = rep.as_any().downcast_ref::<CacheReport>().and_then(|r| r.annotation.as_ref());
+    if let (Some(path), Some(a)) = (&o.annotate, annotation) {
         let mut out = crate::files::Output::create(path)?;
         let mut w = std::io::BufWriter::new(out.file());
         a.write_to(&mut w)
@@ -358,78 +257,35 @@ pub(crate) fn write_annotation(
 
 /// `memlens analyze`.
 pub fn analyze(o: AnalyzeOpts) -> Result<()> {
-    if !KERNELS.contains(&o.kernel.as_str()) {
-        bail!("unknown kernel `{}`; choose one of: {}", o.kernel, KERNELS.join(", "));
-    }
+    let info = registry::kernel(&o.kernel)?;
     if let Some(every) = o.follow {
-        return crate::follow::follow(&o, every);
+        return crate::follow::follow(&o, info, every);
     }
-    offline(&o)
+    offline(&o, info)
 }
 
 /// The analysis of the trace as it is on disk now (also `--follow`'s final result
 /// for the kernels that name each access, whose namer reads the whole trace's heap).
-pub(crate) fn offline(o: &AnalyzeOpts) -> Result<()> {
+pub(crate) fn offline(o: &AnalyzeOpts, info: &KernelInfo) -> Result<()> {
     let r = crate::inspect::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
     let namer = memlens_names::TraceNamer::lazy(&r, &names);
     let filter = build_filter(&names, &r, o)?;
-    let opts = render_opts(o);
-    let table = match o.kernel.as_str() {
-        // counts are sums: without a window or ROI (which follow event order) every
-        // core decodes and counts chunks
-        // no filter at all: the address-free scan
-        "counts" if !o.roi && filter.is_empty() => {
-            let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-            memlens_analysis::drive_counts(&r, n, |_| {})?.render(&namer, &opts)
+    let kopts = kernel_options(info, o)?;
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let pb = progress_bar(&r);
+    let mut tick = |n| {
+        if let Some(pb) = &pb {
+            pb.set_position(n)
         }
-        "counts" if !o.roi && o.window.is_none() => {
-            run_chunks(&r, Counts::default(), filter)?.render(&namer, &opts)
-        }
-        "counts" => run(&r, Counts::default(), filter, o.roi)?.render(&namer, &opts),
-        // by the variable of each access, as `report --by variable` names it
-        "sharing" => {
-            let cur = CurrentVariable::default();
-            let k = Sharing::with_variables(cur.clone());
-            let (mut rep, names) = run_named(&r, &namer, cur, k, filter, o.roi)?;
-            if let Some(n) = names {
-                rep.set_variables(n);
-            }
-            rep.render(&namer, &opts)
-        }
-        "false-sharing" => {
-            let k = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
-            run(&r, k, filter, o.roi)?.render(&namer, &opts)
-        }
-        "cachesim" => {
-            let cur = CurrentVariable::default();
-            let k = CacheSim::new(cache_config(o)?)?.with_variables(cur.clone());
-            let (mut rep, names) = run_named(&r, &namer, cur, k, filter, o.roi)?;
-            if let Some(n) = names {
-                rep.set_variables(n);
-            }
-            write_annotation(o, &rep)?;
-            rep.render(&namer, &opts)
-        }
-        "reuse" => {
-            let k = Reuse::new(ReuseConfig { line: o.line, ..Default::default() })?;
-            run(&r, k, filter, o.roi)?.render(&namer, &opts)
-        }
-        "working-set" => {
-            let k = WorkingSet::new(WorkingSetConfig {
-                interval: o.interval,
-                line: o.line,
-                ..Default::default()
-            })?;
-            run(&r, k, filter, o.roi)?.render(&namer, &opts)
-        }
-        "heap" => run(&r, Heap::new(HeapConfig::default()), filter, o.roi)?.render(&namer, &opts),
-        "layout" => {
-            run(&r, Layout::new(LayoutConfig::default()), filter, o.roi)?.render(&namer, &opts)
-        }
-        _ => unreachable!("checked above"),
     };
-    print(table, o.json, r.completeness().is_complete())
+    let p = Pipeline { filter, roi: o.roi };
+    let rep = info.run(&r, &kopts, p, &namer, threads, &mut tick)?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    write_annotation(o, &*rep)?;
+    print(rep.render(&namer, &render_opts(o)), o.json, r.completeness().is_complete())
 }
 
 /// Parses `A..B`.

@@ -3,16 +3,9 @@
 //! is complete (or on Ctrl-C) the result goes to stdout, and for a complete trace it
 //! is byte-identical to `memlens analyze KERNEL TRACE` run afterwards.
 
-use crate::analyze::{self, AnalyzeOpts, Every, Roi};
+use crate::analyze::{self, AnalyzeOpts, Every};
 use anyhow::{bail, Result};
-use memlens_analysis::cachesim::CacheSim;
-use memlens_analysis::false_sharing::{FalseSharing, FalseSharingConfig};
-use memlens_analysis::heap::{Heap, HeapConfig};
-use memlens_analysis::layout::{Layout, LayoutConfig};
-use memlens_analysis::reuse::{Reuse, ReuseConfig};
-use memlens_analysis::sharing::Sharing;
-use memlens_analysis::working_set::{WorkingSet, WorkingSetConfig};
-use memlens_analysis::{counts::Counts, Filter, Kernel, Live, Render, TailState};
+use memlens_analysis::{DynKernel, KernelInfo, Live, Pipeline, Report, TailState};
 use memlens_format::TraceReader;
 use memlens_names::Names;
 use std::io::{IsTerminal, Write};
@@ -31,7 +24,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 /// `analyze --follow`.
-pub fn follow(o: &AnalyzeOpts, every: Every) -> Result<()> {
+pub fn follow(o: &AnalyzeOpts, info: &KernelInfo, every: Every) -> Result<()> {
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
@@ -54,73 +47,18 @@ pub fn follow(o: &AnalyzeOpts, every: Every) -> Result<()> {
     let names = Names::new(&r.meta().modules);
     let filter = analyze::build_filter(&names, &r, o)?;
     drop(names);
+    let kopts = analyze::kernel_options(info, o)?;
     // order-free sums take chunks as they land, everything else the merged order
-    let chunked = !o.roi && o.window.is_none();
-    let path = &o.trace;
-    match o.kernel.as_str() {
-        "counts" if chunked => run(o, every, Live::chunks(path, filter.apply(Counts::default()))),
-        "counts" => {
-            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, Counts::default())))
-        }
-        "sharing" => {
-            // Snapshots name data by address; the final result is the offline run on
-            // the finished trace, whose namer names each access (one namer, issue 23)
-            // and needs the whole trace's heap index.
-            follow_loop(
-                o,
-                every,
-                Live::merged(path, roi(filter.clone(), o.roi, Sharing::default())),
-            )?;
-            analyze::offline(o)
-        }
-        "false-sharing" => {
-            let fs = FalseSharing::new(FalseSharingConfig { line: o.line, ..Default::default() })?;
-            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, fs)))
-        }
-        "cachesim" => {
-            let sim = CacheSim::new(analyze::cache_config(o)?)?;
-            let rep = follow_loop(o, every, Live::merged(path, roi(filter.clone(), o.roi, sim)))?;
-            analyze::write_annotation(o, &rep)?;
-            print_final(o, &rep)
-        }
-        "reuse" => {
-            let re = Reuse::new(ReuseConfig { line: o.line, ..Default::default() })?;
-            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, re)))
-        }
-        "working-set" => {
-            let ws = WorkingSet::new(WorkingSetConfig {
-                interval: o.interval,
-                line: o.line,
-                ..Default::default()
-            })?;
-            run(o, every, Live::merged(path, roi(filter.clone(), o.roi, ws)))
-        }
-        "heap" => run(
-            o,
-            every,
-            Live::merged(path, roi(filter.clone(), o.roi, Heap::new(HeapConfig::default()))),
-        ),
-        "layout" => run(
-            o,
-            every,
-            Live::merged(path, roi(filter.clone(), o.roi, Layout::new(LayoutConfig::default()))),
-        ),
-        other => bail!("unknown kernel `{other}`"),
+    let live = info.follow(&o.trace, &kopts, Pipeline { filter, roi: o.roi })?;
+    let rep = follow_loop(o, every, live)?;
+    if info.final_offline {
+        // Snapshots name data by address; the final result is the offline run on
+        // the finished trace, whose namer names each access (one namer, issue 23)
+        // and needs the whole trace's heap index.
+        return analyze::offline(o, info);
     }
-}
-
-/// The kernel as the offline path wraps it: filter outside, ROI inside.
-fn roi<K: Kernel>(filter: Filter, on: bool, k: K) -> memlens_analysis::Filtered<Roi<K>> {
-    filter.apply(Roi { inner: k, inside: Default::default(), on })
-}
-
-fn run<K>(o: &AnalyzeOpts, every: Every, live: Live<K>) -> Result<()>
-where
-    K: Kernel + Clone,
-    K::Output: Render,
-{
-    let out = follow_loop(o, every, live)?;
-    print_final(o, &out)
+    analyze::write_annotation(o, &*rep)?;
+    print_final(o, &*rep)
 }
 
 /// Set when the follow loop printed why its result is partial.
@@ -128,11 +66,11 @@ static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 
 /// Polls until the trace is complete, the writer is gone or Ctrl-C; prints
 /// snapshots to stderr on the way.
-fn follow_loop<K>(o: &AnalyzeOpts, every: Every, mut live: Live<K>) -> Result<K::Output>
-where
-    K: Kernel + Clone,
-    K::Output: Render,
-{
+fn follow_loop(
+    o: &AnalyzeOpts,
+    every: Every,
+    mut live: Live<DynKernel>,
+) -> Result<Box<dyn Report>> {
     let start = Instant::now();
     let mut last = (start, 0u64);
     let tty = std::io::stderr().is_terminal();
@@ -180,11 +118,7 @@ where
 }
 
 /// One snapshot on stderr, named with what the trace holds so far.
-fn snapshot<K>(o: &AnalyzeOpts, live: &Live<K>, start: Instant, tty: bool) -> Result<()>
-where
-    K: Kernel + Clone,
-    K::Output: Render,
-{
+fn snapshot(o: &AnalyzeOpts, live: &Live<DynKernel>, start: Instant, tty: bool) -> Result<()> {
     let out = live.snapshot();
     let r = TraceReader::open(&o.trace)?;
     let names = Names::new(&r.meta().modules);
@@ -213,7 +147,7 @@ where
 }
 
 /// The result on stdout, named with the whole trace as the offline run names it.
-fn print_final<R: Render>(o: &AnalyzeOpts, out: &R) -> Result<()> {
+fn print_final(o: &AnalyzeOpts, out: &dyn Report) -> Result<()> {
     // One warning line: the follow loop's (interrupted, writer gone), or else the
     // trace's own (damaged chunks skipped, cut, events dropped).
     let r = if WARNED.load(Ordering::Relaxed) {

@@ -210,23 +210,41 @@ struct ExportArgs {
     /// callgrind.out.<pid> or dhat.json.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// cachegrind: add D1mr D1mw DLmr DLmw from a cache simulation (default geometry).
+    /// cachegrind: add D1mr D1mw DLmr DLmw from a cache simulation (default
+    /// geometry; --D1, --LL and --cache-config imply it).
     #[arg(long)]
     cache_sim: bool,
-    /// cachegrind: first-level data cache `size,assoc,line` (implies --cache-sim).
-    #[arg(long = "D1", value_name = "SIZE,ASSOC,LINE")]
-    d1: Option<String>,
-    /// cachegrind: last-level cache `size,assoc,line` (implies --cache-sim).
-    #[arg(long = "LL", value_name = "SIZE,ASSOC,LINE")]
-    ll: Option<String>,
-    /// cachegrind: hierarchy description file (see docs/analysis.md; implies --cache-sim).
-    #[arg(long, value_name = "FILE")]
-    cache_config: Option<PathBuf>,
+    #[command(flatten)]
+    cache: CacheGeometry,
     /// The trace (with --format parquet: the output directory, then the traces).
     trace: PathBuf,
     /// --format parquet: the traces (after OUT_DIR).
     #[arg(value_name = "TRACE")]
     more: Vec<PathBuf>,
+}
+
+/// The simulated caches of `analyze cachesim` and `export --format cachegrind`.
+#[derive(clap::Args)]
+struct CacheGeometry {
+    /// cachesim, cachegrind: first-level data cache `size,assoc,line` (as cachegrind).
+    #[arg(long = "D1", value_name = "SIZE,ASSOC,LINE")]
+    d1: Option<String>,
+    /// cachesim, cachegrind: last-level cache `size,assoc,line` (as cachegrind).
+    #[arg(long = "LL", value_name = "SIZE,ASSOC,LINE")]
+    ll: Option<String>,
+    /// cachesim, cachegrind: hierarchy description file (see docs/analysis.md).
+    #[arg(long, value_name = "FILE")]
+    cache_config: Option<PathBuf>,
+}
+
+impl CacheGeometry {
+    /// `--D1` and `--LL` as cachegrind's arguments.
+    fn cachegrind_args(&self) -> Vec<String> {
+        [("D1", &self.d1), ("LL", &self.ll)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("--{k}={v}")))
+            .collect()
+    }
 }
 
 #[derive(clap::Args)]
@@ -281,10 +299,19 @@ struct RecordArgs {
     cmd: Vec<String>,
 }
 
+/// The registered kernels, with their one-line descriptions for `analyze --help`.
+fn kernel_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        memlens_analysis::registry::KERNELS
+            .iter()
+            .map(|k| clap::builder::PossibleValue::new(k.name).help(k.about)),
+    )
+}
+
 #[derive(clap::Args)]
 struct AnalyzeArgs {
     /// The kernel.
-    #[arg(value_parser = clap::builder::PossibleValuesParser::new(analyze::KERNELS))]
+    #[arg(value_parser = kernel_names())]
     kernel: String,
     /// The trace.
     trace: PathBuf,
@@ -315,15 +342,8 @@ struct AnalyzeArgs {
     /// Only accesses inside memlens_roi_begin()/memlens_roi_end().
     #[arg(long)]
     roi: bool,
-    /// cachesim: first-level data cache `size,assoc,line` (as cachegrind).
-    #[arg(long = "D1", value_name = "SIZE,ASSOC,LINE")]
-    d1: Option<String>,
-    /// cachesim: last-level cache `size,assoc,line` (as cachegrind).
-    #[arg(long = "LL", value_name = "SIZE,ASSOC,LINE")]
-    ll: Option<String>,
-    /// cachesim: hierarchy description file (see docs/analysis.md).
-    #[arg(long, value_name = "FILE")]
-    cache_config: Option<PathBuf>,
+    #[command(flatten)]
+    cache: CacheGeometry,
     /// cachesim: simulated cores, 1 to 1024 (threads map round-robin).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     cores: Option<u32>,
@@ -532,13 +552,6 @@ fn real_main() -> Result<i32> {
             inspect::report(&trace, by, top, format == Format::Json).map(|_| 0)
         }
         Cmd::Analyze(a) => {
-            let mut cache_args = Vec::new();
-            if let Some(d) = a.d1 {
-                cache_args.push(format!("--D1={d}"));
-            }
-            if let Some(l) = a.ll {
-                cache_args.push(format!("--LL={l}"));
-            }
             let window = a.window.as_deref().map(analyze::parse_window).transpose()?;
             analyze::analyze(analyze::AnalyzeOpts {
                 kernel: a.kernel,
@@ -552,8 +565,8 @@ fn real_main() -> Result<i32> {
                 variables: a.variable,
                 window,
                 roi: a.roi,
-                cache_args,
-                cache_config: a.cache_config,
+                cache_args: a.cache.cachegrind_args(),
+                cache_config: a.cache.cache_config,
                 cores: a.cores.map(|n| n as usize),
                 annotate: a.annotate,
                 line: a.line,
@@ -603,17 +616,13 @@ fn real_main() -> Result<i32> {
             if !a.more.is_empty() {
                 anyhow::bail!("export --format {:?} takes one trace", a.format);
             }
-            let cache_args: Vec<String> = [("D1", a.d1), ("LL", a.ll)]
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| format!("--{k}={v}")))
-                .collect();
             export::export(export::ExportOpts {
                 format: a.format,
                 output: a.output,
                 trace: a.trace,
                 cache_sim: a.cache_sim,
-                cache_args,
-                cache_config: a.cache_config,
+                cache_args: a.cache.cachegrind_args(),
+                cache_config: a.cache.cache_config,
             })
             .map(|_| 0)
         }

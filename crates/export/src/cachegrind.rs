@@ -180,23 +180,7 @@ pub fn cachegrind(
 mod tests {
     use super::*;
     use crate::testutil::*;
-    use memlens_analysis::{CodeName, DataName, Namer};
     use memlens_format::Addr;
-
-    /// pc → line pc & 0xff in `f.c`, function `f<pc >> 8>`.
-    struct ByPc;
-    impl Namer for ByPc {
-        fn code(&self, pc: Pc) -> CodeName {
-            CodeName {
-                function: format!("f{}", pc.0 >> 8),
-                file: "/src/f.c".into(),
-                line: (pc.0 & 0xff) as u32,
-            }
-        }
-        fn data(&self, _: Addr) -> Option<DataName> {
-            None
-        }
-    }
 
     #[test]
     fn costs_per_line_with_and_without_misses() {

@@ -261,23 +261,7 @@ pub fn callgrind(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resul
 mod tests {
     use super::*;
     use crate::testutil::*;
-    use memlens_analysis::{CodeName, DataName, Namer};
     use memlens_format::Addr;
-
-    /// pc → line pc & 0xff in `f.c`, function `f<pc >> 8>`.
-    struct ByPc;
-    impl Namer for ByPc {
-        fn code(&self, pc: Pc) -> CodeName {
-            CodeName {
-                function: format!("f{}", pc.0 >> 8),
-                file: if pc.0 & 0x1000 == 0 { "/src/f.c" } else { "/src/h.h" }.into(),
-                line: (pc.0 & 0xff) as u32,
-            }
-        }
-        fn data(&self, _: Addr) -> Option<DataName> {
-            None
-        }
-    }
 
     fn call(pc: u64, site: u64) -> Event {
         Event::FuncEnter { pc: Pc(pc), call_site: Pc(site), frame: Addr(0) }

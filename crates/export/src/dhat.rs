@@ -12,7 +12,7 @@
 //! then its callers, innermost first, as `0xPC: function (file:line)`.
 
 use crate::{DynNamer, Error, Summary};
-use memlens_analysis::heap::{Heap, HeapConfig, SiteStats};
+use memlens_analysis::heap::{track_allocs, AllocTracker, Heap, HeapConfig, SiteStats};
 use memlens_analysis::{drive_merged, Kernel};
 use memlens_format::{Event, Pc, ThreadId, TraceReader};
 use serde_json::json;
@@ -35,7 +35,7 @@ struct Peak {
     pending: bool,
 }
 
-impl Peak {
+impl AllocTracker for Peak {
     fn alloc(&mut self, pc: Pc, stack: &[Pc], addr: u64, size: u64) {
         if addr == 0 {
             return;
@@ -64,7 +64,9 @@ impl Peak {
             self.release(b);
         }
     }
+}
 
+impl Peak {
     fn release(&mut self, (site, size): (usize, u64)) {
         // Snapshot lazily, on the first decrease after a new maximum, as DHAT does.
         if self.pending {
@@ -82,20 +84,7 @@ impl Kernel for Peak {
 
     fn process(&mut self, _t: ThreadId, ev: &Event) {
         self.now += 1;
-        match ev {
-            Event::Alloc { pc, addr, size, stack, .. } => self.alloc(*pc, stack, addr.0, *size),
-            Event::Realloc { pc, old, new, size, stack } => {
-                if old.0 != 0 {
-                    self.free(old.0);
-                }
-                // realloc(p, 0) only frees
-                if new.0 != 0 {
-                    self.alloc(*pc, stack, new.0, *size);
-                }
-            }
-            Event::Free { addr, .. } => self.free(addr.0),
-            _ => {}
-        }
+        track_allocs(self, ev);
     }
 
     fn finish(mut self) -> Peak {

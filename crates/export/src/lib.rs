@@ -114,6 +114,7 @@ pub(crate) fn command(r: &memlens_format::TraceReader) -> String {
 
 #[cfg(test)]
 pub(crate) mod testutil {
+    use memlens_analysis::{CodeName, DataName, Namer};
     use memlens_format::{AccessKind, Addr, Event, EventBuffer, Pc, TraceReader, TraceWriter};
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -165,6 +166,22 @@ pub(crate) mod testutil {
             kind: AccessKind::Write,
             atomic: false,
             value: None,
+        }
+    }
+
+    /// pc → line pc & 0xff of function `f<pc >> 8>`, in `h.h` when pc has bit 12 set,
+    /// else in `f.c`.
+    pub struct ByPc;
+    impl Namer for ByPc {
+        fn code(&self, pc: Pc) -> CodeName {
+            CodeName {
+                function: format!("f{}", pc.0 >> 8),
+                file: if pc.0 & 0x1000 == 0 { "/src/f.c" } else { "/src/h.h" }.into(),
+                line: (pc.0 & 0xff) as u32,
+            }
+        }
+        fn data(&self, _: Addr) -> Option<DataName> {
+            None
         }
     }
 

@@ -22,10 +22,7 @@ impl ProbeModule for CountModule {
             name: "count",
             description:
                 "exact executions of a function entry, a source line or an address (uprobe)",
-            requirements: vec![
-                "root or CAP_PERFMON and the uprobe PMU (any program)",
-                "or nothing, on a function of a memlens-built program (pad)",
-            ],
+            requirements: crate::module::UPROBE_OR_PAD.to_vec(),
         }
     }
 

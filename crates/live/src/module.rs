@@ -19,6 +19,12 @@ pub struct ModuleInfo {
     pub requirements: Vec<&'static str>,
 }
 
+/// The requirements of a module that places uprobes, or pads on memlens-built targets.
+pub(crate) const UPROBE_OR_PAD: [&str; 2] = [
+    "root or CAP_PERFMON and the uprobe PMU (any program)",
+    "or nothing, on a function of a memlens-built program (pad)",
+];
+
 /// Something a user can do with a module at a location ("count executions here").
 #[derive(Clone, Debug)]
 pub struct Action {

@@ -57,10 +57,7 @@ impl ProbeModule for TimerModule {
             name: "timer",
             description:
                 "time of a function's calls (entry to return) or between two lines, per thread",
-            requirements: vec![
-                "root or CAP_PERFMON and the uprobe PMU (any program)",
-                "or nothing, on a function of a memlens-built program (pad)",
-            ],
+            requirements: crate::module::UPROBE_OR_PAD.to_vec(),
         }
     }
 

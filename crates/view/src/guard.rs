@@ -110,3 +110,50 @@ fn ct_eq(a: &str, b: &str) -> bool {
 pub(crate) fn asset(body: &'static str, ty: &'static str) -> Response {
     ([(header::CONTENT_TYPE, ty), (header::CACHE_CONTROL, "no-store")], body).into_response()
 }
+
+/// A page with the token in its asset URLs (hex digits, checked at start: no inline
+/// script is needed to pass it on), never cached.
+pub(crate) fn page(html: &'static str, token: &str) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
+        html.replace("__TOKEN__", token),
+    )
+        .into_response()
+}
+
+/// Serves `app` behind the guard on 127.0.0.1:`port` (0: any free port), on a runtime
+/// of `workers` threads. `ready` gets the URL (with the token) once the socket
+/// listens. With `ctrl_c`, Ctrl-C ends it gracefully; else it runs until the process ends.
+pub(crate) fn serve_app(
+    app: Router,
+    token: &str,
+    port: u16,
+    workers: usize,
+    ctrl_c: bool,
+    ready: impl FnOnce(&str),
+) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io(format!("cannot start the server runtime: {e}")))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|e| Error::Io(format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+        let app = Guard::new(token.to_string(), addr.port()).protect(app);
+        ready(&format!("http://{addr}/?token={token}"));
+        let server = axum::serve(listener, app);
+        let done = if ctrl_c {
+            server
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await
+        } else {
+            server.await
+        };
+        done.map_err(|e| Error::Io(format!("server failed: {e}")))
+    })
+}

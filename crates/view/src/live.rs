@@ -3,7 +3,7 @@
 //! of any probe module: it shows the actions and data columns each module registers
 //! (`{"cmd":"modules"}`), and every request goes to the collector as it is.
 
-use crate::guard::{asset, Guard};
+use crate::guard::{asset, page, serve_app};
 use crate::{Error, ServeOptions};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -38,37 +38,14 @@ pub fn serve_live(
     ready: impl FnOnce(&str),
 ) -> Result<(), Error> {
     let token = crate::guard::token(opts.token)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Io(format!("cannot start the server runtime: {e}")))?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
-            .await
-            .map_err(|e| Error::Io(format!("cannot listen on 127.0.0.1:{}: {e}", opts.port)))?;
-        let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
-        let state = Arc::new(Live { backend, token: token.clone() });
-        let app = Router::new()
-            .route("/", get(page))
-            .route("/live.js", get(|| async { asset(LIVE_JS, "text/javascript") }))
-            .route("/live.css", get(|| async { asset(LIVE_CSS, "text/css") }))
-            .route("/api/call", post(call))
-            .with_state(state);
-        let app = Guard::new(token.clone(), addr.port()).protect(app);
-        ready(&format!("http://{addr}/?token={token}"));
-        axum::serve(listener, app).await.map_err(|e| Error::Io(format!("server failed: {e}")))
-    })
-}
-
-/// The page, with the token (hex digits, checked at start) in its asset URLs.
-async fn page(State(s): State<Arc<Live>>) -> Response {
-    let html = LIVE_HTML.replace("__TOKEN__", &s.token);
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
-        html,
-    )
-        .into_response()
+    let state = Arc::new(Live { backend, token: token.clone() });
+    let app = Router::new()
+        .route("/", get(|State(s): State<Arc<Live>>| async move { page(LIVE_HTML, &s.token) }))
+        .route("/live.js", get(|| async { asset(LIVE_JS, "text/javascript") }))
+        .route("/live.css", get(|| async { asset(LIVE_CSS, "text/css") }))
+        .route("/api/call", post(call))
+        .with_state(state);
+    serve_app(app, &token, opts.port, 1, false, ready)
 }
 
 async fn call(State(s): State<Arc<Live>>, Json(req): Json<Value>) -> Response {

@@ -1,7 +1,7 @@
 //! The web app: static assets and a JSON/binary API over an [`Index`], on 127.0.0.1
 //! behind a random token.
 
-use crate::guard::{asset, Guard};
+use crate::guard::{asset, page, serve_app};
 use crate::{Error, Index, TileFields, CELL_BYTES};
 use axum::body::Body;
 use axum::body::Bytes;
@@ -61,59 +61,30 @@ type Params = Query<HashMap<String, String>>;
 /// the token) once the socket listens.
 pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result<(), Error> {
     let token = crate::guard::token(opts.token)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Io(format!("cannot start the server runtime: {e}")))?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
-            .await
-            .map_err(|e| Error::Io(format!("cannot listen on 127.0.0.1:{}: {e}", opts.port)))?;
-        let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
-        let state = Arc::new(AppState {
-            meta: Bytes::copy_from_slice(index.meta_json()),
-            index,
-            token: token.clone(),
-            files: opts.sources,
-            heavy: Arc::new(Semaphore::new(HEAVY)),
-        });
-        let app = Router::new()
-            .route("/", get(page))
-            .route("/app.js", get(|| async { asset(APP_JS, "text/javascript") }))
-            .route("/lanes.js", get(|| async { asset(LANES_JS, "text/javascript") }))
-            .route("/calltree.js", get(|| async { asset(CALLTREE_JS, "text/javascript") }))
-            .route("/heap.js", get(|| async { asset(HEAP_JS, "text/javascript") }))
-            .route("/style.css", get(|| async { asset(STYLE_CSS, "text/css") }))
-            .route("/api/meta", get(meta))
-            .route("/api/tiles", get(tiles))
-            .route("/api/flame", get(flame))
-            .route("/api/lanes", get(lanes))
-            .route("/api/range", get(range))
-            .route("/api/source", get(source))
-            .route("/api/calltree", get(calltree))
-            .route("/api/heap", get(heap_over_time))
-            .with_state(state);
-        let app = Guard::new(token.clone(), addr.port()).protect(app);
-        ready(&format!("http://{addr}/?token={token}"));
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .map_err(|e| Error::Io(format!("server failed: {e}")))
-    })
-}
-
-/// The page, with the token (hex digits, checked at start) in its asset URLs: no
-/// inline script is needed to pass it on.
-async fn page(State(s): State<Arc<AppState>>) -> Response {
-    let html = INDEX_HTML.replace("__TOKEN__", &s.token);
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
-        html,
-    )
-        .into_response()
+    let state = Arc::new(AppState {
+        meta: Bytes::copy_from_slice(index.meta_json()),
+        index,
+        token: token.clone(),
+        files: opts.sources,
+        heavy: Arc::new(Semaphore::new(HEAVY)),
+    });
+    let app = Router::new()
+        .route("/", get(|State(s): State<Arc<AppState>>| async move { page(INDEX_HTML, &s.token) }))
+        .route("/app.js", get(|| async { asset(APP_JS, "text/javascript") }))
+        .route("/lanes.js", get(|| async { asset(LANES_JS, "text/javascript") }))
+        .route("/calltree.js", get(|| async { asset(CALLTREE_JS, "text/javascript") }))
+        .route("/heap.js", get(|| async { asset(HEAP_JS, "text/javascript") }))
+        .route("/style.css", get(|| async { asset(STYLE_CSS, "text/css") }))
+        .route("/api/meta", get(meta))
+        .route("/api/tiles", get(tiles))
+        .route("/api/flame", get(flame))
+        .route("/api/lanes", get(lanes))
+        .route("/api/range", get(range))
+        .route("/api/source", get(source))
+        .route("/api/calltree", get(calltree))
+        .route("/api/heap", get(heap_over_time))
+        .with_state(state);
+    serve_app(app, &token, opts.port, 2, true, ready)
 }
 
 /// Runs an expensive request: at most [`HEAVY`] at once, off the async workers, and
