@@ -70,7 +70,9 @@
 //! `__tsan_func_entry`. A frame whose stack pointer lies below the current one when
 //! another entry or exit arrives was left without an exit (`longjmp`, an exception
 //! unwinding through code without cleanups) and gets a synthesized
-//! `FuncExit { pc: 0 }`; frames still open when a thread or the process ends are
+//! `FuncExit { pc: 0 }`; so does one at the same stack pointer, unless the new
+//! entry is that of a function inlined into it (rustc instruments before inlining:
+//! same stack pointer and call site, another entry pc), which nests. Frames still open when a thread or the process ends are
 //! closed the same way. Recorded entries and exits therefore always balance per
 //! thread; `longjmp` needs no interposer. Exceptions: streams cut short at process
 //! end (threads still running at `exit`, `exec` or a fatal signal) end with their

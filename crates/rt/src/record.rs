@@ -254,7 +254,7 @@ pub(crate) unsafe fn func_enter(pc: u64, call_site: u64, sp: usize, frame: u64) 
     if p < st.limit.load(Relaxed) {
         let d = st.depth.get();
         let sh = st.shadow.get();
-        if d < SHADOW_CAP && !sh.is_null() && (d == 0 || (*sh.add(d - 1) & !7) > sp) {
+        if d < SHADOW_CAP && !sh.is_null() && (d == 0 || nests(sh, d, sp, call_site, pc)) {
             st.pos.store(p | BUSY, Relaxed);
             compiler_fence(SeqCst);
             *sh.add(d) = sp | 1;
@@ -513,7 +513,7 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
                 st.depth.set(d + 1);
                 return;
             }
-            close_dead(st, sp, true);
+            close_dead(st, sp, Some((call_site, pc)));
             let emit = TRACING.load(Relaxed)
                 && state::in_extent(st)
                 && filter::allowed(pc)
@@ -539,7 +539,7 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
                 // Tail-jump exit of the innermost frame (see `SHADOW_BYTES`).
                 pc = *sh.add(2 * SHADOW_CAP + d - 1) as u64;
             } else {
-                close_dead(st, sp, false);
+                close_dead(st, sp, None);
             }
             let d = st.depth.get();
             if d > 0 {
@@ -553,17 +553,35 @@ unsafe fn general(st: &ThreadState, ev: Ev) {
     }
 }
 
+/// Whether an entry at `sp` from `call_site` into `pc` opens a frame inside the
+/// innermost of the `d` open ones rather than replacing it: its stack pointer is
+/// below, or it is the entry of a function inlined into the open frame's function
+/// (rustc instruments before inlining, so an inlined callee's entry runs in its
+/// caller's frame, with its caller's return address as call site, at another pc
+/// than the frame's own entry). A re-entry of the same function at the same stack
+/// pointer (its exit was skipped) or a call from elsewhere replaces it.
+#[inline(always)]
+unsafe fn nests(sh: *mut usize, d: usize, sp: usize, call_site: u64, pc: u64) -> bool {
+    let tsp = *sh.add(d - 1) & !7;
+    tsp > sp
+        || (tsp == sp
+            && *sh.add(SHADOW_CAP + d - 1) == call_site as usize
+            && *sh.add(2 * SHADOW_CAP + d - 1) != pc as usize)
+}
+
 /// Pops frames left without an exit (longjmp, unwinding without cleanups): every
-/// frame whose saved stack pointer lies below `sp` (or at it, for an entry, since a
-/// new frame at that depth replaces the old one) is dead. Recorded ones get a
-/// synthesized `FuncExit { pc: 0 }`.
-unsafe fn close_dead(st: &ThreadState, sp: usize, inclusive: bool) {
+/// frame whose saved stack pointer lies below `sp` is dead, and for an entry
+/// (`Some((call_site, pc))`) also one at `sp` that the new frame does not nest in
+/// ([`nests`]), since a new frame at that depth replaces the old one. Recorded ones
+/// get a synthesized `FuncExit { pc: 0 }`.
+unsafe fn close_dead(st: &ThreadState, sp: usize, entry: Option<(u64, u64)>) {
     let sh = st.shadow.get();
     let mut d = st.depth.get().min(SHADOW_CAP);
     while d > 0 {
         let top = *sh.add(d - 1);
         let tsp = top & !7;
-        if tsp < sp || (inclusive && tsp == sp) {
+        let replaced = entry.is_some_and(|(cs, pc)| tsp == sp && !nests(sh, d, sp, cs, pc));
+        if tsp < sp || replaced {
             d -= 1;
             st.depth.set(d);
             if top & 1 != 0 {
