@@ -35,9 +35,14 @@ BUILD = OUT / "build"
 THIRD_PARTY_DEPS = {
     "libsqlite3-sys": '{ version = "=0.30.1", features = ["bundled"] }',
     "zstd-sys": '"=2.1.2"',
+    # C programs built with their own Makefiles (kind "make"): the crates vendor them whole.
+    "bzip2-sys": '"=0.1.13"',
+    "lz4-sys": '"=1.11.1"',
 }
 
 ZSTD_INPUT = "@zstd-input"  # placeholder in argument lists: the generated input file
+INPUT_4M = "@input-4m"  # its first 4 MiB
+INPUT_64K = "@input-64k"  # its first 64 KiB
 
 # name, kind, source, full-size args, small-size args (for lackey).
 # Full sizes run 0.2-2 s natively on a 2-core AMD EPYC VM; small sizes make
@@ -65,6 +70,15 @@ SUITE = [
          what="SQLite 3 in-memory: insert, select, group by"),
     dict(name="zstd", kind="zstd", src="zstd/driver.c", full=[ZSTD_INPUT, "-1", "9"],
          small=[ZSTD_INPUT, "32768", "9"], what="zstd -9 of 12 MB of C source"),
+    # Real programs nobody here wrote, built by their own Makefiles (`make CC=...`):
+    # the source tree is copied out of the fetched crate, since cargo's copy is shared.
+    dict(name="bzip2", kind="make", src="bzip2-sys", tree="bzip2-1.0.8", target="bzip2",
+         exe="bzip2", full=["-9", "-c", INPUT_4M], small=["-9", "-c", INPUT_64K],
+         what="bzip2 1.0.8 -9 of 4 MiB of C source (its own Makefile)"),
+    dict(name="lz4", kind="make", src="lz4-sys", tree="liblz4", target="-C programs lz4",
+         exe="programs/lz4", full=["-9", "-T1", "-c", ZSTD_INPUT],
+         small=["-9", "-T1", "-c", INPUT_64K],
+         what="lz4 1.10.0 -9 (HC) of 12 MB of C source (its own Makefile)"),
 ]
 QUICK_PROGRAM = "hashtab"
 
@@ -177,9 +191,21 @@ def fetch_third_party() -> dict:
     for p in (sqlite / "sqlite3.c", zstd / "zstd.h"):
         if not p.exists():
             raise BuildError(f"{p} not found in the fetched crate")
-    return {"sqlite": sqlite, "zstd": zstd,
+    return {"sqlite": sqlite, "zstd": zstd, "dirs": dirs,
             "versions": {p["name"]: p["version"] for p in meta["packages"]
                          if p["name"] in THIRD_PARTY_DEPS}}
+
+
+def inputs(tp: dict) -> dict:
+    """The placeholders of the suite's argument lists and the files they stand for."""
+    full = zstd_input(tp)
+    out = {ZSTD_INPUT: str(full)}
+    for key, size in ((INPUT_4M, 4 << 20), (INPUT_64K, 64 << 10)):
+        f = BUILD / f"input-{size}.txt"
+        if not f.exists():
+            f.write_bytes(full.read_bytes()[:size])
+        out[key] = str(f)
+    return out
 
 
 def zstd_input(tp: dict) -> Path:
@@ -231,6 +257,8 @@ class Builder:
             return self.build_sqlite(p)
         if kind == "zstd":
             return self.build_zstd(p)
+        if kind == "make":
+            return self.build_make(p)
         raise ValueError(kind)
 
     def build_simple(self, p):
@@ -280,6 +308,32 @@ class Builder:
         src = PROGS / p["src"]
         build_step([*self.cc(), "-O2", *self.g(), f"-I{s}", src, obj, "-o", out, "-lm",
                     "-lpthread"], out, [src, obj])
+        return out
+
+    def build_make(self, p):
+        """`make CC=... CFLAGS=...` in a copy of the program's own source tree."""
+        src = self.tp["dirs"][p["src"]] / p["tree"]
+        tree = self.dir / f"{p['name']}-src"
+        out = tree / p["exe"]
+        # make runs in the copy: a memlens given by a relative path must be made absolute
+        c0 = self.cc()[0]
+        c0 = Path(c0).resolve() if "/" in str(c0) else c0
+        cc = " ".join(map(str, [c0, *self.cc()[1:]]))
+        stamp = tree / ".memlens-bench-cc"
+        if out.exists() and stamp.exists() and stamp.read_text() == cc and not newer(
+                out, self.extra_inputs()):
+            return out
+        if tree.exists():
+            shutil.rmtree(tree)
+        shutil.copytree(src, tree)
+        for f in tree.rglob("*"):
+            f.chmod(f.stat().st_mode | 0o200)
+        flags = " ".join(["-O2", *self.g()])
+        run(["make", f"-j{self.jobs}", *p["target"].split(), f"CC={cc}", f"CFLAGS={flags}",
+             "MOREFLAGS="], cwd=tree)
+        stamp.write_text(cc)
+        if not out.exists():
+            raise BuildError(f"make did not build {out}")
         return out
 
     def build_zstd(self, p):
@@ -788,11 +842,11 @@ def main():
         log("warning: valgrind not found: lackey and cachegrind columns skipped")
 
     tp = None
-    if any(p["kind"] in ("sqlite", "zstd") for p in suite):
+    if any(p["kind"] in ("sqlite", "zstd", "make") for p in suite):
         log("== fetching third-party sources (cargo fetch)")
         tp = fetch_third_party()
     BUILD.mkdir(parents=True, exist_ok=True)
-    argmap = {ZSTD_INPUT: str(zstd_input(tp))} if tp else {}
+    argmap = inputs(tp) if tp else {}
 
     native = Builder(tools, "native", tp, args.jobs)
     ml = Builder(tools, "memlens", tp, args.jobs) if tools.memlens_ok else None
