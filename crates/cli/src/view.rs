@@ -39,8 +39,7 @@ pub fn run(o: ViewOpts) -> Result<i32> {
     }
     // Every trace opens before anything is indexed: a bad second trace is reported
     // at once, not after the first one's index.
-    let readers =
-        o.traces.iter().map(|t| crate::inspect::open(t)).collect::<Result<Vec<_>>>()?;
+    let readers = o.traces.iter().map(|t| crate::inspect::open(t)).collect::<Result<Vec<_>>>()?;
     for (t, r) in o.traces.iter().zip(&readers) {
         ensure_index(t, r, o.reindex)?;
     }

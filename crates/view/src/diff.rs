@@ -214,6 +214,30 @@ fn roll_up<K: Ord>(
     out
 }
 
+/// Where the page opens a function: the first line it accessed memory on in the
+/// file where it accessed most (both traces together).
+fn homes(
+    a: &BTreeMap<(String, u64, String), (u64, u64)>,
+    b: &BTreeMap<(String, u64, String), (u64, u64)>,
+) -> BTreeMap<String, (String, u64)> {
+    // per (function, file): accesses, first line
+    let mut per: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    for ((file, line, function), (l, s)) in a.iter().chain(b) {
+        let e = per.entry((function, file)).or_insert((0, *line));
+        e.0 += l + s;
+        e.1 = e.1.min(*line);
+    }
+    let mut out: BTreeMap<String, (String, u64, u64)> = BTreeMap::new();
+    for ((function, file), (n, line)) in per {
+        let e = out.entry(function.to_string()).or_insert((file.to_string(), line, n));
+        // the first file (by name) wins a tie
+        if n > e.2 {
+            *e = (file.to_string(), line, n);
+        }
+    }
+    out.into_iter().map(|(f, (file, line, _))| (f, (file, line))).collect()
+}
+
 impl Diff {
     /// Compares the indexes of traces `a` and `b` (`TRACE.mlview/`, built and
     /// current: see [`crate::build`] and [`crate::is_fresh`]).
@@ -252,10 +276,16 @@ impl Diff {
             ..DiffRow::default()
         });
         let by_fn = |k: &(String, u64, String)| k.2.clone();
-        let functions = merge(&roll_up(&a.lines, by_fn), &roll_up(&b.lines, by_fn), |f| DiffRow {
-            name: f.clone(),
-            function: Some(f.clone()),
-            ..DiffRow::default()
+        let homes = homes(&a.lines, &b.lines);
+        let functions = merge(&roll_up(&a.lines, by_fn), &roll_up(&b.lines, by_fn), |f| {
+            let home = homes.get(f);
+            DiffRow {
+                name: f.clone(),
+                file: home.map(|h| h.0.clone()),
+                line: home.map(|h| h.1),
+                function: Some(f.clone()),
+                ..DiffRow::default()
+            }
         });
         let by_file = |k: &(String, u64, String)| k.0.clone();
         let files = merge(&roll_up(&a.lines, by_file), &roll_up(&b.lines, by_file), |f| DiffRow {
@@ -331,7 +361,8 @@ struct DiffState {
 pub fn serve_diff(diff: Diff, opts: ServeOptions, ready: impl FnOnce(&str)) -> Result<(), Error> {
     let token = crate::guard::token(opts.token)?;
     let page_token = token.clone();
-    let state = Arc::new(DiffState { diff, files: opts.sources, heavy: Arc::new(Semaphore::new(2)) });
+    let state =
+        Arc::new(DiffState { diff, files: opts.sources, heavy: Arc::new(Semaphore::new(2)) });
     let table = |t: DiffTable| {
         move |State(s): State<Arc<DiffState>>, Query(p): Params| async move {
             heavy(&s.heavy, &s, "application/json", move |s: &DiffState| {
@@ -415,8 +446,7 @@ mod tests {
             json!({"variable": "only_b", "loads": 0, "stores": 2}),
         ];
         let d = Diff::from_meta("A", &a, &av, "B", &b, &bv).unwrap();
-        let names =
-            |t| d.rows(t).iter().map(|r| (r.name.clone(), r.delta())).collect::<Vec<_>>();
+        let names = |t| d.rows(t).iter().map(|r| (r.name.clone(), r.delta())).collect::<Vec<_>>();
         assert_eq!(
             names(DiffTable::Lines),
             [
@@ -433,6 +463,11 @@ mod tests {
         );
         assert_eq!(names(DiffTable::Variables), [("arr".into(), 20), ("only_b".into(), 2)]);
         assert_eq!(names(DiffTable::Files), [("x.c".into(), 18), ("y.c".into(), 0)]);
+        // a function opens where it accessed memory most, at its first line there
+        let k = &d.rows(DiffTable::Functions)[2];
+        assert_eq!((k.file.as_deref(), k.line), (Some("x.c"), Some(2)));
+        let f = &d.rows(DiffTable::Functions)[0];
+        assert_eq!((f.file.as_deref(), f.line), (Some("x.c"), Some(3)));
         let g = &d.rows(DiffTable::Lines)[1];
         assert_eq!((g.a_loads, g.a_stores, g.b_loads, g.b_stores), (4, 0, 0, 0));
         let s = d.summary();

@@ -211,7 +211,10 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             spans.iter().map(|s| json!([s.start, s.end, s.func, s.thread, s.depth])).collect(),
         ))
     };
-    heavy(&s.heavy, &s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// The wall-clock lanes: stamps of every thread in `t0..t1` (ns), about `n` each.
@@ -222,7 +225,10 @@ async fn lanes(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         let n = num(&p, "n", 2048)?;
         Ok(s.index.lanes(t0, t1, n.min(1 << 16) as usize))
     };
-    heavy(&s.heavy, &s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// The call tree: `view=top&node=N` (node N and its children), `view=bottom&path=F,G`
@@ -247,7 +253,10 @@ async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response 
             v => Err(format!("bad view: {v} (top, bottom or function)")),
         }
     };
-    heavy(&s.heavy, &s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// The heap over time in `n` bins of `x0..x1`: `axis=time` (ns, when the trace has
@@ -279,7 +288,10 @@ async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Res
         v["leaks"] = h["leaks"].clone();
         Ok(v)
     };
-    heavy(&s.heavy, &s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 pub(crate) fn json_bytes(v: &Value) -> Vec<u8> {
@@ -333,7 +345,10 @@ async fn range(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             json!({"level": level, "pcs": per_pc.into_iter().map(|(k, v)| json!([k, v.0, v.1])).collect::<Vec<_>>()}),
         )
     };
-    heavy(&s.heavy, &s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// Source text of a file the trace's debug information names (no other file is
