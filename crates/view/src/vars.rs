@@ -74,12 +74,14 @@ impl VarCounts {
     }
 }
 
+/// Loads, stores, cache lines, thread mask of one variable.
+type VarSums = (u64, u64, u64, u64);
+
 /// The variables table without a per-access namer: each cache line's accesses go to
 /// the variable of its first byte. `lines` gives (variable, loads, stores, thread
 /// mask) per cache line; most accessed first, ties by name.
 pub(crate) fn from_lines<'a>(lines: impl Iterator<Item = (&'a str, u64, u64, u64)>) -> Vec<Value> {
-    // loads, stores, cache lines, thread mask
-    let mut per: HashMap<&str, (u64, u64, u64, u64)> = HashMap::new();
+    let mut per: HashMap<&str, VarSums> = HashMap::new();
     for (v, l, s, t) in lines {
         let e = per.entry(v).or_default();
         e.0 += l;
@@ -87,7 +89,7 @@ pub(crate) fn from_lines<'a>(lines: impl Iterator<Item = (&'a str, u64, u64, u64
         e.2 += 1;
         e.3 |= t;
     }
-    let mut v: Vec<(&str, (u64, u64, u64, u64))> = per.into_iter().collect();
+    let mut v: Vec<(&str, VarSums)> = per.into_iter().collect();
     v.sort_by_key(|(n, c)| (std::cmp::Reverse(c.0 + c.1), *n));
     v.into_iter()
         .map(|(n, c)| {

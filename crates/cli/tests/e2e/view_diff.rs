@@ -40,6 +40,8 @@ fn api(port: u16, token: &str, path: &str) -> Value {
 }
 
 type Counts = BTreeMap<String, (u64, u64)>;
+/// name → ((A loads, A stores), (B loads, B stores), delta).
+type Rows = BTreeMap<String, ((u64, u64), (u64, u64), i64)>;
 
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"))
@@ -64,7 +66,7 @@ fn reported(trace: &Path, by: &str) -> Counts {
 }
 
 /// Rows of `/api/diff/TABLE`: name → ((A loads, A stores), (B loads, B stores), delta).
-fn diff_rows(rows: &[Value], line_keys: bool) -> BTreeMap<String, ((u64, u64), (u64, u64), i64)> {
+fn diff_rows(rows: &[Value], line_keys: bool) -> Rows {
     rows.iter()
         .map(|r| {
             let name = if line_keys {
@@ -80,7 +82,7 @@ fn diff_rows(rows: &[Value], line_keys: bool) -> BTreeMap<String, ((u64, u64), (
 
 /// What the diff must say, from report's rows of A and B: every name in either,
 /// zero where absent, delta = B − A in accesses.
-fn expected(a: &Counts, b: &Counts) -> BTreeMap<String, ((u64, u64), (u64, u64), i64)> {
+fn expected(a: &Counts, b: &Counts) -> Rows {
     let mut out = BTreeMap::new();
     for k in a.keys().chain(b.keys()) {
         let x = a.get(k).copied().unwrap_or_default();
