@@ -20,12 +20,17 @@ const B_ROUNDS: u64 = 10;
 fn recorded(name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let dir = scratch(name);
     let exe = build(Cc::Gcc, SRC, &dir, &[]);
+    record_both(dir, &exe)
+}
+
+/// A and B of `exe` in `dir`.
+fn record_both(dir: PathBuf, exe: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let a = dir.join("a.trace");
     let b = dir.join("b.trace");
     for (t, args) in
         [(&a, [A_ROUNDS.to_string(), "0".into()]), (&b, [B_ROUNDS.to_string(), "1".into()])]
     {
-        let out = record(&exe, t, &[&args[0], &args[1]]);
+        let out = record(exe, t, &[&args[0], &args[1]]);
         assert!(out.status.success(), "record failed: {}", stderr(&out));
     }
     (dir, a, b)
@@ -222,14 +227,37 @@ fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
+/// The program's source copied under a name that is HTML, built with gcc.
+fn build_hostile(dir: &Path) -> PathBuf {
+    require_runtime();
+    let src = dir.join(HOSTILE);
+    std::fs::copy(programs().join(SRC), &src).unwrap();
+    let exe = dir.join("prog");
+    let out = std::process::Command::new(memlens())
+        .args(["cc", "-O2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_CC", "gcc")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cc failed: {}", stderr(&out));
+    exe
+}
+
+const HOSTILE: &str = "<img src=x onerror=alert(1)>.c";
+
 /// The page: the changed line's delta beside its source, the tables, sorting and
-/// a row opening its source. Screenshots go to `MEMLENS_VIEW_SHOTS` if set.
+/// a row opening its source; a source file named like HTML shows as its name and
+/// runs nothing. Screenshots go to `MEMLENS_VIEW_SHOTS` if set.
 #[test]
 fn view_diff_page_shows_the_changed_line_and_its_delta() {
     if !browser_available() {
         return;
     }
-    let (dir, a, b) = recorded("view-diff-page");
+    let dir = scratch("view-diff-page");
+    let exe = build_hostile(&dir);
+    let (dir, a, b) = record_both(dir, &exe);
     let (_server, port, token) = serve_in_background(&b, &[a.to_str().unwrap()], None);
     let br = Browser::start();
     br.cmd("POST", "/window/rect", Some(json!({"width": 1600, "height": 900})));
@@ -269,7 +297,7 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     assert_eq!(first, json!([format!("+{d}"), "pos"]));
     assert_eq!(
         br.js("return document.querySelector('#t-lines tr.row td').textContent"),
-        json!(format!("{SRC}:{scan}"))
+        json!(format!("{HOSTILE}:{scan}"))
     );
     assert_eq!(
         br.js("return document.querySelector('#totals tr[data-side=delta] td[data-key=stores]').textContent"),
@@ -294,10 +322,10 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     br.js("[...document.querySelectorAll('#t-functions tr.row')].find(e => e.dataset.name === 'extra').click()");
     wait(&format!("document.querySelector(\"#dcode .srcline.sel[data-line='{extra}']\")"));
     // nothing from the data became markup
-    assert_eq!(
-        br.js("return document.querySelectorAll('#dmain img, #dmain script').length"),
-        json!(0)
-    );
+    assert_eq!(br.js("return document.querySelectorAll('img').length"), json!(0));
+    let files = br.js("return document.querySelector('#file').textContent");
+    assert!(files.as_str().unwrap().contains(HOSTILE), "{files}");
+    assert_eq!(br.js("return document.title"), json!("memlens view: diff"));
     shot(&br, &dir, "diff-extra.png");
 }
 
