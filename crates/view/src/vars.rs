@@ -114,8 +114,12 @@ pub(crate) fn write_all(dir: &Path, rows: &[Value]) -> Result<u64, Error> {
 /// Reads every variable's row back from the index in `dir`.
 pub(crate) fn read_all(dir: &Path) -> Result<Vec<Value>, Error> {
     let p = dir.join(VARIABLES_FILE);
-    let b = std::fs::read(&p)
-        .map_err(|e| Error::BadIndex(format!("cannot read {}: {e}", p.display())))?;
+    let b = std::fs::read(&p).map_err(|e| {
+        Error::BadIndex(format!(
+            "cannot read {}: {e} (memlens view --reindex rebuilds the index)",
+            p.display()
+        ))
+    })?;
     serde_json::from_slice(&b).map_err(|e| {
         Error::BadIndex(format!(
             "damaged index file {} (memlens view --reindex rebuilds it): {e}",

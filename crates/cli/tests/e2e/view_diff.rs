@@ -206,7 +206,7 @@ fn view_diff_rows_are_the_programs_changes_and_reports_differences() {
 
 #[test]
 fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
-    let (dir, a, _b) = recorded("view-diff-bad");
+    let (dir, a, b) = recorded("view-diff-bad");
     let missing = dir.join("nope.trace");
     let damaged = dir.join("damaged.trace");
     std::fs::write(&damaged, b"this is not a memlens trace, just some bytes of text\n").unwrap();
@@ -221,6 +221,30 @@ fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
     }
     // checked before anything was indexed
     assert!(!dir.join("a.trace.mlview").exists());
+    // an index whose variables file is gone: one line naming it, nothing served
+    let (at, bt) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = run_memlens(&["view", "--no-serve", at, bt]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::remove_file(dir.join("b.trace.mlview/variables.json")).unwrap();
+    let mut child = std::process::Command::new(memlens())
+        .args(["view", "--port", "0", at, bt])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the diff of a damaged index was served");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("variables.json") && err.contains("--reindex"), "{err}");
     // three traces: a usage error
     let a = a.to_str().unwrap();
     let out = run_memlens(&["view", "--no-serve", a, a, a]);
