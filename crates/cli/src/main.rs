@@ -141,7 +141,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = SqlFormat::Table, requires = "query")]
         format: SqlFormat,
     },
-    /// Show a trace in the browser: memory map, flame chart, source, tables
+    /// Show a trace in the browser: memory map, flame chart, source, tables (two
+    /// traces: their difference per line, function and variable)
     View {
         /// Port on 127.0.0.1 (default: a free one).
         #[arg(long, default_value_t = 0)]
@@ -158,8 +159,10 @@ enum Cmd {
         /// Remove the index (TRACE.mlview/) and exit.
         #[arg(long, conflicts_with_all = ["reindex", "no_serve", "open"])]
         clean: bool,
-        /// The trace.
-        trace: PathBuf,
+        /// The trace; two traces A B: the diff of B against A (per line, function
+        /// and variable).
+        #[arg(required = true, num_args = 1..=2, value_name = "TRACE")]
+        traces: Vec<PathBuf>,
     },
     /// Merge an atomic-memory-trace text trace (stdin) by timestamp (stdout)
     Merge {
@@ -588,8 +591,8 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Live(a) => live::live(a),
         Cmd::Probe(a) => live::probe(a),
-        Cmd::View { port, open, reindex, no_serve, clean, trace } => {
-            view::run(view::ViewOpts { trace, port, open, reindex, no_serve, clean })
+        Cmd::View { port, open, reindex, no_serve, clean, traces } => {
+            view::run(view::ViewOpts { traces, port, open, reindex, no_serve, clean })
         }
         Cmd::Merge { trace: Some(trace), stats, .. } => {
             let s = merge::merge_file_order(&trace, std::io::stdout().lock())?;

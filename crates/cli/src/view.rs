@@ -1,16 +1,17 @@
 //! `memlens view TRACE`: build the viewer index next to the trace (once) and serve
-//! the web app on 127.0.0.1.
+//! the web app on 127.0.0.1. `memlens view A B`: the same for both traces, then the
+//! diff page (B against A) instead.
 
 use anyhow::{Context, Result};
 use memlens_names::Names;
 use std::collections::HashSet;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What `view` was asked.
 pub struct ViewOpts {
-    /// The trace.
-    pub trace: PathBuf,
+    /// The trace, or the two traces to compare (A, B).
+    pub traces: Vec<PathBuf>,
     /// Port (0: a free one).
     pub port: u16,
     /// Open a browser.
@@ -25,60 +26,34 @@ pub struct ViewOpts {
 
 /// `memlens view`.
 pub fn run(o: ViewOpts) -> Result<i32> {
-    let dir = memlens_view::index_dir(&o.trace);
     if o.clean {
-        // The trace itself need not exist any more.
-        match memlens_view::clean(&dir)? {
-            Some(n) => eprintln!("memlens: removed {} ({})", dir.display(), human_bytes(n)),
-            None => eprintln!("memlens: no index at {}", dir.display()),
+        for t in &o.traces {
+            // The trace itself need not exist any more.
+            let dir = memlens_view::index_dir(t);
+            match memlens_view::clean(&dir)? {
+                Some(n) => eprintln!("memlens: removed {} ({})", dir.display(), human_bytes(n)),
+                None => eprintln!("memlens: no index at {}", dir.display()),
+            }
         }
         return Ok(0);
     }
-    let r = crate::inspect::open(&o.trace)?;
-    if o.reindex || !memlens_view::is_fresh(&o.trace, &dir) {
-        let names = Names::new(&r.meta().modules);
-        let namer = memlens_names::TraceNamer::new(&r, &names)?;
-        let pb = indicatif::ProgressBar::new(0);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "indexing {human_pos}/{human_len} events {wide_bar} {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let t = std::time::Instant::now();
-        let meta = memlens_view::build(
-            &r,
-            &o.trace,
-            &dir,
-            &namer,
-            memlens_view::BuildOptions::default(),
-            &mut |n, total| {
-                pb.set_length(total.max(n));
-                pb.set_position(n);
-            },
-        )
-        .with_context(|| format!("cannot index {}", o.trace.display()))?;
-        pb.finish_and_clear();
-        eprintln!(
-            "memlens: indexed {} memory operations ({} cache lines, {} rows at most) in {:.2} s into {} ({}, {} levels)",
-            meta["ops"],
-            meta["distinct_lines"],
-            meta["max_rows"],
-            t.elapsed().as_secs_f64(),
-            dir.display(),
-            human_bytes(memlens_view::size_of_dir(&dir)),
-            meta["levels"].as_array().map_or(0, Vec::len),
-        );
+    // Every trace opens before anything is indexed: a bad second trace is reported
+    // at once, not after the first one's index.
+    let readers = o.traces.iter().map(|t| crate::inspect::open(t)).collect::<Result<Vec<_>>>()?;
+    for (t, r) in o.traces.iter().zip(&readers) {
+        ensure_index(t, r, o.reindex)?;
     }
     if o.no_serve {
         return Ok(0);
     }
-    let sources = dwarf_sources(&r.meta().modules);
-    drop(r);
-    let index = memlens_view::Index::open(&dir)?;
+    let mut sources = HashSet::new();
+    for r in &readers {
+        sources.extend(dwarf_sources(&r.meta().modules));
+    }
+    drop(readers);
     let opts = memlens_view::ServeOptions { port: o.port, token: None, sources };
     let mut launcher = None;
-    memlens_view::serve(index, opts, |url| {
+    let ready = |url: &str| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "memlens view: {url}");
         let _ = out.flush();
@@ -91,9 +66,62 @@ pub fn run(o: ViewOpts) -> Result<i32> {
                 Err(e) => eprintln!("memlens: {e:#}; open the URL above"),
             }
         }
-    })?;
+    };
+    match &o.traces[..] {
+        [a, b] => {
+            let diff = memlens_view::Diff::open(a, b)
+                .with_context(|| format!("cannot compare {} with {}", b.display(), a.display()))?;
+            memlens_view::serve_diff(diff, opts, ready)?;
+        }
+        _ => {
+            let index = memlens_view::Index::open(&memlens_view::index_dir(&o.traces[0]))?;
+            memlens_view::serve(index, opts, ready)?;
+        }
+    }
     drop(launcher);
     Ok(0)
+}
+
+/// Builds `TRACE.mlview/` unless it is current (or `reindex`).
+fn ensure_index(trace: &Path, r: &memlens_format::TraceReader, reindex: bool) -> Result<()> {
+    let dir = memlens_view::index_dir(trace);
+    if !reindex && memlens_view::is_fresh(trace, &dir) {
+        return Ok(());
+    }
+    let names = Names::new(&r.meta().modules);
+    let namer = memlens_names::TraceNamer::new(r, &names)?;
+    let pb = indicatif::ProgressBar::new(0);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "indexing {human_pos}/{human_len} events {wide_bar} {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let t = std::time::Instant::now();
+    let meta = memlens_view::build(
+        r,
+        trace,
+        &dir,
+        &namer,
+        memlens_view::BuildOptions::default(),
+        &mut |n, total| {
+            pb.set_length(total.max(n));
+            pb.set_position(n);
+        },
+    )
+    .with_context(|| format!("cannot index {}", trace.display()))?;
+    pb.finish_and_clear();
+    eprintln!(
+        "memlens: indexed {} memory operations ({} cache lines, {} rows at most) in {:.2} s into {} ({}, {} levels)",
+        meta["ops"],
+        meta["distinct_lines"],
+        meta["max_rows"],
+        t.elapsed().as_secs_f64(),
+        dir.display(),
+        human_bytes(memlens_view::size_of_dir(&dir)),
+        meta["levels"].as_array().map_or(0, Vec::len),
+    );
+    Ok(())
 }
 
 /// `1.2 MB`-style sizes for messages.

@@ -70,9 +70,6 @@ impl Hasher for Fx {
     }
 }
 
-/// Loads, stores, cache lines, thread mask of one variable.
-type VarSums = (u64, u64, u64, u64);
-
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// Zoom factor between levels.
@@ -920,28 +917,16 @@ pub(crate) fn build_in(
                 "mem_misses": s.mem, "threads": s.threads.count_ones()})
         })
         .collect();
-    // Top variables: per access when named so, else from the per-line counters.
-    let mut per_var: HashMap<&str, VarSums> = HashMap::new();
-    for ls in &b.line_stats {
-        let e = per_var.entry(&b.names.var_list[ls.var as usize].1).or_default();
-        e.0 += ls.loads;
-        e.1 += ls.stores;
-        e.2 += 1;
-        e.3 |= ls.threads;
-    }
-    let mut top_vars: Vec<(&str, VarSums)> = per_var.into_iter().collect();
-    top_vars.sort_by_key(|(v, c)| (std::cmp::Reverse(c.0 + c.1), *v));
-    top_vars.truncate(opts.top);
-    let top_vars: Vec<Value> = match &var_names {
-        Some(names) => b.vars.top(names, opts.top),
-        None => top_vars
-            .into_iter()
-            .map(|(variable, c)| {
-                json!({"variable": if variable.is_empty() { "(unnamed)" } else { variable },
-                "loads": c.0, "stores": c.1, "cache_lines": c.2, "threads": c.3.count_ones()})
-            })
-            .collect(),
+    // Every variable: per access when named so, else from the per-line counters;
+    // the table keeps the top rows, `variables.json` all (the diff of two traces).
+    let all_vars = match &var_names {
+        Some(names) => b.vars.top(names, usize::MAX),
+        None => crate::vars::from_lines(b.line_stats.iter().map(|ls| {
+            (b.names.var_list[ls.var as usize].1.as_str(), ls.loads, ls.stores, ls.threads)
+        })),
     };
+    fixed += crate::vars::write_all(dir, &all_vars)?;
+    let top_vars: Vec<Value> = all_vars.into_iter().take(opts.top).collect();
     let ropts = RenderOpts::top(opts.top);
     let tables = json!({
         "variables": top_vars,

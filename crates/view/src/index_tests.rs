@@ -80,6 +80,13 @@ fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
     // Ranks in address order: lines 5, 6, 7, 8 of 0..=9.
     assert_eq!([u(8), u(9), u(10), u(11)], [5, 6, 7, 8], "ranks");
     assert_eq!(soa[48 + 8..48 + 12], [1, 0, 0, 0], "flags: line 5 touched");
+    // Every variable's totals for the diff (unnamed here: one row), as in the table.
+    let vars = crate::vars::read_all(&dir).unwrap();
+    assert_eq!(vars, meta["tables"]["variables"].as_array().unwrap()[..]);
+    assert_eq!(
+        vars[0],
+        serde_json::json!({"variable": "(unnamed)", "loads": 11, "stores": 0, "cache_lines": 10, "threads": 1})
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&path).unwrap();
 }

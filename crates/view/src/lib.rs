@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod diff;
 mod flame;
 mod guard;
 mod index;
@@ -35,6 +36,7 @@ mod sparse;
 mod store;
 mod vars;
 
+pub use diff::{serve_diff, Diff, DiffRow, DiffTable, DiffTotals};
 pub use index::{annotation_path, BuildOptions, DEFAULT_SLACK};
 pub use live::{serve_live, LiveBackend};
 pub use place::{build, clean, size_of_dir};
@@ -44,7 +46,7 @@ pub use store::{Index, PcWindow, TileFields, WindowSums};
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the index layout changes; older indexes are rebuilt.
-pub const INDEX_VERSION: u32 = 4;
+pub const INDEX_VERSION: u32 = 5;
 /// Bytes per map cell in `cellsN.bin` and in tile responses.
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.

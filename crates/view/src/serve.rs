@@ -55,7 +55,7 @@ struct AppState {
     heavy: Arc<Semaphore>,
 }
 
-type Params = Query<HashMap<String, String>>;
+pub(crate) type Params = Query<HashMap<String, String>>;
 
 /// Serves `index` until the process is interrupted. `ready` gets the URL (with
 /// the token) once the socket listens.
@@ -90,12 +90,13 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
 /// Runs an expensive request: at most [`HEAVY`] at once, off the async workers, and
 /// the answer keeps its permit until its last piece is handed to the connection, so
 /// finished answers cannot pile up in memory behind slow readers.
-async fn heavy(
-    s: &Arc<AppState>,
+pub(crate) async fn heavy<S: Send + Sync + 'static>(
+    sem: &Arc<Semaphore>,
+    s: &Arc<S>,
     ty: &'static str,
-    work: impl FnOnce(&AppState) -> Result<Vec<Vec<u8>>, Failure> + Send + 'static,
+    work: impl FnOnce(&S) -> Result<Vec<Vec<u8>>, Failure> + Send + 'static,
 ) -> Response {
-    let Ok(permit) = s.heavy.clone().acquire_owned().await else {
+    let Ok(permit) = sem.clone().acquire_owned().await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "memlens view: shutting down\n").into_response();
     };
     let st = s.clone();
@@ -127,17 +128,17 @@ async fn heavy(
 }
 
 /// Why a request failed: its status and one line of text.
-type Failure = (StatusCode, String);
+pub(crate) type Failure = (StatusCode, String);
 
-fn bad_request(msg: String) -> Failure {
+pub(crate) fn bad_request(msg: String) -> Failure {
     (StatusCode::BAD_REQUEST, msg)
 }
 
-fn bad(msg: impl Into<String>) -> Response {
+pub(crate) fn bad(msg: impl Into<String>) -> Response {
     (StatusCode::BAD_REQUEST, msg.into()).into_response()
 }
 
-fn num(p: &HashMap<String, String>, k: &str, default: u64) -> Result<u64, String> {
+pub(crate) fn num(p: &HashMap<String, String>, k: &str, default: u64) -> Result<u64, String> {
     match p.get(k) {
         None => Ok(default),
         Some(v) => v.parse().map_err(|_| format!("bad {k}: {v}")),
@@ -197,7 +198,7 @@ async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         }
         Ok(parts)
     };
-    heavy(&s, "application/octet-stream", move |s| go(s).map_err(bad_request)).await
+    heavy(&s.heavy, &s, "application/octet-stream", move |s| go(s).map_err(bad_request)).await
 }
 
 async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
@@ -210,7 +211,10 @@ async fn flame(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             spans.iter().map(|s| json!([s.start, s.end, s.func, s.thread, s.depth])).collect(),
         ))
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// The wall-clock lanes: stamps of every thread in `t0..t1` (ns), about `n` each.
@@ -221,7 +225,10 @@ async fn lanes(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
         let n = num(&p, "n", 2048)?;
         Ok(s.index.lanes(t0, t1, n.min(1 << 16) as usize))
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// The call tree: `view=top&node=N` (node N and its children), `view=bottom&path=F,G`
@@ -246,7 +253,10 @@ async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response 
             v => Err(format!("bad view: {v} (top, bottom or function)")),
         }
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// The heap over time in `n` bins of `x0..x1`: `axis=time` (ns, when the trace has
@@ -278,10 +288,13 @@ async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Res
         v["leaks"] = h["leaks"].clone();
         Ok(v)
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
-fn json_bytes(v: &Value) -> Vec<u8> {
+pub(crate) fn json_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
@@ -332,7 +345,10 @@ async fn range(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
             json!({"level": level, "pcs": per_pc.into_iter().map(|(k, v)| json!([k, v.0, v.1])).collect::<Vec<_>>()}),
         )
     };
-    heavy(&s, "application/json", move |s| Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])).await
+    heavy(&s.heavy, &s, "application/json", move |s| {
+        Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
+    })
+    .await
 }
 
 /// Source text of a file the trace's debug information names (no other file is
@@ -342,26 +358,28 @@ async fn source(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     if !s.files.contains(&f) {
         return (StatusCode::NOT_FOUND, "not a source file of this trace").into_response();
     }
-    heavy(&s, "text/plain; charset=utf-8", move |_| {
-        let not_found = |why: String| (StatusCode::NOT_FOUND, why);
-        // stat first: opening a FIFO named like a source file would block.
-        let md = std::fs::metadata(&f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
-        if !md.is_file() {
-            return Err(not_found(format!("{f} is not a regular file")));
-        }
-        let file =
-            std::fs::File::open(&f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
-        let md = file.metadata().map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
-        if !md.is_file() {
-            return Err(not_found(format!("{f} is not a regular file")));
-        }
-        if md.len() > MAX_SOURCE {
-            return Err(not_found(format!("{f} is larger than {} MiB", MAX_SOURCE >> 20)));
-        }
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_SOURCE), &mut b)
-            .map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
-        Ok(vec![b])
-    })
-    .await
+    heavy(&s.heavy, &s, "text/plain; charset=utf-8", move |_| read_source(&f)).await
+}
+
+/// The text of the source file `f` (already checked against the trace's DWARF):
+/// only a regular file of at most [`MAX_SOURCE`] bytes.
+pub(crate) fn read_source(f: &str) -> Result<Vec<Vec<u8>>, Failure> {
+    let not_found = |why: String| (StatusCode::NOT_FOUND, why);
+    // stat first: opening a FIFO named like a source file would block.
+    let md = std::fs::metadata(f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+    if !md.is_file() {
+        return Err(not_found(format!("{f} is not a regular file")));
+    }
+    let file = std::fs::File::open(f).map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+    let md = file.metadata().map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+    if !md.is_file() {
+        return Err(not_found(format!("{f} is not a regular file")));
+    }
+    if md.len() > MAX_SOURCE {
+        return Err(not_found(format!("{f} is larger than {} MiB", MAX_SOURCE >> 20)));
+    }
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_SOURCE), &mut b)
+        .map_err(|e| not_found(format!("cannot read {f}: {e}")))?;
+    Ok(vec![b])
 }

@@ -2,10 +2,12 @@
 //! counted under the variable it was named after when it happened (the namer of
 //! `report --by variable`), not under the first byte of its cache line.
 
+use crate::Error;
 use memlens_analysis::CurrentVariable;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
+use std::path::Path;
 
 #[derive(Default)]
 struct Stat {
@@ -47,7 +49,7 @@ impl VarCounts {
         s.lines.extend(lines);
     }
 
-    /// The `top` most accessed variables, named by id from `names`.
+    /// The `top` most accessed variables, named by id from `names` (ties by name).
     pub(crate) fn top(&self, names: &[String], top: usize) -> Vec<Value> {
         let mut per: HashMap<&str, Stat> = HashMap::new();
         for (id, s) in self.stats.iter().enumerate() {
@@ -70,4 +72,58 @@ impl VarCounts {
             })
             .collect()
     }
+}
+
+/// Loads, stores, cache lines, thread mask of one variable.
+type VarSums = (u64, u64, u64, u64);
+
+/// The variables table without a per-access namer: each cache line's accesses go to
+/// the variable of its first byte. `lines` gives (variable, loads, stores, thread
+/// mask) per cache line; most accessed first, ties by name.
+pub(crate) fn from_lines<'a>(lines: impl Iterator<Item = (&'a str, u64, u64, u64)>) -> Vec<Value> {
+    let mut per: HashMap<&str, VarSums> = HashMap::new();
+    for (v, l, s, t) in lines {
+        let e = per.entry(v).or_default();
+        e.0 += l;
+        e.1 += s;
+        e.2 += 1;
+        e.3 |= t;
+    }
+    let mut v: Vec<(&str, VarSums)> = per.into_iter().collect();
+    v.sort_by_key(|(n, c)| (std::cmp::Reverse(c.0 + c.1), *n));
+    v.into_iter()
+        .map(|(n, c)| {
+            json!({"variable": if n.is_empty() { "(unnamed)" } else { n },
+                "loads": c.0, "stores": c.1, "cache_lines": c.2, "threads": c.3.count_ones()})
+        })
+        .collect()
+}
+
+/// The index file with every variable's row (`meta.json` keeps only the top ones).
+pub(crate) const VARIABLES_FILE: &str = "variables.json";
+
+/// Writes every variable's row into `dir`; returns the bytes written.
+pub(crate) fn write_all(dir: &Path, rows: &[Value]) -> Result<u64, Error> {
+    let p = dir.join(VARIABLES_FILE);
+    let text = serde_json::to_vec(rows).map_err(|e| Error::Io(e.to_string()))?;
+    std::fs::write(&p, &text)
+        .map_err(|e| Error::Io(format!("cannot write {}: {e}", p.display())))?;
+    Ok(text.len() as u64)
+}
+
+/// Reads every variable's row back from the index in `dir`.
+pub(crate) fn read_all(dir: &Path) -> Result<Vec<Value>, Error> {
+    let p = dir.join(VARIABLES_FILE);
+    let b = std::fs::read(&p).map_err(|e| {
+        Error::BadIndex(format!(
+            "cannot read {}: {e} (memlens view --reindex rebuilds the index)",
+            p.display()
+        ))
+    })?;
+    serde_json::from_slice(&b).map_err(|e| {
+        Error::BadIndex(format!(
+            "damaged index file {} (memlens view --reindex rebuilds it): {e}",
+            p.display()
+        ))
+    })
 }

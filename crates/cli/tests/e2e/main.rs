@@ -38,5 +38,6 @@ mod tables;
 mod untraced;
 mod view;
 mod view_calls;
+mod view_diff;
 mod view_index;
 mod view_time;

@@ -1,0 +1,359 @@
+//! `memlens view A B`: the diff of two traces (docs/viewer.md, "Diff of two
+//! traces"), on `diffprog.c` recorded twice with different arguments: its API
+//! against the counts the program makes and against `memlens report` of each
+//! trace, bad input, and the page in headless chromium.
+
+use crate::util::*;
+use crate::view::{browser_available, get_raw, serve_in_background, Browser};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const SRC: &str = "diffprog.c";
+/// A runs `diffprog 3 0`, B `diffprog 10 1`: scan() does 3 and 10 rounds over its
+/// 64-long table, extra() runs in B only.
+const A_ROUNDS: u64 = 3;
+const B_ROUNDS: u64 = 10;
+
+/// The program built once per test and recorded as A and B in a scratch directory.
+fn recorded(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let exe = build(Cc::Gcc, SRC, &dir, &[]);
+    record_both(dir, &exe)
+}
+
+/// A and B of `exe` in `dir`.
+fn record_both(dir: PathBuf, exe: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let a = dir.join("a.trace");
+    let b = dir.join("b.trace");
+    for (t, args) in
+        [(&a, [A_ROUNDS.to_string(), "0".into()]), (&b, [B_ROUNDS.to_string(), "1".into()])]
+    {
+        let out = record(exe, t, &[&args[0], &args[1]]);
+        assert!(out.status.success(), "record failed: {}", stderr(&out));
+    }
+    (dir, a, b)
+}
+
+fn api(port: u16, token: &str, path: &str) -> Value {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let (st, _, body) = get_raw(port, &format!("{path}{sep}token={token}"), &host);
+    assert_eq!(st, 200, "{path}: {}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+type Counts = BTreeMap<String, (u64, u64)>;
+/// name → ((A loads, A stores), (B loads, B stores), delta).
+type Rows = BTreeMap<String, ((u64, u64), (u64, u64), i64)>;
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"))
+}
+
+/// `report --by KIND` of a trace as name → (loads, stores), rows of one name summed
+/// (a variable's row per kind; a function's lines).
+fn reported(trace: &Path, by: &str) -> Counts {
+    let rows = if by == "variable" { variables(trace, "variable") } else { report(trace, by) };
+    let mut m = Counts::new();
+    for r in rows {
+        let name = match by {
+            "line" => format!("{}:{}:{}", r["file"].as_str().unwrap(), r["line"], r["function"]),
+            "function" => r["function"].as_str().unwrap().to_string(),
+            _ => r["variable"].as_str().unwrap().to_string(),
+        };
+        let e = m.entry(name).or_default();
+        e.0 += n(&r, "loads");
+        e.1 += n(&r, "stores");
+    }
+    m
+}
+
+/// Rows of `/api/diff/TABLE`: name → ((A loads, A stores), (B loads, B stores), delta).
+fn diff_rows(rows: &[Value], line_keys: bool) -> Rows {
+    rows.iter()
+        .map(|r| {
+            let name = if line_keys {
+                format!("{}:{}:{}", r["file"].as_str().unwrap(), r["line"], r["function"])
+            } else {
+                r["name"].as_str().unwrap().to_string()
+            };
+            let d = r["delta"].as_i64().unwrap();
+            (name, ((n(r, "a_loads"), n(r, "a_stores")), (n(r, "b_loads"), n(r, "b_stores")), d))
+        })
+        .collect()
+}
+
+/// What the diff must say, from report's rows of A and B: every name in either,
+/// zero where absent, delta = B − A in accesses.
+fn expected(a: &Counts, b: &Counts) -> Rows {
+    let mut out = BTreeMap::new();
+    for k in a.keys().chain(b.keys()) {
+        let x = a.get(k).copied().unwrap_or_default();
+        let y = b.get(k).copied().unwrap_or_default();
+        let d = (y.0 + y.1) as i64 - (x.0 + x.1) as i64;
+        out.insert(k.clone(), (x, y, d));
+    }
+    out
+}
+
+fn sorted_by_abs_delta(rows: &[Value]) -> bool {
+    rows.windows(2)
+        .all(|w| w[0]["delta"].as_i64().unwrap().abs() >= w[1]["delta"].as_i64().unwrap().abs())
+}
+
+#[test]
+fn view_diff_rows_are_the_programs_changes_and_reports_differences() {
+    let (_dir, a, b) = recorded("view-diff");
+    let file = |rows: &[Value]| -> String {
+        rows.iter().find_map(|r| r["file"].as_str().filter(|f| f.ends_with(SRC))).unwrap().into()
+    };
+    let (_server, port, token) = serve_in_background(&b, &[a.to_str().unwrap()], None);
+    let lines = api(port, &token, "/api/diff/lines");
+    let functions = api(port, &token, "/api/diff/functions");
+    let vars = api(port, &token, "/api/diff/variables");
+    let (lrows, frows, vrows) = (
+        lines["rows"].as_array().unwrap(),
+        functions["rows"].as_array().unwrap(),
+        vars["rows"].as_array().unwrap(),
+    );
+    for (t, rows) in [(&lines, lrows), (&functions, frows), (&vars, vrows)] {
+        assert_eq!(t["total"].as_u64().unwrap(), rows.len() as u64, "no limit: every row");
+        assert!(sorted_by_abs_delta(rows), "largest |delta| first: {t}");
+    }
+    let src = file(lrows);
+
+    // What the program does: scan() loads its table 64 times a round; extra()
+    // stores 16 longs in B only; fixed() and main are the same in both runs.
+    let d = diff_rows(lrows, true);
+    let scan = line_of(SRC, "scan-load");
+    let extra = line_of(SRC, "extra-store");
+    let at = |line: u64, f: &str| d[&format!("{src}:{line}:\"{f}\"")];
+    assert_eq!(at(scan, "scan"), ((64 * A_ROUNDS, 0), (64 * B_ROUNDS, 0), 64 * 7));
+    assert_eq!(at(extra, "extra"), ((0, 0), (0, 16), 16));
+    assert_eq!(at(line_of(SRC, "fixed-store"), "fixed"), ((0, 32), (0, 32), 0));
+    assert_eq!(at(line_of(SRC, "fixed-load"), "fixed"), ((32, 0), (32, 0), 0));
+    assert_eq!(lrows[0]["name"], format!("{src}:{scan}"), "the largest change first");
+    let f = diff_rows(frows, false);
+    assert_eq!(f["scan"], ((64 * A_ROUNDS, 0), (64 * B_ROUNDS, 0), 64 * 7));
+    assert_eq!(f["extra"], ((0, 0), (0, 16), 16));
+    assert_eq!(f["fixed"], ((32, 32), (32, 32), 0), "an unchanged function");
+    assert_eq!(f["main"].2, 0);
+    // a function row opens its source at its first line that accessed memory
+    let fr = |name: &str| frows.iter().find(|r| r["name"] == name).unwrap();
+    assert_eq!((fr("extra")["file"].as_str(), &fr("extra")["line"]), (Some(&*src), &json!(extra)));
+    let v = diff_rows(vrows, false);
+    assert_eq!(v["table"], ((64 * A_ROUNDS, 0), (64 * B_ROUNDS, 0), 64 * 7));
+    assert_eq!(v["extra_buf"], ((0, 0), (0, 16), 16));
+    assert_eq!(v["fixed_buf"], ((32, 32), (32, 32), 0));
+
+    // Every row is report's: the same rows, A's and B's counts, delta = B − A.
+    assert_eq!(d, expected(&reported(&a, "line"), &reported(&b, "line")), "lines vs report");
+    assert_eq!(f, expected(&reported(&a, "function"), &reported(&b, "function")), "functions");
+    assert_eq!(v, expected(&reported(&a, "variable"), &reported(&b, "variable")), "variables");
+
+    // The summary: each trace's totals (as `info` counts them) and the deltas.
+    let s = api(port, &token, "/api/diff/summary");
+    let (ia, ib) = (info(&a), info(&b));
+    for (side, i) in [("a", &ia), ("b", &ib)] {
+        for k in ["events", "loads", "stores"] {
+            assert_eq!(s[side][k], i[k], "{side} {k}: {s}");
+        }
+        assert_eq!(s[side]["threads"], 1);
+    }
+    assert_eq!(s["a"]["trace"], a.to_str().unwrap());
+    assert_eq!(s["delta"]["loads"], json!(64 * (B_ROUNDS - A_ROUNDS)));
+    assert_eq!(s["delta"]["stores"], json!(16));
+    assert_eq!(s["delta"]["accesses"], json!(64 * (B_ROUNDS - A_ROUNDS) + 16));
+    assert_eq!(
+        s["delta"]["events"].as_i64().unwrap(),
+        n(&ib, "events") as i64 - n(&ia, "events") as i64
+    );
+    assert_eq!(s["files"][0]["name"], src);
+
+    // limit and file=; the source of a file the traces' DWARF names, no other.
+    let top = api(port, &token, "/api/diff/functions?limit=2");
+    assert_eq!(top["rows"].as_array().unwrap().len(), 2);
+    assert_eq!(top["rows"][0]["name"], "scan");
+    assert_eq!(top["total"], functions["total"]);
+    let enc = |s: &str| s.replace('/', "%2F");
+    let mine = api(port, &token, &format!("/api/diff/lines?file={}", enc(&src)));
+    assert_eq!(
+        mine["total"].as_u64().unwrap(),
+        lrows.iter().filter(|r| r["file"] == *src).count() as u64
+    );
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let get = |p: &str| {
+        let (st, _, body) = get_raw(port, p, &host);
+        (st, String::from_utf8_lossy(&body).into_owned())
+    };
+    let (st, text) = get(&format!("/api/source?file={}&token={token}", enc(&src)));
+    assert_eq!(st, 200);
+    assert!(text.contains("// @scan-load"));
+    assert_eq!(get(&format!("/api/source?file=%2Fetc%2Fpasswd&token={token}")).0, 404);
+    assert_eq!(
+        get(&format!("/api/diff/lines?limit=x&token={token}")),
+        (400, "bad limit: x".into())
+    );
+    assert_eq!(get(&format!("/api/diff/functions?file=a.c&token={token}")).0, 400);
+    // the viewer's rules: the token and this server's Host
+    assert_eq!(get("/api/diff/summary").0, 403);
+    let (st, _, _) =
+        get_raw(port, &format!("/api/diff/summary?token={token}"), "Host: evil.example:80\r\n");
+    assert_eq!(st, 403);
+}
+
+#[test]
+fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
+    let (dir, a, b) = recorded("view-diff-bad");
+    let missing = dir.join("nope.trace");
+    let damaged = dir.join("damaged.trace");
+    std::fs::write(&damaged, b"this is not a memlens trace, just some bytes of text\n").unwrap();
+    for (second, says) in [(&missing, "does not exist"), (&damaged, "damaged.trace")] {
+        let out =
+            run_memlens(&["view", "--no-serve", a.to_str().unwrap(), second.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.starts_with("memlens: error: ") && err.contains(says), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // checked before anything was indexed
+    assert!(!dir.join("a.trace.mlview").exists());
+    // an index whose variables file is gone: one line naming it, nothing served
+    let (at, bt) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = run_memlens(&["view", "--no-serve", at, bt]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::remove_file(dir.join("b.trace.mlview/variables.json")).unwrap();
+    let mut child = std::process::Command::new(memlens())
+        .args(["view", "--port", "0", at, bt])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the diff of a damaged index was served");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("variables.json") && err.contains("--reindex"), "{err}");
+    // three traces: a usage error
+    let a = a.to_str().unwrap();
+    let out = run_memlens(&["view", "--no-serve", a, a, a]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// The program's source copied under a name that is HTML, built with gcc.
+fn build_hostile(dir: &Path) -> PathBuf {
+    require_runtime();
+    let src = dir.join(HOSTILE);
+    std::fs::copy(programs().join(SRC), &src).unwrap();
+    let exe = dir.join("prog");
+    let out = std::process::Command::new(memlens())
+        .args(["cc", "-O2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .env("MEMLENS_CC", "gcc")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memlens cc failed: {}", stderr(&out));
+    exe
+}
+
+const HOSTILE: &str = "<img src=x onerror=alert(1)>.c";
+
+/// The page: the changed line's delta beside its source, the tables, sorting and
+/// a row opening its source; a source file named like HTML shows as its name and
+/// runs nothing. Screenshots go to `MEMLENS_VIEW_SHOTS` if set.
+#[test]
+fn view_diff_page_shows_the_changed_line_and_its_delta() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("view-diff-page");
+    let exe = build_hostile(&dir);
+    let (dir, a, b) = record_both(dir, &exe);
+    let (_server, port, token) = serve_in_background(&b, &[a.to_str().unwrap()], None);
+    let br = Browser::start();
+    br.cmd("POST", "/window/rect", Some(json!({"width": 1600, "height": 900})));
+    br.cmd("POST", "/url", Some(json!({"url": format!("http://127.0.0.1:{port}/?token={token}")})));
+    let wait = |script: &str| {
+        let t = Instant::now();
+        while br.js(&format!("return !!({script})")) != json!(true) {
+            let err = br.js("return window.memlens && window.memlens.error || null");
+            assert!(err.is_null(), "page failed: {err}");
+            assert!(t.elapsed() < Duration::from_secs(60), "timed out waiting for {script}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait("window.memlens && window.memlens.ready");
+    let scan = line_of(SRC, "scan-load");
+    let extra = line_of(SRC, "extra-store");
+    // the source view opens at the largest change: A, B and delta beside the line
+    let cols = |line: u64| {
+        br.js(&format!(
+            "return [...document.querySelectorAll(\"#dcode .srcline[data-line='{line}'] .m\")].map(e => e.textContent)"
+        ))
+    };
+    let d = 64 * (B_ROUNDS - A_ROUNDS);
+    assert_eq!(
+        cols(scan),
+        json!([(64 * A_ROUNDS).to_string(), (64 * B_ROUNDS).to_string(), format!("+{d}")])
+    );
+    assert_eq!(cols(extra), json!(["0", "16", "+16"]));
+    let cls = br.js(&format!(
+        "return document.querySelector(\"#dcode .srcline[data-line='{scan}'] .m:nth-child(3)\").className"
+    ));
+    assert_eq!(cls, json!("m pos"));
+    // the tables: largest change first, delta coloured; the totals
+    let first = br.js(
+        "const td = document.querySelector('#t-lines tr.row td[data-key=delta]'); return [td.textContent, td.className]",
+    );
+    assert_eq!(first, json!([format!("+{d}"), "pos"]));
+    assert_eq!(
+        br.js("return document.querySelector('#t-lines tr.row td').textContent"),
+        json!(format!("{HOSTILE}:{scan}"))
+    );
+    assert_eq!(
+        br.js("return document.querySelector('#totals tr[data-side=delta] td[data-key=stores]').textContent"),
+        json!("+16")
+    );
+    assert_eq!(
+        br.js("return memlens.rows('variables').slice(0, 2)"),
+        json!(["table", "extra_buf"])
+    );
+    // sorting: by function name, then the other way
+    br.click("#t-functions th[data-key=name]");
+    let names = br.js("return memlens.rows('functions')");
+    let mut want: Vec<String> =
+        names.as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
+    want.sort();
+    assert_eq!(names, json!(want));
+    br.click("#t-functions th[data-key=name]");
+    want.reverse();
+    assert_eq!(br.js("return memlens.rows('functions')"), json!(want));
+    shot(&br, &dir, "diff.png");
+    // clicking the function extra opens its source there
+    br.js("[...document.querySelectorAll('#t-functions tr.row')].find(e => e.dataset.name === 'extra').click()");
+    wait(&format!("document.querySelector(\"#dcode .srcline.sel[data-line='{extra}']\")"));
+    // nothing from the data became markup
+    assert_eq!(br.js("return document.querySelectorAll('img').length"), json!(0));
+    let files = br.js("return document.querySelector('#file').textContent");
+    assert!(files.as_str().unwrap().contains(HOSTILE), "{files}");
+    assert_eq!(br.js("return document.title"), json!("memlens view: diff"));
+    shot(&br, &dir, "diff-extra.png");
+}
+
+fn shot(b: &Browser, dir: &Path, name: &str) {
+    let d = std::env::var_os("MEMLENS_VIEW_SHOTS").map_or(dir.to_path_buf(), PathBuf::from);
+    b.screenshot(&d.join(name));
+}

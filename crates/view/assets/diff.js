@@ -1,0 +1,217 @@
+// memlens view A B: the difference of two traces per source line, function and
+// variable, and on the source. Plain JS, no build step; every request carries the
+// page's token. Data (file, function, variable names, source text) only ever
+// reaches the page as textContent, never as HTML.
+"use strict";
+(function () {
+  const TOKEN = new URLSearchParams(location.search).get("token") || "";
+  const $ = (id) => document.getElementById(id);
+  const api = (path, params) => {
+    const q = new URLSearchParams(Object.assign({ token: TOKEN }, params || {}));
+    return fetch(path + "?" + q.toString()).then((r) => {
+      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+      return r;
+    });
+  };
+  const fmt = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + "G" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? (n / 1e3).toFixed(1) + "k" : String(n));
+  const signed = (d) => (d > 0 ? "+" + fmt(d) : d < 0 ? "−" + fmt(-d) : "0");
+  const cls = (d) => (d > 0 ? "pos" : d < 0 ? "neg" : "zero");
+  const base = (f) => (f || "").split("/").pop();
+  const el = (tag, className, text) => {
+    const e = document.createElement(tag);
+    if (className) e.className = className;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  // Rows per table the page asks for (the largest changes; the caption says how many there are).
+  const LIMIT = 2000;
+
+  const hooks = { ready: false, error: null };
+  window.memlens = hooks;
+  // Fetches in flight, for tests: idle() resolves when none are left.
+  let pending = 0;
+  const waiters = [];
+  const track = (p) => {
+    pending++;
+    return p.finally(() => {
+      if (--pending === 0) waiters.splice(0).forEach((f) => f(0));
+    });
+  };
+  hooks.idle = () => (pending === 0 ? Promise.resolve(0) : new Promise((res) => waiters.push(res)));
+
+  // ---------- tables ----------
+  const NUM = [
+    ["a_loads", "A loads", "grp-a"], ["a_stores", "A stores", "grp-a"],
+    ["b_loads", "B loads", "grp-b"], ["b_stores", "B stores", "grp-b"], ["delta", "Δ", ""],
+  ];
+  const tables = {
+    lines: { cols: [["name", "source line", "t"], ["function", "function", "t"]].concat(NUM) },
+    functions: { cols: [["name", "function", "t"]].concat(NUM) },
+    variables: { cols: [["name", "variable", "t"]].concat(NUM) },
+  };
+  for (const t of Object.values(tables)) Object.assign(t, { rows: [], total: 0, sort: { key: null, desc: true } });
+
+  // The server's order (largest |Δ| first) until a header is clicked.
+  function sorted(t) {
+    const { key, desc } = t.sort;
+    if (!key) return t.rows;
+    const dir = desc ? -1 : 1;
+    return t.rows.slice().sort((x, y) => {
+      const a = x[key], b = y[key];
+      const c = typeof a === "number" ? a - b : String(a || "").localeCompare(String(b || ""));
+      return dir * c || Math.abs(y.delta) - Math.abs(x.delta) || x.name.localeCompare(y.name);
+    });
+  }
+  function label(name, r, key) {
+    if (key === "name" && name === "lines") return base(r.file) + ":" + r.line;
+    return r[key] === undefined ? "" : String(r[key]);
+  }
+  function draw(name) {
+    const t = tables[name];
+    const box = $("t-" + name);
+    box.querySelector(".count").textContent = t.rows.length < t.total ? "largest " + t.rows.length + " changes of " + t.total : t.total + " rows";
+    const tbl = el("table");
+    const hr = el("tr");
+    for (const [key, title, c] of t.cols) {
+      const arrow = t.sort.key === key ? (t.sort.desc ? " ▾" : " ▴") : "";
+      const th = el("th", (c === "t" ? "t " : "") + (c !== "t" ? c : ""), title + arrow);
+      th.dataset.key = key;
+      th.addEventListener("click", () => sortBy(name, key));
+      hr.appendChild(th);
+    }
+    tbl.appendChild(hr);
+    for (const r of sorted(t)) {
+      const tr = el("tr", "row");
+      tr.dataset.name = r.name;
+      for (const [key, , c] of t.cols) {
+        let td;
+        if (key === "delta") td = el("td", cls(r.delta), signed(r.delta));
+        else if (c === "t") { td = el("td", "t", label(name, r, key)); td.title = r[key] || ""; }
+        else td = el("td", c, fmt(r[key]));
+        td.dataset.key = key;
+        tr.appendChild(td);
+      }
+      tr.addEventListener("click", () => {
+        box.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
+        tr.classList.add("sel");
+        if (r.file && r.line) track(showFile(r.file, r.line));
+      });
+      tbl.appendChild(tr);
+    }
+    box.querySelector(".scroll").replaceChildren(tbl);
+  }
+  // First click on a column: largest first (names: A to Z); again: the other way.
+  function sortBy(name, key) {
+    const t = tables[name];
+    if (t.sort.key === key) t.sort.desc = !t.sort.desc;
+    else t.sort = { key, desc: key !== "name" && key !== "function" };
+    draw(name);
+  }
+  hooks.sortBy = sortBy;
+  hooks.rows = (name) => sorted(tables[name]).map((r) => r.name);
+
+  // ---------- source ----------
+  const sources = new Map();
+  const fileRows = new Map();
+  async function showFile(file, focus) {
+    $("file").value = file;
+    let text = sources.get(file);
+    if (text === undefined) {
+      try { text = await (await api("api/source", { file })).text(); } catch (e) { text = null; }
+      sources.set(file, text);
+    }
+    let rows = fileRows.get(file);
+    if (!rows) {
+      rows = (await (await api("api/diff/lines", { file })).json()).rows;
+      fileRows.set(file, rows);
+    }
+    // One source line may hold several functions' rows (inlining): summed here.
+    const by = new Map();
+    for (const r of rows) {
+      const e = by.get(r.line) || { al: 0, as: 0, bl: 0, bs: 0 };
+      e.al += r.a_loads; e.as += r.a_stores; e.bl += r.b_loads; e.bs += r.b_stores;
+      by.set(r.line, e);
+    }
+    const code = $("dcode");
+    code.replaceChildren();
+    const head = el("div", "srcline head");
+    for (const [c, t] of [["m a", "A"], ["m b", "B"], ["m", "Δ"], ["n", "#"], ["", file]]) head.appendChild(el("span", c, t));
+    code.appendChild(head);
+    const lines = text === null
+      ? [...by.keys()].sort((a, b) => a - b).map((l) => [l, "(source not readable)"])
+      : text.split("\n").map((t, k) => [k + 1, t]);
+    let at = null;
+    for (const [n, t] of lines) {
+      const d = el("div", "srcline");
+      const m = by.get(n);
+      if (m) {
+        const a = m.al + m.as, b = m.bl + m.bs;
+        d.append(el("span", "m a", fmt(a)), el("span", "m b", fmt(b)), el("span", "m " + cls(b - a), signed(b - a)));
+        d.title = "A: " + m.al + " loads, " + m.as + " stores\nB: " + m.bl + " loads, " + m.bs + " stores";
+        d.dataset.line = n;
+        d.dataset.delta = b - a;
+      } else {
+        d.append(el("span", "m", ""), el("span", "m", ""), el("span", "m", ""));
+      }
+      d.append(el("span", "n", String(n)), el("span", "", t));
+      if (n === focus) { d.classList.add("sel"); at = d; }
+      code.appendChild(d);
+    }
+    if (at) at.scrollIntoView({ block: "center" });
+    hooks.file = file;
+  }
+  hooks.showFile = (file, line) => track(showFile(file, line));
+
+  // ---------- start ----------
+  function totals(s) {
+    const keys = [["events", "events"], ["ops", "memory operations"], ["loads", "loads"], ["stores", "stores"], ["accesses", "accesses"], ["threads", "threads"]];
+    const tbl = el("table");
+    const hr = el("tr");
+    hr.appendChild(el("th", "t", ""));
+    for (const [, t] of keys) hr.appendChild(el("th", "", t));
+    tbl.appendChild(hr);
+    for (const [side, tag] of [["a", "A"], ["b", "B"], ["delta", "Δ (B − A)"]]) {
+      const tr = el("tr");
+      tr.dataset.side = side;
+      tr.appendChild(el("td", "t", tag));
+      for (const [k] of keys) {
+        const v = s[side][k];
+        const td = side === "delta" ? el("td", cls(v), signed(v)) : el("td", "grp-" + side, fmt(v));
+        td.dataset.key = k;
+        tr.appendChild(td);
+      }
+      tbl.appendChild(tr);
+    }
+    $("totals").replaceChildren(tbl);
+  }
+  async function start() {
+    const s = await (await api("api/diff/summary")).json();
+    hooks.summary = s;
+    // Long paths keep their end (the file names), the whole path in the tooltip.
+    const short = (p) => (p.length > 56 ? "…" + p.slice(-55) : p);
+    for (const [id, t] of [["atrace", s.a.trace], ["btrace", s.b.trace]]) {
+      $(id).textContent = short(t);
+      $(id).title = t;
+    }
+    totals(s);
+    const sel = $("file");
+    for (const f of s.files) {
+      const o = el("option", "", (base(f.file) || "(no source)") + "  Δ " + signed(f.delta));
+      o.value = f.file;
+      o.title = f.file;
+      sel.appendChild(o);
+    }
+    sel.addEventListener("change", () => track(showFile(sel.value)));
+    await Promise.all(Object.keys(tables).map(async (name) => {
+      const v = await (await api("api/diff/" + name, { limit: LIMIT })).json();
+      Object.assign(tables[name], { rows: v.rows, total: v.total });
+      draw(name);
+    }));
+    // The largest change's source first.
+    const top = tables.lines.rows.find((r) => r.file);
+    if (top) await showFile(top.file, top.line);
+    hooks.ready = true;
+    document.body.dataset.ready = "1";
+  }
+  track(start()).catch((e) => { $("status").textContent = "error: " + e.message; hooks.error = String(e); });
+})();
