@@ -11,9 +11,10 @@
 //! are NUL-terminated UTF-8; actions and columns are JSON arrays (the shapes of
 //! `memlens probe modules --format json`), values a JSON object. A probe publishes
 //! tables (GUI panels, like the heap probe's sites) under the values' key `"tables"`:
-//! `[{"title", "columns": [{"name","unit"}], "rows": [{"cells": [...], "at": [FILE,
-//! LINE] | null}], "sort": COLUMN | null}]`, the shape [`crate::module::Table::to_json`]
-//! serves. Probes are used from one thread at a time, not always the one that created
+//! `[{"title", "columns": [{"name","unit","kind"?}], "rows": [{"cells": [...], "at":
+//! [FILE, LINE] | null}], "sort": COLUMN | null}]`, the shape
+//! [`crate::module::Table::to_json`] serves (`kind`: `value`, the default, or
+//! `series`, cells `[[ms, value], ...]` drawn as sparklines). Probes are used from one thread at a time, not always the one that created
 //! them.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -23,7 +24,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::module::{
-    Action, Column, ModuleInfo, Probe, ProbeModule, Table as PanelTable, TableRow,
+    Action, Column, ColumnKind, ModuleInfo, Probe, ProbeModule, Table as PanelTable, TableRow,
 };
 use crate::target::Target;
 use crate::{Error, Result};
@@ -178,7 +179,7 @@ pub fn load_module(path: &Path) -> Result<Box<dyn ProbeModule>> {
         .collect();
     let columns = json("columns", &columns)?
         .iter()
-        .map(|c| Column { name: field(c, "name"), unit: field(c, "unit") })
+        .map(|c| Column::new(field(c, "name"), field(c, "unit")))
         .collect();
     Ok(Box::new(DylibModule {
         table,
@@ -291,9 +292,12 @@ impl DylibProbe {
             .as_array()?
             .iter()
             .map(|c| {
+                // an unknown kind is a table of another shape
+                let kind = ColumnKind::parse(c["kind"].as_str().unwrap_or("value"))?;
                 Some(Column {
                     name: self.intern(c["name"].as_str()?),
                     unit: self.intern(c["unit"].as_str().unwrap_or("")),
+                    kind,
                 })
             })
             .collect::<Option<_>>()?;
