@@ -212,12 +212,12 @@ impl HeapProbe {
         let ms = self.now_ms();
         let sample = ms >= seen.next_sample;
         for r in &sites {
-            let new = !seen.history.contains_key(&r.pc);
             let h = seen.history.entry(r.pc).or_default();
             h.saw_peak(ms, r.peak);
             if sample {
-                // a site the last sample did not list had no bytes in use then
-                if let (true, Some(prev)) = (new, seen.last_sample) {
+                // every sample lists every site it saw: one without points was not
+                // there at the last sample, so it had no bytes in use then
+                if let (true, Some(prev)) = (h.is_empty(), seen.last_sample) {
                     h.push(prev, 0);
                 }
                 h.push(ms, r.bytes);

@@ -37,6 +37,11 @@ impl History {
         self.peak.map_or(0, |(_, ms)| ms)
     }
 
+    /// Whether no sample saw the site yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
     /// The sample at `ms` found `bytes` in use.
     pub(crate) fn push(&mut self, ms: u64, bytes: u64) {
         self.points.push_back((ms, bytes));
@@ -58,9 +63,9 @@ impl History {
             .collect();
         let n = recent.len() as f64;
         let (mt, mb) = recent.iter().fold((0.0, 0.0), |(t, b), p| (t + p.0 / n, b + p.1 / n));
-        let (cov, var) = recent.iter().fold((0.0, 0.0), |(c, v), &(t, b)| {
-            (c + (t - mt) * (b - mb), v + (t - mt) * (t - mt))
-        });
+        let (cov, var) = recent
+            .iter()
+            .fold((0.0, 0.0), |(c, v), &(t, b)| (c + (t - mt) * (b - mb), v + (t - mt) * (t - mt)));
         if var == 0.0 {
             return 0;
         }

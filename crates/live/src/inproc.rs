@@ -227,9 +227,8 @@ impl Control {
 fn check_hello(hello: &str, path: &Path) -> Result<u64> {
     let mut w = hello.split_whitespace();
     let (name, version) = (w.next(), w.next());
-    let bias = w
-        .find_map(|w| w.strip_prefix("bias=0x"))
-        .and_then(|h| u64::from_str_radix(h, 16).ok());
+    let bias =
+        w.find_map(|w| w.strip_prefix("bias=0x")).and_then(|h| u64::from_str_radix(h, 16).ok());
     match (name, version.map(str::parse::<u32>), bias) {
         (Some("memlens-rt"), Some(Ok(PROTOCOL)), Some(b)) => Ok(b),
         (Some("memlens-rt"), Some(Ok(v)), _) => Err(Error::Target(format!(

@@ -340,11 +340,7 @@ fn request(line: &str) -> String {
     let w: Vec<&str> = line.split_whitespace().collect();
     match w.as_slice() {
         ["hello"] => {
-            format!(
-                "ok memlens-rt {PROTOCOL} pid={} bias={:#x}",
-                sys::getpid(),
-                BIAS.load(Relaxed)
-            )
+            format!("ok memlens-rt {PROTOCOL} pid={} bias={:#x}", sys::getpid(), BIAS.load(Relaxed))
         }
         ["add", id, "heap"] => match id.parse::<u32>().map_err(|_| "bad id").and_then(add_heap) {
             Ok(()) => "ok".into(),
