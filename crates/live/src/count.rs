@@ -37,7 +37,7 @@ impl ProbeModule for CountModule {
     }
 
     fn columns(&self) -> Vec<Column> {
-        vec![Column { name: "count", unit: "executions" }]
+        vec![Column::new("count", "executions")]
     }
 
     fn create(&self, target: &Target, args: &str) -> Result<Box<dyn Probe>> {

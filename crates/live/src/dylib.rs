@@ -11,9 +11,10 @@
 //! are NUL-terminated UTF-8; actions and columns are JSON arrays (the shapes of
 //! `memlens probe modules --format json`), values a JSON object. A probe publishes
 //! tables (GUI panels, like the heap probe's sites) under the values' key `"tables"`:
-//! `[{"title", "columns": [{"name","unit"}], "rows": [{"cells": [...], "at": [FILE,
-//! LINE] | null}], "sort": COLUMN | null}]`, the shape [`crate::module::Table::to_json`]
-//! serves. Probes are used from one thread at a time, not always the one that created
+//! `[{"title", "columns": [{"name","unit","kind"?}], "rows": [{"cells": [...], "at":
+//! [FILE, LINE] | null}], "sort": COLUMN | null}]`, the shape
+//! [`crate::module::Table::to_json`] serves (`kind`: `value`, the default, or
+//! `series`, cells `[[ms, value], ...]` drawn as sparklines). Probes are used from one thread at a time, not always the one that created
 //! them.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -23,7 +24,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::module::{
-    Action, Column, ModuleInfo, Probe, ProbeModule, Table as PanelTable, TableRow,
+    Action, Column, ColumnKind, ModuleInfo, Probe, ProbeModule, Table as PanelTable, TableRow,
 };
 use crate::target::Target;
 use crate::{Error, Result};
@@ -178,7 +179,7 @@ pub fn load_module(path: &Path) -> Result<Box<dyn ProbeModule>> {
         .collect();
     let columns = json("columns", &columns)?
         .iter()
-        .map(|c| Column { name: field(c, "name"), unit: field(c, "unit") })
+        .map(|c| Column::new(field(c, "name"), field(c, "unit")))
         .collect();
     Ok(Box::new(DylibModule {
         table,
@@ -283,34 +284,38 @@ impl DylibProbe {
             }
         }
     }
+}
 
-    /// A table of the module's values; `None` when it is not one (ignored: a module
-    /// that gets the shape wrong loses its panel, not its values).
-    fn panel(&self, v: &Value) -> Option<PanelTable> {
-        let columns: Vec<Column> = v["columns"]
-            .as_array()?
-            .iter()
-            .map(|c| {
-                Some(Column {
-                    name: self.intern(c["name"].as_str()?),
-                    unit: self.intern(c["unit"].as_str().unwrap_or("")),
-                })
+/// A table of a module's values, with names and units made `'static` by `intern`;
+/// `None` when it is not one (ignored: a module that gets the shape wrong loses its
+/// panel, not its values).
+fn panel(v: &Value, intern: impl Fn(&str) -> &'static str) -> Option<PanelTable> {
+    let columns: Vec<Column> = v["columns"]
+        .as_array()?
+        .iter()
+        .map(|c| {
+            // an unknown kind is a table of another shape
+            let kind = ColumnKind::parse(c["kind"].as_str().unwrap_or("value"))?;
+            Some(Column {
+                name: intern(c["name"].as_str()?),
+                unit: intern(c["unit"].as_str().unwrap_or("")),
+                kind,
             })
-            .collect::<Option<_>>()?;
-        let rows = v["rows"]
-            .as_array()?
-            .iter()
-            .map(|r| {
-                let cells = r["cells"].as_array()?.clone();
-                let at = r["at"]
-                    .as_array()
-                    .and_then(|a| Some((a.first()?.as_str()?.to_owned(), a.get(1)?.as_u64()?)));
-                (cells.len() == columns.len()).then_some(TableRow { cells, at })
-            })
-            .collect::<Option<_>>()?;
-        let sort = v["sort"].as_u64().map(|c| c as usize).filter(|&c| c < columns.len());
-        Some(PanelTable { title: v["title"].as_str()?.to_owned(), columns, rows, sort })
-    }
+        })
+        .collect::<Option<_>>()?;
+    let rows = v["rows"]
+        .as_array()?
+        .iter()
+        .map(|r| {
+            let cells = r["cells"].as_array()?.clone();
+            let at = r["at"]
+                .as_array()
+                .and_then(|a| Some((a.first()?.as_str()?.to_owned(), a.get(1)?.as_u64()?)));
+            (cells.len() == columns.len()).then_some(TableRow { cells, at })
+        })
+        .collect::<Option<_>>()?;
+    let sort = v["sort"].as_u64().map(|c| c as usize).filter(|&c| c < columns.len());
+    Some(PanelTable { title: v["title"].as_str()?.to_owned(), columns, rows, sort })
 }
 
 // SAFETY: the ABI requires probes usable from any thread, one at a time; the
@@ -336,7 +341,9 @@ impl Probe for DylibProbe {
             _ => Map::new(),
         };
         let tables = match m.remove("tables") {
-            Some(Value::Array(t)) => t.iter().filter_map(|t| self.panel(t)).collect(),
+            Some(Value::Array(t)) => {
+                t.iter().filter_map(|t| panel(t, |s| self.intern(s))).collect()
+            }
             _ => Vec::new(),
         };
         *self.tables.borrow_mut() = tables;
@@ -352,5 +359,24 @@ impl Drop for DylibProbe {
     fn drop(&mut self) {
         // SAFETY: destroyed once, never used after.
         unsafe { (self.table.destroy)(self.p) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_s_columns_may_be_series_and_an_unknown_kind_drops_it() {
+        let t = serde_json::json!({"title": "T", "sort": 0,
+            "columns": [{"name": "tid", "unit": ""}, {"name": "cpu", "unit": "ns", "kind": "series"}],
+            "rows": [{"cells": [7, [[0, 1], [250, 3]]], "at": null}]});
+        let p = panel(&t, leak).expect("a table");
+        let kinds: Vec<ColumnKind> = p.columns.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds, [ColumnKind::Value, ColumnKind::Series]);
+        assert_eq!(p.to_json()["columns"][1]["kind"], "series");
+        let mut bad = t.clone();
+        bad["columns"][1]["kind"] = "sparkle".into();
+        assert!(panel(&bad, leak).is_none());
     }
 }

@@ -1,14 +1,18 @@
-//! `heap`: bytes and blocks in use per allocation site, and their peaks, in a
-//! memlens-built target. The runtime accounts every allocation to its call site
-//! and every free to the site that allocated the block (crates/rt/src/liveheap.rs)
-//! while the probe is in; the collector names the sites `FILE:LINE FUNCTION` from
-//! the binary's DWARF. Growth over time is the series of snapshots
-//! (`--json-stream`).
+//! `heap`: bytes and blocks in use per allocation site, their peaks, and the
+//! allocation and free calls charged to each, in a memlens-built target. The
+//! runtime accounts every allocation to its call site and every free to the site
+//! that allocated the block (crates/rt/src/liveheap.rs) while the probe is in; the
+//! collector names the sites `FILE:LINE FUNCTION` from the binary's DWARF and keeps
+//! each site's bytes in use over time (`heapseries.rs`): a series, the time of its
+//! peak and its growth rate.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
+use crate::heapseries::{History, SAMPLE_MS};
 use crate::inproc::{Control, SiteRow, Values};
 use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule, Table, TableRow};
 use crate::target::Target;
@@ -101,7 +105,7 @@ impl ProbeModule for HeapModule {
     fn query(&self) -> ModuleInfo {
         ModuleInfo {
             name: "heap",
-            description: "bytes and blocks in use per allocation site, and their peaks",
+            description: "bytes and blocks in use per allocation site, their peaks and growth",
             requirements: vec![MEMLENS_BUILT],
         }
     }
@@ -117,9 +121,9 @@ impl ProbeModule for HeapModule {
 
     fn columns(&self) -> Vec<Column> {
         vec![
-            Column { name: "bytes", unit: "bytes" },
-            Column { name: "blocks", unit: "blocks" },
-            Column { name: "peak_bytes", unit: "bytes" },
+            Column::new("bytes", "bytes"),
+            Column::new("blocks", "blocks"),
+            Column::new("peak_bytes", "bytes"),
         ]
     }
 
@@ -142,18 +146,46 @@ impl ProbeModule for HeapModule {
             control,
             id,
             names: SiteNames::new(target, bias),
-            last: Mutex::new(((0, 0, 0, 0), Vec::new())),
+            started: Instant::now(),
+            seen: Mutex::default(),
         }))
     }
 }
+
+/// Sites beyond this many (by bytes in use) carry `series: null`: a snapshot of a
+/// program with thousands of sites stays small.
+const SERIES_SITES: usize = 64;
 
 struct HeapProbe {
     control: Arc<Mutex<Control>>,
     id: u32,
     /// Names the sites.
     names: SiteNames,
-    /// Last values read, kept when the target is gone.
-    last: Mutex<(Values, Vec<SiteRow>)>,
+    /// When the probe was inserted: the series' time 0.
+    started: Instant,
+    /// What the reads found, kept when the target is gone.
+    seen: Mutex<Seen>,
+}
+
+/// The last read and every site's history.
+#[derive(Default)]
+struct Seen {
+    totals: Values,
+    sites: Vec<SiteRow>,
+    history: HashMap<u64, History>,
+    /// The last sample's time, and when the next one is due (ms).
+    last_sample: Option<u64>,
+    next_sample: u64,
+}
+
+/// A site of the last read with its name and history, as the values and the table
+/// show it.
+struct Row {
+    site: Site,
+    counts: SiteRow,
+    peak_ms: u64,
+    growth_bps: i64,
+    series: Value,
 }
 
 impl Drop for HeapProbe {
@@ -165,11 +197,65 @@ impl Drop for HeapProbe {
 }
 
 impl HeapProbe {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Reads the runtime's counts (after the target exited: the last ones it sent);
+    /// a sample of every site's bytes in use when one is due.
+    fn read(&self, seen: &mut Seen) {
+        let read = self.control.lock().ok().and_then(|mut c| {
+            let totals = c.read().ok()?.get(&self.id).copied()?;
+            Some((totals, c.heap().ok()?))
+        });
+        let Some((totals, sites)) = read else { return };
+        let ms = self.now_ms();
+        let sample = ms >= seen.next_sample;
+        for r in &sites {
+            let h = seen.history.entry(r.pc).or_default();
+            h.saw_peak(ms, r.peak);
+            if sample {
+                // every sample lists every site it saw: one without points was not
+                // there at the last sample, so it had no bytes in use then
+                if let (true, Some(prev)) = (h.is_empty(), seen.last_sample) {
+                    h.push(prev, 0);
+                }
+                h.push(ms, r.bytes);
+            }
+        }
+        if sample {
+            seen.last_sample = Some(ms);
+            seen.next_sample = ms + SAMPLE_MS;
+        }
+        seen.totals = totals;
+        seen.sites = sites;
+    }
+
     /// The sites of the last read, named, by bytes in use (then peak, then name).
-    fn rows(&self, sites: &[SiteRow]) -> Vec<(Site, u64, u64, u64)> {
-        let mut rows: Vec<(Site, u64, u64, u64)> =
-            sites.iter().map(|&(pc, b, n, p)| (self.names.get(pc), b, n, p)).collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.3.cmp(&a.3)).then(a.0 .0.cmp(&b.0 .0)));
+    fn rows(&self, seen: &Seen) -> Vec<Row> {
+        let none = History::default();
+        let mut rows: Vec<Row> = seen
+            .sites
+            .iter()
+            .map(|r| {
+                let h = seen.history.get(&r.pc).unwrap_or(&none);
+                Row {
+                    site: self.names.get(r.pc),
+                    counts: *r,
+                    peak_ms: h.peak_ms(),
+                    growth_bps: h.growth_bps(),
+                    series: Value::Null,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            (b.counts.bytes.cmp(&a.counts.bytes))
+                .then(b.counts.peak.cmp(&a.counts.peak))
+                .then(a.site.0.cmp(&b.site.0))
+        });
+        for r in rows.iter_mut().take(SERIES_SITES) {
+            r.series = seen.history.get(&r.counts.pc).unwrap_or(&none).series();
+        }
         rows
     }
 }
@@ -179,27 +265,32 @@ impl Probe for HeapProbe {
         "every allocation site (in-process)".into()
     }
 
-    fn values(&self) -> Map<String, Value> {
-        let read = self.control.lock().ok().and_then(|mut c| {
-            let totals = c.read().ok()?.get(&self.id).copied()?;
-            Some((totals, c.heap().ok()?))
-        });
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = read {
-            *last = r;
+    /// Samples the sites when a sample is due, whoever asks for values.
+    fn poll(&mut self) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if self.now_ms() >= seen.next_sample {
+            self.read(&mut seen);
         }
-        let ((bytes, blocks, peak, dropped), sites) = &*last;
-        let rows = self.rows(sites);
+    }
+
+    fn values(&self) -> Map<String, Value> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        self.read(&mut seen);
+        let (bytes, blocks, peak, dropped) = seen.totals;
         let mut m = Map::new();
-        m.insert("bytes".into(), (*bytes).into());
-        m.insert("blocks".into(), (*blocks).into());
-        m.insert("peak_bytes".into(), (*peak).into());
-        m.insert("dropped".into(), (*dropped).into());
+        m.insert("bytes".into(), bytes.into());
+        m.insert("blocks".into(), blocks.into());
+        m.insert("peak_bytes".into(), peak.into());
+        m.insert("dropped".into(), dropped.into());
         m.insert(
             "sites".into(),
-            rows.into_iter()
-                .map(|((site, _), b, n, p)| {
-                    json!({"site": site, "bytes": b, "blocks": n, "peak_bytes": p})
+            self.rows(&seen)
+                .into_iter()
+                .map(|r| {
+                    let c = r.counts;
+                    json!({"site": r.site.0, "bytes": c.bytes, "blocks": c.blocks,
+                        "peak_bytes": c.peak, "allocs": c.allocs, "frees": c.frees,
+                        "peak_ms": r.peak_ms, "growth_bps": r.growth_bps, "series": r.series})
                 })
                 .collect(),
         );
@@ -207,22 +298,38 @@ impl Probe for HeapProbe {
     }
 
     fn tables(&self) -> Vec<Table> {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let rows = self
-            .rows(&last.1)
+            .rows(&seen)
             .into_iter()
-            .map(|((site, at), b, n, p)| TableRow {
-                cells: vec![site.into(), b.into(), n.into(), p.into()],
-                at,
+            .map(|r| {
+                let c = r.counts;
+                TableRow {
+                    cells: vec![
+                        r.site.0.into(),
+                        c.bytes.into(),
+                        c.blocks.into(),
+                        c.peak.into(),
+                        c.allocs.into(),
+                        c.frees.into(),
+                        r.growth_bps.into(),
+                        r.series,
+                    ],
+                    at: r.site.1,
+                }
             })
             .collect();
         vec![Table {
             title: "allocation sites".into(),
             columns: vec![
-                Column { name: "site", unit: "" },
-                Column { name: "bytes", unit: "bytes" },
-                Column { name: "blocks", unit: "blocks" },
-                Column { name: "peak_bytes", unit: "bytes" },
+                Column::new("site", ""),
+                Column::new("bytes", "bytes"),
+                Column::new("blocks", "blocks"),
+                Column::new("peak_bytes", "bytes"),
+                Column::new("allocs", "calls"),
+                Column::new("frees", "calls"),
+                Column::new("growth B/s", "bytes per second, least squares over the last 10 s"),
+                Column::series("bytes in use", "bytes, one point per 250 ms sample"),
             ],
             rows,
             sort: Some(1),

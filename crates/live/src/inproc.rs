@@ -23,10 +23,27 @@ use crate::{Error, Result};
 /// bytes, blocks, peak bytes and dropped blocks.
 pub type Values = (u64, u64, u64, u64);
 
-/// One allocation site of the heap probe: its run-time return address (1: the
-/// catch-all row of sites beyond the runtime's table), bytes and blocks in use, peak
-/// bytes in use.
-pub type SiteRow = (u64, u64, u64, u64);
+/// One allocation site of the heap probe, as the runtime counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteRow {
+    /// Its run-time return address (1: the catch-all row of sites beyond the
+    /// runtime's table).
+    pub pc: u64,
+    /// Bytes in use.
+    pub bytes: u64,
+    /// Blocks in use (`allocs - frees`).
+    pub blocks: u64,
+    /// The highest `bytes` since the probe was inserted.
+    pub peak: u64,
+    /// Allocation calls charged to the site since then.
+    pub allocs: u64,
+    /// Frees of its blocks since then.
+    pub frees: u64,
+}
+
+/// The control protocol this collector speaks: the runtime's `hello` names its own
+/// (crates/rt/src/liveprobe.rs `PROTOCOL`), and another one is refused.
+pub const PROTOCOL: u32 = 2;
 
 /// The watch probe's rows: the last store's (thread, run-time code address), 0 0
 /// before any, and per (thread, code address) the loads and stores.
@@ -80,19 +97,7 @@ impl Control {
             last_watch: None,
         };
         let hello = c.ask("hello")?;
-        let bias = hello
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("bias=0x"))
-            .and_then(|h| u64::from_str_radix(h, 16).ok());
-        match (hello.starts_with("memlens-rt 1 "), bias) {
-            (true, Some(b)) => c.bias = b,
-            _ => {
-                return Err(Error::Target(format!(
-                    "{}: not a memlens runtime of this version (`{hello}`)",
-                    path.display()
-                )))
-            }
-        }
+        c.bias = check_hello(&hello, path)?;
         Ok(c)
     }
 
@@ -217,6 +222,27 @@ impl Control {
     }
 }
 
+/// The load bias a runtime's `hello` answer (after `ok`) gives, when it speaks
+/// [`PROTOCOL`]; otherwise one line saying what to do.
+fn check_hello(hello: &str, path: &Path) -> Result<u64> {
+    let mut w = hello.split_whitespace();
+    let (name, version) = (w.next(), w.next());
+    let bias =
+        w.find_map(|w| w.strip_prefix("bias=0x")).and_then(|h| u64::from_str_radix(h, 16).ok());
+    match (name, version.map(str::parse::<u32>), bias) {
+        (Some("memlens-rt"), Some(Ok(PROTOCOL)), Some(b)) => Ok(b),
+        (Some("memlens-rt"), Some(Ok(v)), _) => Err(Error::Target(format!(
+            "the program's memlens runtime ({}) speaks control protocol {v}, this memlens speaks {PROTOCOL}: rebuild the program with this memlens (`memlens cc`/`memlens c++`)",
+            path.display()
+        ))),
+        _ => Err(Error::Target(format!(
+            "{}: not a memlens runtime (it answered `{}`)",
+            path.display(),
+            hello.chars().take(80).collect::<String>()
+        ))),
+    }
+}
+
 fn parse_values(text: &str) -> HashMap<u32, Values> {
     let n: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
     n.chunks_exact(5).map(|c| (c[0] as u32, (c[1], c[2], c[3], c[4]))).collect()
@@ -224,10 +250,17 @@ fn parse_values(text: &str) -> HashMap<u32, Values> {
 
 fn parse_sites(text: &str) -> Vec<SiteRow> {
     let w: Vec<&str> = text.split_whitespace().collect();
-    w.chunks_exact(4)
+    w.chunks_exact(6)
         .filter_map(|c| {
             let n = |s: &str| s.parse::<u64>().ok();
-            Some((u64::from_str_radix(c[0], 16).ok()?, n(c[1])?, n(c[2])?, n(c[3])?))
+            Some(SiteRow {
+                pc: u64::from_str_radix(c[0], 16).ok()?,
+                bytes: n(c[1])?,
+                blocks: n(c[2])?,
+                peak: n(c[3])?,
+                allocs: n(c[4])?,
+                frees: n(c[5])?,
+            })
         })
         .collect()
 }
@@ -371,5 +404,35 @@ impl Probe for PadProbe {
             m.insert("count".into(), last.0.into());
         }
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runtime_of_another_protocol_is_refused_in_one_line() {
+        let p = Path::new("/run/rt-1.sock");
+        assert_eq!(check_hello("memlens-rt 2 pid=7 bias=0x5000", p).unwrap(), 0x5000);
+        let e = check_hello("memlens-rt 1 pid=7 bias=0x5000", p).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the program's memlens runtime (/run/rt-1.sock) speaks control protocol 1, this memlens speaks 2: rebuild the program with this memlens (`memlens cc`/`memlens c++`)"
+        );
+        let e = check_hello("hello there", p).unwrap_err().to_string();
+        assert!(e.contains("not a memlens runtime") && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn heap_rows_have_six_columns() {
+        let rows = parse_sites(" 401a2b 300 3 500 5 2 1 0 0 64 1000 1000");
+        assert_eq!(
+            rows,
+            [
+                SiteRow { pc: 0x401a2b, bytes: 300, blocks: 3, peak: 500, allocs: 5, frees: 2 },
+                SiteRow { pc: 1, bytes: 0, blocks: 0, peak: 64, allocs: 1000, frees: 1000 },
+            ]
+        );
     }
 }

@@ -25,6 +25,7 @@ mod count;
 mod dylib;
 mod error;
 mod heap;
+mod heapseries;
 pub mod inproc;
 mod locate;
 mod module;
@@ -43,7 +44,8 @@ pub use dylib::{load_module, ABI_VERSION};
 pub use error::{Error, Result};
 pub use locate::{Binary, Point, Variable};
 pub use module::{
-    builtin_modules, Action, Column, ModuleInfo, Modules, Probe, ProbeModule, Table, TableRow,
+    builtin_modules, Action, Column, ColumnKind, ModuleInfo, Modules, Probe, ProbeModule, Table,
+    TableRow,
 };
 pub use perf::{hardware_pmu, privilege, uprobe_type};
 

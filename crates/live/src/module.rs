@@ -44,6 +44,50 @@ pub struct Column {
     pub name: &'static str,
     /// Unit (`calls`, `ns`, ...).
     pub unit: &'static str,
+    /// How a table's cells of this column are drawn.
+    pub kind: ColumnKind,
+}
+
+/// What the cells of a [`Table`] column hold, so the GUI draws them knowing no
+/// module.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// A number or a string, shown as text.
+    #[default]
+    Value,
+    /// A time series `[[ms, value], ...]` (or `null`), drawn as a sparkline.
+    Series,
+}
+
+impl ColumnKind {
+    /// The name the table protocol uses (`"kind"` of a column).
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnKind::Value => "value",
+            ColumnKind::Series => "series",
+        }
+    }
+
+    /// The kind named `name`; `None` for an unknown one.
+    pub fn parse(name: &str) -> Option<ColumnKind> {
+        match name {
+            "value" => Some(ColumnKind::Value),
+            "series" => Some(ColumnKind::Series),
+            _ => None,
+        }
+    }
+}
+
+impl Column {
+    /// A column of numbers or strings.
+    pub const fn new(name: &'static str, unit: &'static str) -> Column {
+        Column { name, unit, kind: ColumnKind::Value }
+    }
+
+    /// A column of time series (`[[ms, value], ...]` cells), drawn as sparklines.
+    pub const fn series(name: &'static str, unit: &'static str) -> Column {
+        Column { name, unit, kind: ColumnKind::Series }
+    }
 }
 
 /// A titled table a probe publishes next to its values (the heap probe's allocation
@@ -72,13 +116,14 @@ pub struct TableRow {
 }
 
 impl Table {
-    /// The table as the collector serves it: `{"title", "columns": [{"name","unit"}],
-    /// "rows": [{"cells": [...], "at": [FILE, LINE] | null}], "sort": COLUMN | null}`.
+    /// The table as the collector serves it: `{"title", "columns":
+    /// [{"name","unit","kind"}], "rows": [{"cells": [...], "at": [FILE, LINE] | null}],
+    /// "sort": COLUMN | null}` (`kind`: `value` or `series`).
     pub fn to_json(&self) -> Value {
         serde_json::json!({
             "title": self.title,
             "columns": self.columns.iter()
-                .map(|c| serde_json::json!({"name": c.name, "unit": c.unit}))
+                .map(|c| serde_json::json!({"name": c.name, "unit": c.unit, "kind": c.kind.name()}))
                 .collect::<Vec<_>>(),
             "rows": self.rows.iter()
                 .map(|r| serde_json::json!({"cells": r.cells, "at": r.at}))

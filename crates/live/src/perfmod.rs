@@ -81,11 +81,12 @@ impl ProbeModule for PerfModule {
     }
 
     fn columns(&self) -> Vec<Column> {
-        let mut v = vec![Column { name: "count", unit: "calls" }];
-        v.extend(COUNTERS.iter().map(|c| Column {
-            name: c.0,
-            unit: if c.0 == "task-clock" { "ns" } else { "events" },
-        }));
+        let mut v = vec![Column::new("count", "calls")];
+        v.extend(
+            COUNTERS
+                .iter()
+                .map(|c| Column::new(c.0, if c.0 == "task-clock" { "ns" } else { "events" })),
+        );
         v
     }
 

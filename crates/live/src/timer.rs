@@ -80,10 +80,10 @@ impl ProbeModule for TimerModule {
 
     fn columns(&self) -> Vec<Column> {
         vec![
-            Column { name: "count", unit: "calls" },
-            Column { name: "sum_ns", unit: "ns" },
-            Column { name: "min_ns", unit: "ns" },
-            Column { name: "max_ns", unit: "ns" },
+            Column::new("count", "calls"),
+            Column::new("sum_ns", "ns"),
+            Column::new("min_ns", "ns"),
+            Column::new("max_ns", "ns"),
         ]
     }
 

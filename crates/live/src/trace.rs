@@ -56,9 +56,9 @@ impl ProbeModule for TraceModule {
 
     fn columns(&self) -> Vec<Column> {
         vec![
-            Column { name: "events", unit: "events" },
-            Column { name: "bytes", unit: "bytes" },
-            Column { name: "dropped", unit: "events" },
+            Column::new("events", "events"),
+            Column::new("bytes", "bytes"),
+            Column::new("dropped", "events"),
         ]
     }
 
@@ -170,10 +170,10 @@ impl Probe for TraceProbe {
         vec![Table {
             title: "trace file".into(),
             columns: vec![
-                Column { name: "path", unit: "" },
-                Column { name: "events", unit: "events" },
-                Column { name: "bytes", unit: "bytes" },
-                Column { name: "dropped", unit: "events" },
+                Column::new("path", ""),
+                Column::new("events", "events"),
+                Column::new("bytes", "bytes"),
+                Column::new("dropped", "events"),
             ],
             rows: vec![TableRow {
                 cells: vec![

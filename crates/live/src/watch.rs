@@ -41,9 +41,9 @@ impl ProbeModule for WatchModule {
 
     fn columns(&self) -> Vec<Column> {
         vec![
-            Column { name: "loads", unit: "accesses" },
-            Column { name: "stores", unit: "accesses" },
-            Column { name: "value", unit: "" },
+            Column::new("loads", "accesses"),
+            Column::new("stores", "accesses"),
+            Column::new("value", ""),
         ]
     }
 
@@ -191,7 +191,7 @@ impl Probe for WatchProbe {
     fn tables(&self) -> Vec<Table> {
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let ((_, _, _, raw), ((last_tid, last_pc), rows)) = &*last;
-        let col = |name, unit| Column { name, unit };
+        let col = Column::new;
         let mut threads: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         // (thread, line) -> loads, stores, the line's source location
         type ByLine = BTreeMap<(u32, String), (u64, u64, Option<(String, u64)>)>;

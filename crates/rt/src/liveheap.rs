@@ -1,5 +1,6 @@
 //! The live `heap` probe: bytes and blocks in use per allocation site (the caller
-//! of malloc, new, ...) and their peaks, while a collector asks for them
+//! of malloc, new, ...), their peaks, and the allocation and free calls charged to
+//! each site, while a collector asks for them
 //! (`add <id> heap` on the control socket, see `liveprobe.rs`).
 //!
 //! Everything lives in fixed tables in static memory, updated with atomics only:
@@ -33,10 +34,15 @@ struct Block {
     val: AtomicU64,
 }
 
+// Blocks in use are `allocs - frees`: counting the calls costs no more atomics
+// than counting the blocks did.
 struct Site {
     pc: AtomicU64,
     bytes: AtomicU64,
-    blocks: AtomicU64,
+    /// Allocations charged to the site (a realloc's new block included).
+    allocs: AtomicU64,
+    /// Frees of its blocks (a realloc moving one of them away included).
+    frees: AtomicU64,
     peak: AtomicU64,
 }
 
@@ -46,7 +52,8 @@ const NO_BLOCK: Block = Block { addr: AtomicU64::new(EMPTY), val: AtomicU64::new
 const NO_SITE: Site = Site {
     pc: AtomicU64::new(0),
     bytes: AtomicU64::new(0),
-    blocks: AtomicU64::new(0),
+    allocs: AtomicU64::new(0),
+    frees: AtomicU64::new(0),
     peak: AtomicU64::new(0),
 };
 
@@ -111,13 +118,13 @@ fn raise(peak: &AtomicU64, now: u64) {
 fn charge(i: usize, size: u64) {
     let s = &SITE[i];
     raise(&s.peak, s.bytes.fetch_add(size, Relaxed) + size);
-    s.blocks.fetch_add(1, Relaxed);
+    s.allocs.fetch_add(1, Relaxed);
     raise(&PEAK, BYTES.fetch_add(size, Relaxed) + size);
 }
 
 fn uncharge(i: usize, size: u64) {
     SITE[i].bytes.fetch_sub(size, Relaxed);
-    SITE[i].blocks.fetch_sub(1, Relaxed);
+    SITE[i].frees.fetch_add(1, Relaxed);
     BYTES.fetch_sub(size, Relaxed);
 }
 
@@ -210,7 +217,15 @@ pub(crate) fn realloc_done(pc: u64, had: Option<(usize, u64)>, old: u64, new: u6
         alloc(pc, new, size);
     } else if size != 0 {
         if let Some((i, s)) = had {
-            put(old, i, s);
+            // nothing was freed nor allocated: undo the free's count
+            if insert(old, i, s) {
+                let site = &SITE[i];
+                raise(&site.peak, site.bytes.fetch_add(s, Relaxed) + s);
+                site.frees.fetch_sub(1, Relaxed);
+                raise(&PEAK, BYTES.fetch_add(s, Relaxed) + s);
+            } else {
+                DROPPED.fetch_add(1, Relaxed);
+            }
         }
     }
 }
@@ -225,7 +240,8 @@ pub(crate) fn start() {
     for s in SITE.iter() {
         s.pc.store(0, Relaxed);
         s.bytes.store(0, Relaxed);
-        s.blocks.store(0, Relaxed);
+        s.allocs.store(0, Relaxed);
+        s.frees.store(0, Relaxed);
         s.peak.store(0, Relaxed);
     }
     SITE[0].pc.store(OTHER, Relaxed);
@@ -240,23 +256,37 @@ pub(crate) fn stop() {
     ON.store(false, Relaxed);
 }
 
+/// A site's (allocs, frees). The frees are read first: a block is freed after its
+/// allocation was counted, so the difference (the blocks in use) is never negative.
+fn calls(s: &Site) -> (u64, u64) {
+    let frees = s.frees.load(Acquire);
+    (s.allocs.load(Acquire).max(frees), frees)
+}
+
 /// Totals: (bytes, blocks, peak bytes, dropped).
 pub(crate) fn totals() -> [u64; 4] {
-    let blocks = SITE.iter().map(|s| s.blocks.load(Relaxed)).fold(0u64, u64::wrapping_add);
+    let blocks = SITE
+        .iter()
+        .map(|s| {
+            let (a, f) = calls(s);
+            a - f
+        })
+        .fold(0u64, u64::wrapping_add);
     [BYTES.load(Relaxed), blocks, PEAK.load(Relaxed), DROPPED.load(Relaxed)]
 }
 
-/// ` <pc hex> <bytes> <blocks> <peak>` for every site seen (the catch-all row
-/// only when used).
+/// ` <pc hex> <bytes> <blocks> <peak> <allocs> <frees>` for every site seen (the
+/// catch-all row only when used).
 pub(crate) fn sites(out: &mut String) {
     use core::fmt::Write;
     for s in SITE.iter() {
         let pc = s.pc.load(Acquire);
-        let peak = s.peak.load(Relaxed);
-        if pc == 0 || (pc == OTHER && peak == 0) {
+        let (allocs, frees) = calls(s);
+        if pc == 0 || (pc == OTHER && allocs == 0) {
             continue;
         }
-        let _ = write!(out, " {pc:x} {} {} {peak}", s.bytes.load(Relaxed), s.blocks.load(Relaxed));
+        let (bytes, peak) = (s.bytes.load(Relaxed), s.peak.load(Relaxed));
+        let _ = write!(out, " {pc:x} {bytes} {} {peak} {allocs} {frees}", allocs - frees);
     }
 }
 
@@ -278,13 +308,16 @@ mod tests {
         let mut s = String::new();
         sites(&mut s);
         assert_eq!(totals(), [109, 2, 157, 0]);
-        assert!(s.contains(" 1000 100 1 150"), "{s}");
-        assert!(s.contains(" 2000 0 0 7"), "{s}");
-        assert!(s.contains(" 3000 9 1 9"), "{s}");
-        // a failed realloc keeps the old block
+        assert!(s.contains(" 1000 100 1 150 2 1"), "{s}");
+        assert!(s.contains(" 2000 0 0 7 1 1"), "{s}");
+        assert!(s.contains(" 3000 9 1 9 1 0"), "{s}");
+        // a failed realloc keeps the old block, and counts no call
         let had = realloc_start(0x10_0040);
         realloc_done(0x3000, had, 0x10_0040, 0, 1 << 50);
         assert_eq!(totals()[..2], [109, 2]);
+        let mut s = String::new();
+        sites(&mut s);
+        assert!(s.contains(" 3000 9 1 9 1 0"), "{s}");
         free(0x10_0040);
         free(0x10_0000);
         assert_eq!(totals()[..2], [0, 0]);

@@ -10,7 +10,8 @@
 //! 0700). The socket is 0600 and a peer of another uid is hung up on. The protocol
 //! is one text line per request and per answer:
 //!
-//! - `hello` → `ok memlens-rt 1 pid=<pid> bias=<hex>` (the executable's load bias)
+//! - `hello` → `ok memlens-rt 2 pid=<pid> bias=<hex>` (the executable's load bias;
+//!   `2` is [`PROTOCOL`], raised whenever an answer changes shape)
 //! - `add <id> count|timer <pad file address hex>` → `ok` or `err <reason>`
 //! - `add <id> heap` → `ok`, or `err` when a heap probe is active already
 //!   (`liveheap.rs`: bytes in use per allocation site from now on)
@@ -30,8 +31,9 @@
 //!   so far: a thread's buffer goes out when full, and all of them at removal)
 //! - `hist <id>` → `ok` then ` <bucket>:<calls>` per non-empty log2 bucket of a
 //!   timer's durations (bucket `b` from `2^(b-1)` ns; none for other probes)
-//! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes>` per
-//!   allocation site (run-time return addresses; `1`: the catch-all row)
+//! - `heap` → `ok` then ` <site pc hex> <bytes> <blocks> <peak_bytes> <allocs>
+//!   <frees>` per allocation site (run-time return addresses; `1`: the catch-all
+//!   row; allocs and frees: the calls charged to the site, blocks = allocs - frees)
 //! - `watch` → `ok <last store's tid> <its pc hex>` (`0 0`: none yet), then
 //!   ` <tid> <pc hex> <loads> <stores>` per (thread, code address)
 //! - at `exit` the runtime sends `exit ok <id> <count> ...` unasked (the last values),
@@ -53,6 +55,10 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 /// Probes at once.
 pub(crate) const MAX: usize = 256;
+
+/// The control protocol's version, in the `hello` answer: the collector refuses a
+/// runtime of another one (2: the `heap` answer gained allocs and frees).
+pub(crate) const PROTOCOL: u32 = 2;
 
 const FREE: u8 = 0;
 const COUNT: u8 = 1;
@@ -334,7 +340,7 @@ fn request(line: &str) -> String {
     let w: Vec<&str> = line.split_whitespace().collect();
     match w.as_slice() {
         ["hello"] => {
-            format!("ok memlens-rt 1 pid={} bias={:#x}", sys::getpid(), BIAS.load(Relaxed))
+            format!("ok memlens-rt {PROTOCOL} pid={} bias={:#x}", sys::getpid(), BIAS.load(Relaxed))
         }
         ["add", id, "heap"] => match id.parse::<u32>().map_err(|_| "bad id").and_then(add_heap) {
             Ok(()) => "ok".into(),
@@ -738,7 +744,7 @@ mod tests {
 
     #[test]
     fn requests_are_answered() {
-        assert!(request("hello").starts_with("ok memlens-rt 1 pid="));
+        assert!(request("hello").starts_with("ok memlens-rt 2 pid="));
         assert!(request("add 1 nope 0").starts_with("err unknown probe kind"));
         assert!(request("rm 77").starts_with("err no such probe"));
         assert_eq!(request("read"), "ok");

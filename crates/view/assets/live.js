@@ -22,7 +22,7 @@
   const S = {
     ready: false, error: null, polls: 0, state: null, modules: [], columns: [],
     file: null, lines: new Map(), rows: new Map(), history: new Map(), removed: new Map(),
-    pending: null, sorts: new Map(), shown: new Map(),
+    pending: null, sorts: new Map(), shown: new Map(), shapes: new Map(),
   };
   window.memlens = S;
 
@@ -176,6 +176,7 @@
       if (!keep.has(k)) {
         d.remove();
         S.shown.delete(k);
+        S.shapes.delete(k);
       }
     }
     for (const w of want) {
@@ -204,22 +205,69 @@
     return String(a).localeCompare(String(b));
   }
 
+  // A "series" column's cells are [[ms, value], ...]: only pairs of finite numbers
+  // are drawn, anything else is ignored.
+  const points = (v) => (Array.isArray(v) ? v : []).filter((p) =>
+    Array.isArray(p) && p.length === 2 && Number.isFinite(p[0]) && Number.isFinite(p[1]));
+  const lastValue = (v) => {
+    const p = points(v);
+    return p.length ? p[p.length - 1][1] : null;
+  };
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  const SPARK_W = 120;
+  const SPARK_H = 18;
+
+  // An inline sparkline, built from numbers only: x from t0 to t1 (the column's
+  // time span, so rows line up), y from 0 to the row's highest value.
+  function sparkline(pts, t0, t1) {
+    const svg = document.createElementNS(SVG_NS, 'svg');
+    svg.setAttribute('class', 'spark');
+    svg.setAttribute('width', String(SPARK_W));
+    svg.setAttribute('height', String(SPARK_H));
+    svg.setAttribute('viewBox', '0 0 ' + SPARK_W + ' ' + SPARK_H);
+    if (!pts.length) return svg;
+    const max = Math.max(1, ...pts.map((p) => p[1]));
+    const span = Math.max(1, t1 - t0);
+    const xy = pts.map(([t, v]) => [
+      1 + ((t - t0) / span) * (SPARK_W - 4),
+      SPARK_H - 2 - (Math.max(0, v) / max) * (SPARK_H - 4),
+    ]);
+    const line = document.createElementNS(SVG_NS, 'polyline');
+    line.setAttribute('points', xy.map(([x, y]) => x.toFixed(1) + ',' + y.toFixed(1)).join(' '));
+    const [lx, ly] = xy[xy.length - 1];
+    const dot = document.createElementNS(SVG_NS, 'circle');
+    dot.setAttribute('cx', lx.toFixed(1));
+    dot.setAttribute('cy', ly.toFixed(1));
+    dot.setAttribute('r', '1.5');
+    svg.append(line, dot);
+    return svg;
+  }
+
   function fillTable(table, key, t) {
     const sort = S.sorts.get(key) || { col: t.sort === null ? -1 : t.sort, desc: true };
     // Unchanged: keep the elements (a click or a selection in them stays valid).
     const shown = JSON.stringify([t, sort]);
     if (S.shown.get(key) === shown) return;
     S.shown.set(key, shown);
+    const series = t.columns.map((c) => c.kind === 'series');
+    // A series sorts by its last value.
+    const sortKey = (r, k) => (series[k] ? lastValue(r.cells[k]) : r.cells[k]);
     const rows = t.rows.slice();
     if (sort.col >= 0 && sort.col < t.columns.length) {
       // Stable: ties keep the probe's own order.
       rows.sort((a, b) => {
-        const c = compare(a.cells[sort.col], b.cells[sort.col]);
-        const nulls = a.cells[sort.col] === null || b.cells[sort.col] === null;
+        const [x, y] = [sortKey(a, sort.col), sortKey(b, sort.col)];
+        const c = compare(x, y);
+        const nulls = x === null || y === null;
         return sort.desc && !nulls ? -c : c;
       });
     }
     const numeric = t.columns.map((_, k) => t.rows.every((r) => typeof r.cells[k] !== 'string'));
+    // Each series column's time span, shared by its rows.
+    const spans = t.columns.map((_, k) => {
+      const ts = series[k] ? t.rows.flatMap((r) => points(r.cells[k]).map((p) => p[0])) : [];
+      return ts.length ? [Math.min(...ts), Math.max(...ts)] : [0, 0];
+    });
     const body = el('tbody');
     const head = el('tr');
     t.columns.forEach((c, k) => {
@@ -237,6 +285,21 @@
     for (const r of rows) {
       const tr = el('tr');
       r.cells.forEach((v, k) => {
+        if (series[k]) {
+          const td = el('td', 'series');
+          const pts = points(v);
+          const svg = sparkline(pts, spans[k][0], spans[k][1]);
+          const line = svg.querySelector('polyline');
+          td.dataset.points = line ? line.getAttribute('points') : '';
+          td.append(svg);
+          if (pts.length) {
+            const max = Math.max(...pts.map((p) => p[1]));
+            const secs = Math.round((pts[pts.length - 1][0] - pts[0][0]) / 1000);
+            td.title = 'now ' + pts[pts.length - 1][1] + ', max ' + max + ' over ' + secs + ' s (' + t.columns[k].unit + ')';
+          }
+          tr.append(td);
+          return;
+        }
         const td = el('td', numeric[k] ? null : 's', cellText(v));
         td.title = cellText(v);
         // The row's source line: its first text cell opens it.
@@ -249,7 +312,33 @@
       });
       body.append(tr);
     }
-    table.replaceChildren(body);
+    // The same columns, sort and rows in the same order: the cells change in place,
+    // so the elements stay (a click or a selection in them stays valid while the
+    // numbers and sparklines move at every sample).
+    const shape = JSON.stringify([t.columns, sort, numeric,
+      rows.map((r) => [r.at, r.cells.filter((c) => typeof c === 'string')])]);
+    const old = table.firstChild;
+    if (old && S.shapes.get(key) === shape) patch(old, body);
+    else table.replaceChildren(body);
+    S.shapes.set(key, shape);
+  }
+
+  // Copies the cells of `fresh` (a tbody of the same shape) into `old`.
+  function patch(old, fresh) {
+    [...fresh.rows].forEach((tr, i) => {
+      [...tr.cells].forEach((td, k) => {
+        const o = old.rows[i].cells[k];
+        if (td.classList.contains('series')) {
+          if (o.dataset.points !== td.dataset.points) {
+            o.replaceChildren(...td.childNodes);
+            o.dataset.points = td.dataset.points;
+          }
+        } else if (o.textContent !== td.textContent) {
+          o.textContent = td.textContent;
+        }
+        if (o.title !== td.title) o.title = td.title;
+      });
+    });
   }
 
   async function showLine(file, line) {

@@ -517,34 +517,127 @@ fn live_gui_heap_panel_shows_exact_bytes_per_allocation_site() {
     t.run("fa 5");
     t.run("fb 2");
     let site = |l: u64, f: &str| format!("{src}:{l} {f}");
-    // Sorted by bytes in use: B's 3000 over A's 1500; exact blocks and peaks.
+    // Sorted by bytes in use: B's 3000 over A's 1500; exact blocks, peaks and calls
+    // (the growth rate and the sparkline move with time: checked with heapgrow.c).
     let want = json!([
-        [site(lb, "alloc_b"), "3000", "3", "5000"],
-        [site(la, "alloc_a"), "1500", "15", "2000"],
+        [site(lb, "alloc_b"), "3000", "3", "5000", "5", "2"],
+        [site(la, "alloc_a"), "1500", "15", "2000", "20", "5"],
     ]);
-    let rows = || own(panel_rows(&b, "heap", "allocation sites"), &src);
+    let rows = || counted(own(panel_rows(&b, "heap", "allocation sites"), &src));
     wait_rows("heap panel", &want, rows);
     shot(&b, &dir, "live-gui-heap.png");
     // The values move as the program runs: freeing all of A's blocks.
     t.run("fa 15");
     let want = json!([
-        [site(lb, "alloc_b"), "3000", "3", "5000"],
-        [site(la, "alloc_a"), "0", "0", "2000"],
+        [site(lb, "alloc_b"), "3000", "3", "5000", "5", "2"],
+        [site(la, "alloc_a"), "0", "0", "2000", "20", "20"],
     ]);
     wait_rows("heap panel after frees", &want, rows);
     // A click on a column's header sorts by it; again reverses.
     b.click("#panels .panel[data-module='heap'] th[data-col='3']");
     b.click("#panels .panel[data-module='heap'] th[data-col='3']");
     let asc = json!([
-        [site(la, "alloc_a"), "0", "0", "2000"],
-        [site(lb, "alloc_b"), "3000", "3", "5000"],
+        [site(la, "alloc_a"), "0", "0", "2000", "20", "20"],
+        [site(lb, "alloc_b"), "3000", "3", "5000", "5", "2"],
     ]);
     wait_rows("ascending peaks", &asc, rows);
     // A site opens its line.
     b.click("#panels .panel[data-module='heap'] td.at");
     poll_js(&b, &format!("return document.querySelector(\"#code tr.hit[data-line='{la}']\")"));
-    // Text goes in as text: no element came from the data.
-    assert_eq!(b.js("return document.querySelectorAll('#panels td *').length"), json!(0));
+    // Text goes in as text: no element came from the data but the sparklines, drawn
+    // from numbers.
+    assert_eq!(
+        b.js("return document.querySelectorAll('#panels td:not(.series) *').length"),
+        json!(0)
+    );
+    assert_eq!(
+        b.js("return [...document.querySelectorAll('#panels td.series *')].filter(e => !['svg','polyline','circle'].includes(e.tagName)).length"),
+        json!(0)
+    );
+}
+
+/// The first six cells of each row (the heap table's counts: site, bytes, blocks,
+/// peak_bytes, allocs, frees).
+fn counted(rows: Value) -> Value {
+    let rows = rows.as_array().cloned().unwrap_or_default();
+    rows.into_iter()
+        .map(|r| r.as_array().unwrap().iter().take(6).cloned().collect::<Vec<Value>>())
+        .collect()
+}
+
+#[test]
+fn live_gui_heap_table_draws_each_site_s_bytes_over_time() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("live-gui-growth");
+    std::fs::copy(programs().join("heapgrow.c"), dir.join("heapgrow.c")).unwrap();
+    let exe = build(&dir, dir.join("heapgrow.c").to_str().unwrap());
+    let (g, mut t) = Gui::driven(&dir, &exe);
+    let b = open_browser(&g);
+    g.call(json!({"cmd": "add", "spec": "heap"}));
+    let src = dir.join("heapgrow.c").to_str().unwrap().to_owned();
+    let site = |m: &str, f: &str| format!("{src}:{} {f}", line_of("heapgrow.c", m));
+    let (grow, balanced) = (site("grow-g", "grow"), site("grow-b", "balanced"));
+    let rows = || counted(own(panel_rows(&b, "heap", "allocation sites"), &src));
+    t.run("b 100");
+    for step in 1..=3u64 {
+        t.run("g 1");
+        let bytes = (step * 10_000).to_string();
+        let want = json!([
+            [grow, bytes, step.to_string(), bytes, step.to_string(), "0"],
+            [balanced, "0", "0", "64", "100", "100"],
+        ]);
+        wait_rows(&format!("step {step}"), &want, rows);
+    }
+    let heads = "return [...document.querySelectorAll(\"#panels .panel[data-module='heap'] th\")].map(th => th.textContent)";
+    assert_eq!(
+        b.js(heads),
+        json!([
+            "site",
+            "bytes \u{25BC}",
+            "blocks",
+            "peak_bytes",
+            "allocs",
+            "frees",
+            "growth B/s",
+            "bytes in use"
+        ])
+    );
+    // The growing site's row: a positive rate, and a sparkline whose last point is
+    // its highest (y grows downwards) once the last step was sampled.
+    let row = |s: &str| {
+        b.js(&format!(
+            "const tr = [...document.querySelectorAll(\"#panels .panel[data-module='heap'] tr\")]
+               .find(tr => tr.cells[0].textContent === {});
+             const pl = tr && tr.cells[7].querySelector('svg.spark polyline');
+             return tr && {{growth: Number(tr.cells[6].textContent),
+               ys: pl ? pl.getAttribute('points').split(' ').map(p => Number(p.split(',')[1])) : []}};",
+            serde_json::to_string(s).unwrap()
+        ))
+    };
+    let top = 2.0; // the sparkline's highest y (live.js: SPARK_H - 2 - (SPARK_H - 4))
+    let ys = |v: &Value| -> Vec<f64> {
+        v["ys"].as_array().unwrap().iter().map(|y| y.as_f64().unwrap()).collect()
+    };
+    let t0 = Instant::now();
+    let got = loop {
+        let v = row(&grow);
+        let y = ys(&v);
+        if v["growth"].as_f64().unwrap_or(0.0) > 0.0 && y.len() >= 2 && y.last() == Some(&top) {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no rising sparkline: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let y = ys(&got);
+    assert!(y.windows(2).all(|w| w[1] <= w[0]), "monotone growth: {got}");
+    // (the series holds the last minute)
+    assert!(y[0] > top || y.len() == 240, "it started lower: {got}");
+    let flat = row(&balanced);
+    assert!(!ys(&flat).is_empty(), "the balanced site's sparkline: {flat}");
+    shot(&b, &dir, "live-gui-heap-growth.png");
+    t.quit();
 }
 
 #[test]

@@ -113,6 +113,14 @@ fn site(probe: &Value, marker: &str) -> Option<(u64, u64, u64)> {
     Some((n("bytes"), n("blocks"), n("peak_bytes")))
 }
 
+/// The (allocs, frees) of the site at `marker` in liveheap.c.
+fn site_calls(probe: &Value, marker: &str) -> (u64, u64) {
+    let at = format!("liveheap.c:{} ", line_of("liveheap.c", marker));
+    let rows = probe["sites"].as_array().expect("sites");
+    let row = rows.iter().find(|r| r["site"].as_str().unwrap().contains(&at)).expect("site");
+    (row["allocs"].as_u64().unwrap(), row["frees"].as_u64().unwrap())
+}
+
 fn totals(p: &Value) -> (u64, u64, u64, u64) {
     let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
     (n("bytes"), n("blocks"), n("peak_bytes"), n("dropped"))
@@ -151,6 +159,11 @@ fn heap_bytes_blocks_and_peaks_per_site_exact() {
     assert_eq!(site(&p, "heap-c"), Some((5000, 1, 5000)), "{p}");
     assert_eq!(totals(&p), (9400, 18, 9400, 0), "{p}");
     assert_eq!(site(&p, "heap-o"), None, "{p}");
+    // the calls charged: A's realloc'd block counts as one of its frees, and as C's
+    // allocation
+    assert_eq!(site_calls(&p, "heap-a"), (20, 6), "{p}");
+    assert_eq!(site_calls(&p, "heap-b"), (5, 2), "{p}");
+    assert_eq!(site_calls(&p, "heap-c"), (1, 0), "{p}");
     // sorted by bytes in use
     let bytes: Vec<u64> =
         p["sites"].as_array().unwrap().iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
@@ -234,6 +247,160 @@ fn heap_from_launch_ends_with_the_values_at_exit() {
     assert_eq!(site(p, "heap-b"), Some((1000, 1, 2000)), "{last}");
     // stdio's buffers are allocated inside libc, also counted
     assert!(totals(p).0 >= 1300, "{last}");
+}
+
+/// heapgrow.c's site at `marker` in a heap probe's values (`null` when absent).
+fn grow_site<'a>(probe: &'a Value, marker: &str) -> &'a Value {
+    let at = format!("heapgrow.c:{} ", line_of("heapgrow.c", marker));
+    let rows = probe["sites"].as_array().expect("sites");
+    rows.iter().find(|r| r["site"].as_str().unwrap().contains(&at)).unwrap_or(&Value::Null)
+}
+
+/// A site's (bytes, blocks, peak_bytes, allocs, frees).
+fn counts(site: &Value) -> (u64, u64, u64, u64, u64) {
+    let n = |k: &str| site[k].as_u64().unwrap_or_else(|| panic!("{k} in {site}"));
+    (n("bytes"), n("blocks"), n("peak_bytes"), n("allocs"), n("frees"))
+}
+
+/// A site's series as (ms, bytes) points (none for an absent site).
+fn series(site: &Value) -> Vec<(u64, u64)> {
+    let pts = site["series"].as_array().cloned().unwrap_or_default();
+    pts.iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap())).collect()
+}
+
+/// A site's `growth_bps` is the least-squares slope of its series' last 10 s, in
+/// bytes per second (docs/live.md), give or take the rounding.
+fn assert_growth_is_the_slope(site: &Value) {
+    let s = series(site);
+    let last = s.last().map_or(0, |p| p.0);
+    let pts: Vec<(f64, f64)> =
+        s.iter().filter(|p| p.0 + 10_000 >= last).map(|&(t, b)| (t as f64, b as f64)).collect();
+    let n = pts.len() as f64;
+    let (mt, mb) =
+        (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
+    let var: f64 = pts.iter().map(|p| (p.0 - mt).powi(2)).sum();
+    let cov: f64 = pts.iter().map(|p| (p.0 - mt) * (p.1 - mb)).sum();
+    let want = if pts.len() < 2 || var == 0.0 { 0.0 } else { cov / var * 1000.0 };
+    let got = site["growth_bps"].as_i64().unwrap() as f64;
+    assert!((got - want).abs() <= 1.0, "growth {got}, slope {want}: {site}");
+}
+
+/// The first snapshot of the `--json-stream` file `stream` that `pred` accepts,
+/// waiting for the collector to write it.
+fn first_snapshot(stream: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let t = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(stream).unwrap_or_default();
+        // a line still being written does not parse: skipped
+        let found = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(&pred);
+        if let Some(s) = found {
+            return s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn heap_growth_over_time_and_calls_per_site() {
+    let dir = scratch("live-heap-growth");
+    let exe = build(&dir, "heapgrow.c");
+    let mut t = Driven::start(&dir, &exe);
+    let stream = dir.join("stream.jsonl");
+    let args = ["--no-gui", "--every", "50ms", "--json-stream", stream.to_str().unwrap()];
+    let live = Live::attach(&dir, t.pid(), &args);
+    let heap = live.add("heap");
+    // Balanced: exact calls, nothing stays in use.
+    t.run("b 1000");
+    let p = live.get(heap);
+    assert_eq!(counts(grow_site(&p, "grow-b")), (0, 0, 64, 1000, 1000), "{p}");
+    assert_eq!(grow_site(&p, "grow-g"), &Value::Null, "{p}");
+    let g_bytes = |step: u64| step * 2 * 10_000;
+    for step in 1..=4u64 {
+        assert_eq!(t.run("g 2") as u64, g_bytes(step));
+        t.run("b 500");
+        let p = live.get(heap);
+        let (g, b) = (grow_site(&p, "grow-g"), grow_site(&p, "grow-b"));
+        assert_eq!(counts(g), (g_bytes(step), 2 * step, g_bytes(step), 2 * step, 0), "{p}");
+        let calls = 1000 + 500 * step;
+        assert_eq!(counts(b), (0, 0, 64, calls, calls), "{p}");
+        // The first sample after the step: the series rose, so did the growth rate;
+        // the balanced site's bytes stayed flat (at most its one block in flight).
+        let snap = first_snapshot(&stream, &format!("a sample of step {step}"), |s| {
+            series(grow_site(&s["probes"][0], "grow-g")).last().map(|p| p.1) == Some(g_bytes(step))
+        });
+        let p = &snap["probes"][0];
+        let (g, b) = (grow_site(p, "grow-g"), grow_site(p, "grow-b"));
+        let growth = g["growth_bps"].as_i64().unwrap();
+        assert!(growth > 0, "{snap}");
+        assert_growth_is_the_slope(g);
+        assert_growth_is_the_slope(b);
+        assert!(b["growth_bps"].as_i64().unwrap().abs() * 100 < growth, "{snap}");
+        assert!(series(b).iter().all(|&(_, bytes)| bytes == 0 || bytes == 64), "{snap}");
+    }
+    // The growing site's series: times rising, bytes monotone from 0 (before its
+    // first allocation) to the last step; peak_ms the first read that saw the peak.
+    let p = live.get(heap);
+    let g = grow_site(&p, "grow-g");
+    let s = series(g);
+    assert!(s.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{g}");
+    assert_eq!(s.last().unwrap().1, g_bytes(4), "{g}");
+    // (the ring holds the last 240 samples: a minute)
+    assert!(s[0].1 == 0 || s.len() == 240, "{g}");
+    let peak_ms = g["peak_ms"].as_u64().unwrap();
+    let before = s.iter().rev().find(|p| p.1 < g_bytes(4)).unwrap().0;
+    let reached = s.iter().find(|p| p.1 == g_bytes(4)).unwrap().0;
+    assert!(before <= peak_ms && peak_ms <= reached, "{g}");
+    // Freed: the calls balance, the peak and its time stay.
+    assert_eq!(t.run("f"), 8);
+    let p = live.get(heap);
+    let g = grow_site(&p, "grow-g");
+    assert_eq!(counts(g), (0, 0, g_bytes(4), 8, 8), "{p}");
+    assert_eq!(g["peak_ms"].as_u64(), Some(peak_ms), "{p}");
+    let snap = first_snapshot(&stream, "a sample after the frees", |s| {
+        let s = series(grow_site(&s["probes"][0], "grow-g"));
+        s.last().map(|p| p.1) == Some(0) && s.iter().any(|p| p.1 == g_bytes(4))
+    });
+    let g = grow_site(&snap["probes"][0], "grow-g");
+    assert_growth_is_the_slope(g);
+    // ms since the probe's insertion, which came after the collector's start
+    assert!(peak_ms <= snap["time_ms"].as_u64().unwrap(), "{snap}");
+    assert_eq!(g["peak_ms"].as_u64(), Some(peak_ms), "{snap}");
+    t.quit();
+}
+
+#[test]
+fn a_runtime_of_another_protocol_version_is_refused_in_one_line() {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = scratch("live-heap-protocol");
+    let exe = build(&dir, "heapgrow.c");
+    // Started without its control socket; in its place, one that answers `hello` as
+    // a runtime of protocol 1 (before the heap answer gained allocs and frees) would.
+    let child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let t = Driven::adopt(child);
+    let run = dir.join("run");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(run.join("memlens")).unwrap();
+    let sock = run.join("memlens").join(format!("rt-{}.sock", t.pid()));
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let pid = t.pid();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { break };
+            let mut line = String::new();
+            let _ = BufReader::new(&s).read_line(&mut line);
+            let _ = writeln!(s, "ok memlens-rt 1 pid={pid} bias=0x0");
+        }
+    });
+    let o = Command::new(memlens())
+        .args(["live", "--no-gui", "--pid", &pid.to_string()])
+        .env("XDG_RUNTIME_DIR", &run)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("speaks control protocol 1, this memlens speaks 2: rebuild"), "{err}");
+    t.quit();
 }
 
 /// The row of `rows` (`lines` of a watch probe) at `marker` in livewatch.c.
