@@ -18,7 +18,15 @@
   // library, or no source file at all (the "hide library frames" filter).
   const isLibFile = (f) => !f || /^\/usr\/|^\/rustc\/|\/\.rustup\/toolchains\/|\/include\/c\+\+\//.test(f);
   let ROOT = ""; // the longest common directory of the program's own source files, with "/"
-  const rel = (f) => (f && ROOT && f.startsWith(ROOT) ? f.slice(ROOT.length) : f || "");
+  // "a/b/../c" shown as "a/c" (gcc names its C++ headers so).
+  const tidy = (f) => { const o = []; for (const p of f.split("/")) { if (p === ".." && o.length > 1 && o[o.length - 1] !== "..") o.pop(); else if (p !== ".") o.push(p); } return o.join("/"); };
+  const rel = (f) => (f && ROOT && f.startsWith(ROOT) ? f.slice(ROOT.length) : tidy(f || ""));
+  // Scrolls `el` to the middle of its scrolling box `box` only (scrollIntoView would
+  // also scroll the page and hide the header).
+  const centerIn = (box, el) => {
+    const b = box.getBoundingClientRect(), e = el.getBoundingClientRect();
+    box.scrollTop = Math.max(0, box.scrollTop + e.top - b.top - (box.clientHeight - e.height) / 2);
+  };
   function findRoot(files) {
     const own = files.filter((f) => !isLibFile(f) && f.startsWith("/"));
     if (!own.length) return "";
@@ -753,7 +761,7 @@
     const byLine = new Map(meta.source.filter((r) => r.file === file).map((r) => [r.line, r]));
     code.replaceChildren();
     const head = document.createElement("div");
-    head.className = "srcline";
+    head.className = "srcline srchead";
     const span = (cls, text) => { const e = document.createElement("span"); if (cls) e.className = cls; e.textContent = text; head.appendChild(e); };
     for (const c of COLS()) span("m", c);
     span("n", "#");
@@ -784,7 +792,7 @@
       if (n === focusLine) focus = d;
       code.appendChild(d);
     }
-    if (focus) focus.scrollIntoView({ block: "center" });
+    if (focus) centerIn(code, focus);
   }
   hooks.showFile = showFile;
 
@@ -906,7 +914,7 @@
     $("xmode").addEventListener("change", () => { if (hooks.view === "heap") showView("heap"); });
     hooks.meta = meta;
     // for lanes.js (the wall-clock lanes): the shared state and helpers
-    Object.assign(hooks, { api, st, fmt, redraw, funcColor, rel, isLibFile, isLibFunc, funcFile, setHideLib, showTable, rowLink, select, pan, zoom, drawFlame });
+    Object.assign(hooks, { api, st, fmt, redraw, funcColor, rel, centerIn, isLibFile, isLibFunc, funcFile, setHideLib, showTable, rowLink, select, pan, zoom, drawFlame });
     hooks.root = () => ROOT;
     $("hidelib").addEventListener("change", (e) => setHideLib(e.target.checked));
     hooks.ready = true;

@@ -193,7 +193,7 @@
       if (tr) {
         document.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
         tr.classList.add("sel");
-        tr.scrollIntoView({ block: "center" });
+        h.centerIn($("tables"), tr);
         h.rowLink(meta.tables.variables[k]);
       } else {
         h.select({ kind: "var", variable: it.name });
@@ -224,7 +224,7 @@
     if (next === undefined) return;
     h.selectSourceLine(st.file, next);
     const d = [...document.querySelectorAll("#code .srcline[data-line]")].find((e) => Number(e.dataset.line) === next);
-    if (d) d.scrollIntoView({ block: "center" });
+    if (d) h.centerIn($("code"), d);
   }
   function onKey(e) {
     if (e.ctrlKey || e.metaKey || e.altKey) return;

@@ -178,6 +178,7 @@ fn view_ux_search_keys_library_filter_and_paths() {
         "return [...document.querySelectorAll('#searchres .hit')].map(d => [d.querySelector('.kind').textContent, d.querySelector('.name').textContent, d.title])",
     );
     assert_eq!(hits, json!([["file", HOSTILE, full]]));
+    shot(&v, &dir, "view-ux-search.png");
     assert_eq!(v.b.js("return document.querySelectorAll('img').length"), json!(0));
     keys(&v, ESCAPE);
     assert_eq!(v.b.js("return [document.getElementById('search').value, document.getElementById('searchres').hidden]"), json!(["", true]));
@@ -261,10 +262,10 @@ fn view_ux_search_keys_library_filter_and_paths() {
     );
     v.b.js_async("const done = arguments[0]; memlens.showView('source').then(() => memlens.setView(0, memlens.meta.ops)).then(done)");
     assert_eq!(flame(), json!(own), "library frames drawn after the reload");
-    shot(&v, &dir);
+    shot(&v, &dir, "view-ux.png");
 }
 
-fn shot(v: &Viewer, dir: &Path) {
+fn shot(v: &Viewer, dir: &Path, name: &str) {
     let d = std::env::var_os("MEMLENS_VIEW_SHOTS").map_or(dir.to_path_buf(), PathBuf::from);
-    v.b.screenshot(&d.join("view-ux.png"));
+    v.b.screenshot(&d.join(name));
 }
