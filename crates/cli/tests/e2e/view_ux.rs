@@ -180,6 +180,20 @@ fn view_ux_search_keys_library_filter_and_paths() {
     assert_eq!(hits, json!([["file", HOSTILE, full]]));
     shot(&v, &dir, "view-ux-search.png");
     assert_eq!(v.b.js("return document.querySelectorAll('img').length"), json!(0));
+    // a variable opens at its row of the variables table
+    keys(&v, &format!("{ESCAPE}/table"));
+    v.wait_for("document.querySelector('#searchres .hit')");
+    let first = v.b.js(
+        "const d = document.querySelector('#searchres .hit'); return [d.querySelector('.kind').textContent, d.querySelector('.name').textContent]",
+    );
+    assert_eq!(first, json!(["variable", "table"]));
+    keys(&v, ENTER);
+    v.wait_for("document.querySelector('#table tr.row.sel')");
+    assert_eq!(
+        v.b.js("return document.querySelector('#table tr.row.sel').dataset.variable"),
+        json!("table")
+    );
+    v.b.js("document.getElementById('search').focus()");
     keys(&v, ESCAPE);
     assert_eq!(v.b.js("return [document.getElementById('search').value, document.getElementById('searchres').hidden]"), json!(["", true]));
     // keys: w zooms in, d pans right, s zooms out, ? shows the help, j steps to the next hot line
