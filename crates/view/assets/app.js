@@ -34,13 +34,17 @@
     for (const f of own) while (dir && !f.startsWith(dir)) dir = dir.slice(0, dir.lastIndexOf("/", dir.length - 2) + 1);
     return dir;
   }
-  // A function's source file: the one where most of its operations are.
+  // A function's source file: its entry's (indexes since function_files), else the one
+  // where most of its operations are.
   const funcFile = new Map();
   function buildFuncFiles() {
-    const best = new Map();
+    const ff = Array.isArray(meta.function_files) ? meta.function_files : [];
+    meta.functions.forEach((f, k) => { if (typeof ff[k] === "string" && ff[k]) funcFile.set(f, ff[k]); });
+    const best = new Map(), fromEntry = new Set(funcFile.keys());
     for (const r of meta.source) {
       const n = r.loads + r.stores, b = best.get(r.function);
-      if (!b || n > b) { best.set(r.function, n); funcFile.set(r.function, r.file); }
+      if (fromEntry.has(r.function)) continue;
+      if (b === undefined || n > b) { best.set(r.function, n); funcFile.set(r.function, r.file); }
     }
   }
   const isLibFunc = (name) => isLibFile(funcFile.get(name));

@@ -235,6 +235,15 @@ fn view_ux_search_keys_library_filter_and_paths() {
     let under_usr = || {
         v.b.js("return memlens.flameFunctions().filter(f => (memlens.funcFile.get(f) || '').startsWith('/usr/'))")
     };
+    // each function's file is its entry's (function_files), with or without operations of its own
+    let files = v.b.js(
+        "return ['main', 'std::vector<long, std::allocator<long> >::push_back(long&&)'].map(f => memlens.funcFile.get(f))",
+    );
+    assert_eq!(files[0], json!(full));
+    assert!(
+        files[1].as_str().is_some_and(|f| f.starts_with("/usr/") && f.ends_with("stl_vector.h")),
+        "{files}"
+    );
     let before = under_usr();
     assert!(
         !before.as_array().unwrap().is_empty(),
