@@ -612,7 +612,7 @@
     $("ymode").addEventListener("change", (e) => { st.ymode = e.target.value; redraw(); });
     $("clickmode").addEventListener("change", (e) => { st.click = e.target.value; });
     $("reset").addEventListener("click", () => { st.t0 = 0; st.t1 = Math.max(1, meta.ops); setRange(null); });
-    $("clearsel").addEventListener("click", () => { select(null); setRange(null); });
+    $("clearsel").addEventListener("click", () => { st.flameHi = -1; select(null); setRange(null); });
     window.addEventListener("resize", () => redraw());
   }
 

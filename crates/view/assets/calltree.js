@@ -46,6 +46,7 @@
       const root = rowOf(r.self, () => topKids(0));
       root.name = "(whole program; self: outside any function)";
       root.kids = await merge(r.rows.map(topRow), root);
+      await settle(root.kids);
       root.open = true;
       C.roots = [root];
     } else if (mode === "bottom") {
@@ -101,6 +102,16 @@
     }
     return out;
   }
+  // With library rows merged, a row's self cost is final only once its children are
+  // fetched: rows on screen fetch theirs (one level ahead) before they are drawn.
+  async function settle(rows) {
+    if (!H().st.hideLib || C.mode !== "top") return;
+    for (const r of rows) {
+      if (!r.hasKids || r.kids !== null) continue;
+      r.kids = await r.fetch(r);
+      r.hasKids = r.kids.length > 0;
+    }
+  }
   const shown = (rows) => (H().st.hideLib ? rows.filter((x) => !H().isLibFunc(x.name)) : rows);
   function bottomRow(x, path) {
     const r = rowOf(x, x.root ? null : () => bottomKids(path));
@@ -116,15 +127,18 @@
     if (!row.hasKids) return;
     if (!row.open && row.kids === null) row.kids = await row.fetch(row);
     row.open = !row.open;
+    if (row.open) await settle(row.kids);
     render();
   }
   // Opens every row down to `depth` levels (tests, and a quick look).
   async function expand(depth) {
     const go = async (rows, d) => {
       for (const r of rows) {
-        if (!r.hasKids || d >= depth) continue;
+        if (!r.hasKids) continue;
+        if (d >= depth) { await settle([r]); continue; }
         if (r.kids === null) r.kids = await r.fetch(r);
         r.open = true;
+        await settle(r.kids);
         await go(r.kids, d + 1);
       }
     };
