@@ -14,16 +14,66 @@
   };
   const fmt = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + "G" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? (n / 1e3).toFixed(1) + "k" : String(n));
   const hex = (n) => "0x" + n.toString(16);
-  const base = (f) => (f || "").split("/").pop();
+  // Toolchain and library code: system headers and libraries, the Rust standard
+  // library, or no source file at all (the "hide library frames" filter).
+  const isLibFile = (f) => !f || /^\/usr\/|^\/rustc\/|\/\.rustup\/toolchains\/|\/include\/c\+\+\//.test(f);
+  let ROOT = ""; // the longest common directory of the program's own source files, with "/"
+  // "a/b/../c" shown as "a/c" (gcc names its C++ headers so).
+  const tidy = (f) => { const o = []; for (const p of f.split("/")) { if (p === ".." && o.length > 1 && o[o.length - 1] !== "..") o.pop(); else if (p !== ".") o.push(p); } return o.join("/"); };
+  const rel = (f) => (f && ROOT && f.startsWith(ROOT) ? f.slice(ROOT.length) : tidy(f || ""));
+  // Scrolls `el` to the middle of its scrolling box `box` only (scrollIntoView would
+  // also scroll the page and hide the header).
+  const centerIn = (box, el) => {
+    const b = box.getBoundingClientRect(), e = el.getBoundingClientRect();
+    box.scrollTop = Math.max(0, box.scrollTop + e.top - b.top - (box.clientHeight - e.height) / 2);
+  };
+  function findRoot(files) {
+    const own = files.filter((f) => !isLibFile(f) && f.startsWith("/"));
+    if (!own.length) return "";
+    let dir = own[0].slice(0, own[0].lastIndexOf("/") + 1);
+    for (const f of own) while (dir && !f.startsWith(dir)) dir = dir.slice(0, dir.lastIndexOf("/", dir.length - 2) + 1);
+    return dir;
+  }
+  // A function's source file: its entry's (indexes since function_files), else the one
+  // where most of its operations are.
+  const funcFile = new Map();
+  function buildFuncFiles() {
+    const ff = Array.isArray(meta.function_files) ? meta.function_files : [];
+    meta.functions.forEach((f, k) => { if (typeof ff[k] === "string" && ff[k]) funcFile.set(f, ff[k]); });
+    const best = new Map(), fromEntry = new Set(funcFile.keys());
+    for (const r of meta.source) {
+      const n = r.loads + r.stores, b = best.get(r.function);
+      if (fromEntry.has(r.function)) continue;
+      if (b === undefined || n > b) { best.set(r.function, n); funcFile.set(r.function, r.file); }
+    }
+  }
+  const isLibFunc = (name) => isLibFile(funcFile.get(name));
+  // Each thread's frames without the library ones; their callees move up into their place.
+  function collapseLib(spans) {
+    const out = [], stacks = new Map();
+    const sorted = spans.slice().sort((a, b) => a[3] - b[3] || a[0] - b[0] || a[4] - b[4]);
+    for (const s of sorted) {
+      if (!stacks.has(s[3])) stacks.set(s[3], []);
+      const stk = stacks.get(s[3]);
+      while (stk.length && stk[stk.length - 1].d >= s[4]) stk.pop();
+      const lib = isLibFunc(meta.functions[s[2]]);
+      const hidden = stk.length ? stk[stk.length - 1].hidden : 0;
+      stk.push({ d: s[4], hidden: hidden + (lib ? 1 : 0) });
+      if (!lib) out.push([s[0], s[1], s[2], s[3], s[4] - hidden]);
+    }
+    return out;
+  }
 
   let meta = null;
+  // The page's state changed: nav.js writes it to the URL.
+  const changed = () => { if (hooks.stateChanged) hooks.stateChanged(); };
   // The shared state: one time axis, one selection.
   const st = {
     t0: 0, t1: 1, ymode: "ws", click: "line",
     sel: null, // {kind:"line", addr} | {kind:"instant", bucket} | {kind:"src", file, line, pcs:Set} | {kind:"var", variable}
     range: null, // {t0, t1}: a flame frame or a dragged range filters the source metrics
     tiles: null, // the tiles on screen
-    spans: [],
+    spans: [], allSpans: [], hideLib: false, flameHi: -1,
     file: null,
   };
   const hooks = {
@@ -200,7 +250,17 @@
     const w = $("flame").clientWidth || 800;
     const min = Math.floor((st.t1 - st.t0) / w / 2);
     const r = await (await api("api/flame", { t0: Math.floor(st.t0), t1: Math.ceil(st.t1), min })).json();
-    st.spans = r;
+    st.allSpans = r;
+    st.spans = st.hideLib ? collapseLib(r) : r;
+  }
+  function setHideLib(on) {
+    st.hideLib = !!on;
+    $("hidelib").checked = st.hideLib;
+    st.spans = st.hideLib ? collapseLib(st.allSpans) : st.allSpans;
+    drawFlame();
+    changed();
+    const ct = hooks.callTree;
+    return ct && ct.shown ? ct.show(ct.mode()) : Promise.resolve();
   }
 
   // ---------- geometry ----------
@@ -359,6 +419,7 @@
       const ww = Math.max(1, x1 - x0);
       g.fillStyle = st.range && s === st.range.t0 && e === st.range.t1 ? "#a86" : funcColor(f);
       g.fillRect(x0, y, ww, LANE - 1);
+      if (f === st.flameHi) { g.strokeStyle = "#fff"; g.lineWidth = 2; g.strokeRect(x0 + 1, y + 1, Math.max(1, ww - 2), LANE - 3); }
       names.add(meta.functions[f]);
       if (!perLane.has(th)) perLane.set(th, new Set());
       perLane.get(th).add(meta.functions[f]);
@@ -405,6 +466,7 @@
     if (needsDetails(st.sel)) select(st.sel);
     schedulePrefetch();
     hooks.lastRedrawMs = tf - t; hooks.draws++;
+    changed();
     $("status").textContent = "level " + hooks.level + " (" + fmt(meta.levels[hooks.level].bucket) + " ops/bucket), redraw " + hooks.lastRedrawMs.toFixed(0) + " ms" +
       (st.range ? ", filtered to ops " + fmt(st.range.t0) + ".." + fmt(st.range.t1) : "");
   }
@@ -446,7 +508,7 @@
     tip.textContent =
       info.address + " (line " + info.line_address + ")\n" +
       (info.variable ? info.variable + (info.site && info.site !== info.variable ? "  [" + info.site + "]" : "") : "(unnamed)") + "\n" +
-      (info.touched ? base(info.file) + ":" + info.line + " " + info.function + "\n" + info.loads + " loads, " + info.stores + " stores" : "not touched here (age " + info.age + "/255)") + "\n" +
+      (info.touched ? rel(info.file) + ":" + info.line + " " + info.function + "\n" + info.loads + " loads, " + info.stores + " stores" : "not touched here (age " + info.age + "/255)") + "\n" +
       "bytes used " + info.bytes_used + "/64, thread " + info.thread + ", ops " + fmt(info.ops[0]) + ".." + fmt(info.ops[1]);
     tip.style.left = cx + 14 + "px"; tip.style.top = cy + 14 + "px";
     tip.dataset.file = info.file || ""; tip.dataset.line = info.line || "";
@@ -494,6 +556,8 @@
     meta.pcs.forEach((p, k) => { if (p[1] === file && p[2] === line) pcs.add(k); });
     document.querySelectorAll(".srcline.sel, .node.sel").forEach((e) => e.classList.remove("sel"));
     document.querySelectorAll('[data-file="' + CSS.escape(file) + '"][data-line="' + line + '"]').forEach((e) => e.classList.add("sel"));
+    st.file = file; st.line = line;
+    changed();
     return select({ kind: "src", file, line, pcs });
   };
   hooks.selectVariable = (variable) => select({ kind: "var", variable });
@@ -531,17 +595,7 @@
       if (!d.moved && e.target === map) mapClick(e.offsetX, e.offsetY);
     });
     map.addEventListener("dblclick", () => { st.t0 = 0; st.t1 = Math.max(1, meta.ops); redraw(); });
-    const wheel = (e) => {
-      e.preventDefault();
-      const t = tOf(e.offsetX);
-      const f = e.deltaY > 0 ? 1.25 : 0.8;
-      let span = Math.max(8, (st.t1 - st.t0) * f);
-      span = Math.min(span, Math.max(1, meta.ops));
-      st.t0 = Math.max(0, t - (t - st.t0) * (span / (st.t1 - st.t0)));
-      st.t1 = Math.min(meta.ops, st.t0 + span);
-      st.t0 = Math.max(0, st.t1 - span);
-      redraw();
-    };
+    const wheel = (e) => { e.preventDefault(); zoom(e.deltaY > 0 ? 1.25 : 0.8, tOf(e.offsetX)); };
     map.addEventListener("wheel", wheel, { passive: false });
     flame.addEventListener("wheel", wheel, { passive: false });
     flame.addEventListener("mousedown", (e) => { drag = { flame: true, x0: e.offsetX, y0: e.offsetY, x: e.offsetX, moved: false }; });
@@ -558,15 +612,24 @@
     $("ymode").addEventListener("change", (e) => { st.ymode = e.target.value; redraw(); });
     $("clickmode").addEventListener("change", (e) => { st.click = e.target.value; });
     $("reset").addEventListener("click", () => { st.t0 = 0; st.t1 = Math.max(1, meta.ops); setRange(null); });
-    $("clearsel").addEventListener("click", () => { select(null); setRange(null); });
+    $("clearsel").addEventListener("click", () => { st.flameHi = -1; select(null); setRange(null); });
     window.addEventListener("resize", () => redraw());
   }
 
+  // Scales the view by f around operation t (the wheel, and the w/s keys).
+  function zoom(f, t) {
+    let span = Math.max(8, (st.t1 - st.t0) * f);
+    span = Math.min(span, Math.max(1, meta.ops));
+    st.t0 = Math.max(0, t - (t - st.t0) * (span / (st.t1 - st.t0)));
+    st.t1 = Math.min(meta.ops, st.t0 + span);
+    st.t0 = Math.max(0, st.t1 - span);
+    return redraw();
+  }
   function pan(dt) {
     const span = st.t1 - st.t0;
     st.t0 = Math.min(Math.max(0, st.t0 + dt), Math.max(0, meta.ops - span));
     st.t1 = st.t0 + span;
-    redraw();
+    return redraw();
   }
 
   function mapClick(x, y) {
@@ -674,7 +737,7 @@
     const sorted = [...files.entries()].sort((a, b) => sum([].concat(...b[1].values())).loads + sum([].concat(...b[1].values())).stores - sum([].concat(...a[1].values())).loads - sum([].concat(...a[1].values())).stores);
     for (const [file, fns] of sorted) {
       const rows = [].concat(...fns.values());
-      const fd = node(1, base(file) || "(no source)", sum(rows), { fileNode: file });
+      const fd = node(1, rel(file) || "(no source)", sum(rows), { fileNode: file });
       fd.title = file;
       fd.addEventListener("click", () => showFile(file));
       for (const [fn, lines] of fns) {
@@ -691,6 +754,8 @@
   const sourceCache = new Map();
   async function showFile(file, focusLine) {
     st.file = file;
+    if (focusLine !== undefined) st.line = focusLine;
+    changed();
     const code = $("code");
     let text = sourceCache.get(file);
     if (text === undefined) {
@@ -700,11 +765,13 @@
     const byLine = new Map(meta.source.filter((r) => r.file === file).map((r) => [r.line, r]));
     code.replaceChildren();
     const head = document.createElement("div");
-    head.className = "srcline";
+    head.className = "srcline srchead";
     const span = (cls, text) => { const e = document.createElement("span"); if (cls) e.className = cls; e.textContent = text; head.appendChild(e); };
     for (const c of COLS()) span("m", c);
     span("n", "#");
-    span("", file);
+    span("", rel(file));
+    head.lastChild.title = file;
+    head.lastChild.className = "path";
     code.appendChild(head);
     const lines = text === null ? [...byLine.keys()].sort((a, b) => a - b).map((l) => [l, "(source not readable)"]) : text.split("\n").map((t, k) => [k + 1, t]);
     let focus = null;
@@ -729,7 +796,7 @@
       if (n === focusLine) focus = d;
       code.appendChild(d);
     }
-    if (focus) focus.scrollIntoView({ block: "center" });
+    if (focus) centerIn(code, focus);
   }
   hooks.showFile = showFile;
 
@@ -746,6 +813,8 @@
   function showTable(key) {
     const secs = tableSections();
     const [, , rows] = secs.find((s) => s[0] === key) || secs[0];
+    st.tab = key;
+    changed();
     document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("on", b.dataset.key === key));
     const el = $("table");
     el.replaceChildren();
@@ -769,8 +838,14 @@
         const v = r[c];
         td.className = typeof v === "number" ? "" : "t";
         td.textContent = v === null || v === undefined ? "" : typeof v === "object" ? JSON.stringify(v).slice(0, 80) : typeof v === "number" ? fmt(v) : String(v);
+        if (c === "file" && typeof v === "string") {
+          // relative to the project root, the full path on hover
+          const full = fullPath(v);
+          td.textContent = rel(full); td.title = full; td.classList.add("path");
+        }
         tr.appendChild(td);
       }
+      if (typeof r.variable === "string") tr.dataset.variable = r.variable;
       tr.addEventListener("click", () => {
         document.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
         tr.classList.add("sel");
@@ -790,9 +865,14 @@
       select({ kind: "var", variable: r.variable });
     }
     if (file && line) {
-      const full = meta.source.find((s) => s.file === file || s.file.endsWith("/" + file));
+      const full = meta.source.find((s) => s.file === fullPath(file));
       if (full) { showFile(full.file, line); if (!r.variable) hooks.selectSourceLine(full.file, line); }
     }
+  }
+  // A file as the tables name it (maybe shortened) → the trace's full path.
+  function fullPath(f) {
+    const r = meta.source.find((s) => s.file === f) || meta.source.find((s) => s.file.endsWith("/" + f));
+    return r ? r.file : f;
   }
   hooks.clickTableRow = (key, k) => { const s = tableSections().find((x) => x[0] === key); if (s && s[2][k]) rowLink(s[2][k]); return hooks.highlighted; };
   function buildTabs() {
@@ -810,6 +890,8 @@
   // ---------- bottom views: source & tables | call tree (calltree.js) | heap (heap.js) ----------
   async function showView(v) {
     hooks.view = v;
+    st.view = v;
+    changed();
     document.querySelectorAll("#views button").forEach((b) => b.classList.toggle("on", b.dataset.view === v));
     $("source").hidden = $("tables").hidden = v !== "source";
     $("calltree").hidden = v !== "calls";
@@ -824,6 +906,8 @@
     const t = performance.now();
     meta = await (await api("api/meta")).json();
     st.t1 = Math.max(1, meta.ops);
+    ROOT = findRoot([...new Set(meta.source.map((r) => r.file))]);
+    buildFuncFiles();
     $("summary").textContent = fmt(meta.ops) + " memory operations, " + fmt(meta.distinct_lines) + " cache lines, " + meta.threads.length + " thread(s), " + meta.functions.length + " functions";
     setupInteraction();
     await redraw();
@@ -834,7 +918,9 @@
     $("xmode").addEventListener("change", () => { if (hooks.view === "heap") showView("heap"); });
     hooks.meta = meta;
     // for lanes.js (the wall-clock lanes): the shared state and helpers
-    Object.assign(hooks, { api, st, fmt, redraw, funcColor });
+    Object.assign(hooks, { api, st, fmt, redraw, funcColor, rel, centerIn, isLibFile, isLibFunc, funcFile, setHideLib, showTable, rowLink, select, pan, zoom, drawFlame });
+    hooks.root = () => ROOT;
+    $("hidelib").addEventListener("change", (e) => setHideLib(e.target.checked));
     hooks.ready = true;
     document.body.dataset.ready = "1";
   }

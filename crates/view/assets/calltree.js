@@ -22,7 +22,7 @@
   function wait() { if (H() && H().ready) init(); else setTimeout(wait, 30); }
 
   function init() {
-    H().callTree = { show, mode: () => C.mode, rows: () => C.rendered, names: () => C.names.slice(), expand, loads: () => C.loads };
+    H().callTree = { show, mode: () => C.mode, rows: () => C.rendered, names: () => C.names.slice(), expand, loads: () => C.loads, data: () => C.data };
     $("ctmode").addEventListener("change", (e) => show(e.target.value));
   }
 
@@ -45,13 +45,14 @@
       C.misses = r.misses;
       const root = rowOf(r.self, () => topKids(0));
       root.name = "(whole program; self: outside any function)";
-      root.kids = r.rows.map(topRow);
+      root.kids = await merge(r.rows.map(topRow), root);
+      await settle(root.kids);
       root.open = true;
       C.roots = [root];
     } else if (mode === "bottom") {
       const r = await get({ view: "bottom", path: "" });
       C.misses = r.misses;
-      C.roots = r.rows.map((x) => bottomRow(x, [x.function]));
+      C.roots = shown(r.rows).map((x) => bottomRow(x, [x.function]));
     } else {
       let f = arg === undefined ? C.fn : arg;
       if (f === null || f === undefined) {
@@ -64,9 +65,9 @@
         const r = await get({ view: "function", function: f });
         C.misses = r.misses;
         const head = (t) => ({ head: t });
-        const callers = r.callers.map((x) => Object.assign(rowOf(x, null), { excl: null }));
+        const callers = shown(r.callers).map((x) => Object.assign(rowOf(x, null), { excl: null }));
         const me = Object.assign(rowOf(r, null), { self: true });
-        const callees = r.callees.map((x) => Object.assign(rowOf(x, null), { excl: null }));
+        const callees = shown(r.callees).map((x) => Object.assign(rowOf(x, null), { excl: null }));
         C.roots = [head("callers of " + r.name), ...callers, head("the function"), me, head("called by " + r.name), ...callees];
       }
     }
@@ -74,12 +75,44 @@
   }
 
   function topRow(x) {
-    return rowOf(x, x.children ? () => topKids(x.node) : null);
+    const r = rowOf(x, x.children ? (parent) => topKids(x.node, parent) : null);
+    r.node = x.node;
+    return r;
   }
-  async function topKids(node) {
+  async function topKids(node, parent) {
     const r = await get({ view: "top", node });
-    return r.rows.map(topRow);
+    return merge(r.rows.map(topRow), parent);
   }
+  // "hide library frames": a library function's row goes, its own cost joins the
+  // nearest shown caller's self cost and its callees take its place (at most
+  // MERGE_FETCHES requests per expansion; past that the library rows stay).
+  const MERGE_FETCHES = 500;
+  async function merge(rows, parent, budget) {
+    if (!H().st.hideLib || !parent) return rows;
+    budget = budget || { n: MERGE_FETCHES };
+    const out = [];
+    for (const r of rows) {
+      if (!H().isLibFunc(r.name) || (r.hasKids && budget.n <= 0)) { out.push(r); continue; }
+      if (r.excl && parent.excl) parent.excl = parent.excl.map((v, k) => v + (r.excl[k] || 0));
+      if (r.hasKids) {
+        budget.n--;
+        const g = await get({ view: "top", node: r.node });
+        out.push(...(await merge(g.rows.map(topRow), parent, budget)));
+      }
+    }
+    return out;
+  }
+  // With library rows merged, a row's self cost is final only once its children are
+  // fetched: rows on screen fetch theirs (one level ahead) before they are drawn.
+  async function settle(rows) {
+    if (!H().st.hideLib || C.mode !== "top") return;
+    for (const r of rows) {
+      if (!r.hasKids || r.kids !== null) continue;
+      r.kids = await r.fetch(r);
+      r.hasKids = r.kids.length > 0;
+    }
+  }
+  const shown = (rows) => (H().st.hideLib ? rows.filter((x) => !H().isLibFunc(x.name)) : rows);
   function bottomRow(x, path) {
     const r = rowOf(x, x.root ? null : () => bottomKids(path));
     if (path.length > 1) r.calls = x.calls;
@@ -87,22 +120,25 @@
   }
   async function bottomKids(path) {
     const r = await get({ view: "bottom", path: path.join(",") });
-    return r.rows.map((x) => bottomRow(x, path.concat([x.function])));
+    return shown(r.rows).map((x) => bottomRow(x, path.concat([x.function])));
   }
 
   async function toggle(row) {
     if (!row.hasKids) return;
-    if (!row.open && row.kids === null) row.kids = await row.fetch();
+    if (!row.open && row.kids === null) row.kids = await row.fetch(row);
     row.open = !row.open;
+    if (row.open) await settle(row.kids);
     render();
   }
   // Opens every row down to `depth` levels (tests, and a quick look).
   async function expand(depth) {
     const go = async (rows, d) => {
       for (const r of rows) {
-        if (!r.hasKids || d >= depth) continue;
-        if (r.kids === null) r.kids = await r.fetch();
+        if (!r.hasKids) continue;
+        if (d >= depth) { await settle([r]); continue; }
+        if (r.kids === null) r.kids = await r.fetch(r);
         r.open = true;
+        await settle(r.kids);
         await go(r.kids, d + 1);
       }
     };
@@ -144,7 +180,7 @@
       hr.appendChild(th);
     }
     tbl.appendChild(hr);
-    const names = new Set();
+    const names = new Set(), data = [];
     let n = 0;
     const emit = (r, depth) => {
       const tr = document.createElement("tr");
@@ -183,6 +219,7 @@
       tr.addEventListener("click", () => { if (r.fid) show("function", r.fid); });
       tbl.appendChild(tr);
       names.add(r.name);
+      data.push({ name: r.name, depth, incl: r.incl, excl: r.excl });
       n++;
       if (r.open && r.kids) for (const k of sorted(r.kids)) emit(k, depth + 1);
     };
@@ -196,6 +233,7 @@
     }
     C.rendered = n;
     C.names = [...names];
+    C.data = data; // the rows as drawn (tests)
     $("ctable").dataset.rows = n;
   }
 

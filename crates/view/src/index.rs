@@ -260,6 +260,8 @@ struct Builder<'n> {
     touched0: Vec<u32>,
     funcs: HashMap<String, u32>,
     func_list: Vec<String>,
+    /// Per function: the source file of its entry (the page's library filter).
+    func_files: Vec<String>,
     func_of_pc: HashMap<Pc, u32>,
     calls: Calls,
     annotation: Option<Annotation>,
@@ -317,13 +319,15 @@ impl<'n> Builder<'n> {
         if let Some(&i) = self.func_of_pc.get(&pc) {
             return i;
         }
-        let name = self.namer.code(pc).function;
+        let code = self.namer.code(pc);
+        let name = code.function;
         let i = match self.funcs.get(&name) {
             Some(&i) => i,
             None => {
                 let i = self.func_list.len() as u32;
                 self.funcs.insert(name.clone(), i);
                 self.func_list.push(name);
+                self.func_files.push(code.file);
                 i
             }
         };
@@ -730,6 +734,7 @@ pub(crate) fn build_in(
         touched0: Vec::new(),
         funcs: HashMap::new(),
         func_list: Vec::new(),
+        func_files: Vec::new(),
         func_of_pc: HashMap::new(),
         calls: Calls::default(),
         annotation,
@@ -951,6 +956,7 @@ pub(crate) fn build_in(
         "time": time,
         "threads": b.threads.iter().collect::<BTreeMap<_, _>>().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
         "functions": b.func_list,
+        "function_files": b.func_files,
         "pcs": pcs,
         "vars": b.names.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
         "bands": bands,

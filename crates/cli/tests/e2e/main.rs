@@ -41,3 +41,4 @@ mod view_calls;
 mod view_diff;
 mod view_index;
 mod view_time;
+mod view_ux;

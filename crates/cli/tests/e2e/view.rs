@@ -672,16 +672,18 @@ fn viewer_shows_a_hostile_file_name_as_text_and_runs_no_script() {
     assert!(out.status.success(), "record failed: {}", stderr(&out));
     let v = Viewer::open(&trace);
     let b = &v.b;
-    // The tree shows the file's name as text; opening it shows the full path as text.
+    // The tree shows the file's name as text; opening it shows the path relative to
+    // the program's directory as text, the full path as its title.
     let node = b.js("return document.querySelector('#tree .node.lvl1').firstChild.textContent");
     assert_eq!(node, json!(name));
     b.click("#tree .node.lvl1");
     let store_a = line_of("viewer.c", "store-a");
     v.wait_for(&format!("document.querySelector(\"#code .srcline[data-line='{store_a}']\")"));
     let head = b.js(
-        "return document.querySelector('#code .srcline:first-child span:last-child').textContent",
+        "const s = document.querySelector('#code .srcline:first-child span:last-child'); return [s.textContent, s.title]",
     );
-    assert!(head.as_str().unwrap().ends_with(&format!("/{name}")), "{head}");
+    assert_eq!(head[0], json!(name));
+    assert!(head[1].as_str().unwrap().ends_with(&format!("/{name}")), "{head}");
     // Its text came from /api/source (the file is one the DWARF names).
     let line = b.js(&format!(
         "return document.querySelector(\"#code .srcline[data-line='{store_a}'] span:last-child\").textContent"
