@@ -130,7 +130,7 @@ def build_step(cmd, out: Path, inputs) -> None:
 
 class Tools:
     def __init__(self, args):
-        self.memlens = Path(args.memlens) if args.memlens else ROOT / "target/release/memlens"
+        self.memlens = Path(args.memlens).resolve() if args.memlens else ROOT / "target/release/memlens"
         self.runtime = self.memlens.parent / "libmemlens_rt.a"
         self.cc = os.environ.get("MEMLENS_CC") or (
             "clang-22" if shutil.which("clang-22") else "gcc")

@@ -3,20 +3,10 @@
 // variable names) only ever reaches the page as textContent, never as HTML.
 "use strict";
 (function () {
-  const TOKEN = new URLSearchParams(location.search).get("token") || "";
-  const $ = (id) => document.getElementById(id);
-  const api = (path, params) => {
-    const q = new URLSearchParams(Object.assign({ token: TOKEN }, params || {}));
-    return fetch(path + "?" + q.toString()).then((r) => {
-      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
-      return r;
-    });
-  };
-  const fmt = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + "G" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? (n / 1e3).toFixed(1) + "k" : String(n));
+  const { $, api, fmt } = window.memlensUi;
   const hex = (n) => "0x" + n.toString(16);
-  // Toolchain and library code: system headers and libraries, the Rust standard
-  // library, or no source file at all (the "hide library frames" filter).
-  const isLibFile = (f) => !f || /^\/usr\/|^\/rustc\/|\/\.rustup\/toolchains\/|\/include\/c\+\+\//.test(f);
+  // The "hide library frames" filter's test (common.js).
+  const isLibFile = window.memlensUi.isLibrary;
   let ROOT = ""; // the longest common directory of the program's own source files, with "/"
   // "a/b/../c" shown as "a/c" (gcc names its C++ headers so).
   const tidy = (f) => { const o = []; for (const p of f.split("/")) { if (p === ".." && o.length > 1 && o[o.length - 1] !== "..") o.pop(); else if (p !== ".") o.push(p); } return o.join("/"); };

@@ -4,25 +4,9 @@
 // reaches the page as textContent, never as HTML.
 "use strict";
 (function () {
-  const TOKEN = new URLSearchParams(location.search).get("token") || "";
-  const $ = (id) => document.getElementById(id);
-  const api = (path, params) => {
-    const q = new URLSearchParams(Object.assign({ token: TOKEN }, params || {}));
-    return fetch(path + "?" + q.toString()).then((r) => {
-      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
-      return r;
-    });
-  };
-  const fmt = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + "G" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e4 ? (n / 1e3).toFixed(1) + "k" : String(n));
+  const { $, api, fmt, base, el } = window.memlensUi;
   const signed = (d) => (d > 0 ? "+" + fmt(d) : d < 0 ? "−" + fmt(-d) : "0");
   const cls = (d) => (d > 0 ? "pos" : d < 0 ? "neg" : "zero");
-  const base = (f) => (f || "").split("/").pop();
-  const el = (tag, className, text) => {
-    const e = document.createElement(tag);
-    if (className) e.className = className;
-    if (text !== undefined) e.textContent = text;
-    return e;
-  };
   // Rows per table the page asks for (the largest changes; the caption says how many there are).
   const LIMIT = 2000;
 

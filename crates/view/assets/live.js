@@ -4,19 +4,10 @@
 
 'use strict';
 (() => {
-  const token = new URLSearchParams(location.search).get('token') || '';
-  const $ = (id) => document.getElementById(id);
-  // Sources of the toolchain, the system, and library crates (memlens's own runtime
-  // among them, in a memlens-built program): not the program's own files.
-  const isSystem = (p) =>
-    p.startsWith('/usr/') || p.startsWith('/rustc/') || p.startsWith('/rust/') ||
-    p.includes('/.cargo/registry/') || p.includes('/.cargo/git/') || p.includes('/rustlib/');
-  const el = (tag, cls, text) => {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
-    return e;
-  };
+  const { $, el } = window.memlensUi;
+  const token = window.memlensUi.TOKEN;
+  // Not the program's own files (common.js).
+  const isSystem = window.memlensUi.isLibrary;
   const POLL_MS = 200;
   const HISTORY = 120;
   const S = {

@@ -7,6 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
 
@@ -107,6 +108,9 @@ fn ct_eq(a: &str, b: &str) -> bool {
 }
 
 /// A static asset, never cached.
+/// The helpers every page's script shares, served at `/common.js` by every server.
+const COMMON_JS: &str = include_str!("../assets/common.js");
+
 pub(crate) fn asset(body: &'static str, ty: &'static str) -> Response {
     ([(header::CONTENT_TYPE, ty), (header::CACHE_CONTROL, "no-store")], body).into_response()
 }
@@ -142,6 +146,8 @@ pub(crate) fn serve_app(
             .await
             .map_err(|e| Error::Io(format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
         let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+        // common.js: what every page's script shares (token, requests, formats).
+        let app = app.route("/common.js", get(|| async { asset(COMMON_JS, "text/javascript") }));
         let app = Guard::new(token.to_string(), addr.port()).protect(app);
         ready(&format!("http://{addr}/?token={token}"));
         let server = axum::serve(listener, app);
