@@ -601,6 +601,15 @@ fn viewer_draws_a_coarse_frame_first_then_the_fine_one() {
 }
 
 /// One raw GET with the given header lines; returns (status, lower-cased head, body).
+/// A JSON endpoint of a viewer on `port`, with its token; the status must be 200.
+pub(crate) fn get_api(port: u16, token: &str, path: &str) -> Value {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let (st, _, body) = get_raw(port, &format!("{path}{sep}token={token}"), &host);
+    assert_eq!(st, 200, "{path}: {}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
 pub(crate) fn get_raw(port: u16, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -641,19 +650,32 @@ pub(crate) fn serve_in_background(
 
 /// `tests/programs/viewer.c` copied to `dir/name` and built there with gcc.
 fn build_as(dir: &Path, name: &str) -> PathBuf {
+    build_copy_as(dir, "viewer.c", name, &["cc", "-O2"], ("MEMLENS_CC", "gcc"))
+}
+
+/// `tests/programs/{program}` copied to `dir/name` and built there by `memlens CMD`
+/// with `compiler` in the environment (a source file named like HTML, for the pages'
+/// escaping tests).
+pub(crate) fn build_copy_as(
+    dir: &Path,
+    program: &str,
+    name: &str,
+    cmd: &[&str],
+    compiler: (&str, &str),
+) -> PathBuf {
     require_runtime();
     let src = dir.join(name);
-    std::fs::copy(programs().join("viewer.c"), &src).unwrap();
+    std::fs::copy(programs().join(program), &src).unwrap();
     let exe = dir.join("prog");
     let out = Command::new(memlens())
-        .args(["cc", "-O2"])
+        .args(cmd)
         .arg(&src)
         .arg("-o")
         .arg(&exe)
-        .env("MEMLENS_CC", "gcc")
+        .env(compiler.0, compiler.1)
         .output()
         .unwrap();
-    assert!(out.status.success(), "memlens cc failed: {}", stderr(&out));
+    assert!(out.status.success(), "memlens {cmd:?} failed: {}", stderr(&out));
     exe
 }
 

@@ -10,11 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn api(port: u16, token: &str, path: &str) -> Value {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let host = format!("Host: 127.0.0.1:{port}\r\n");
-    let (st, _, body) = get_raw(port, &format!("{path}{sep}token={token}"), &host);
-    assert_eq!(st, 200, "{path}: {}", String::from_utf8_lossy(&body));
-    serde_json::from_slice(&body).unwrap()
+    crate::view::get_api(port, token, path)
 }
 
 fn recorded(name: &str) -> (PathBuf, PathBuf) {

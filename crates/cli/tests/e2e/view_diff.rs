@@ -37,11 +37,7 @@ fn record_both(dir: PathBuf, exe: &Path) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 fn api(port: u16, token: &str, path: &str) -> Value {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let host = format!("Host: 127.0.0.1:{port}\r\n");
-    let (st, _, body) = get_raw(port, &format!("{path}{sep}token={token}"), &host);
-    assert_eq!(st, 200, "{path}: {}", String::from_utf8_lossy(&body));
-    serde_json::from_slice(&body).unwrap()
+    crate::view::get_api(port, token, path)
 }
 
 type Counts = BTreeMap<String, (u64, u64)>;
@@ -253,20 +249,7 @@ fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
 
 /// The program's source copied under a name that is HTML, built with gcc.
 fn build_hostile(dir: &Path) -> PathBuf {
-    require_runtime();
-    let src = dir.join(HOSTILE);
-    std::fs::copy(programs().join(SRC), &src).unwrap();
-    let exe = dir.join("prog");
-    let out = std::process::Command::new(memlens())
-        .args(["cc", "-O2"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .env("MEMLENS_CC", "gcc")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "memlens cc failed: {}", stderr(&out));
-    exe
+    crate::view::build_copy_as(dir, SRC, HOSTILE, &["cc", "-O2"], ("MEMLENS_CC", "gcc"))
 }
 
 const HOSTILE: &str = "<img src=x onerror=alert(1)>.c";

@@ -13,20 +13,9 @@ const HOSTILE: &str = "<img src=x onerror=alert(1)>.cpp";
 
 /// The program under the hostile name, built with `memlens c++ -O0` and recorded.
 fn recorded(name: &str) -> (PathBuf, PathBuf) {
-    require_runtime();
     let dir = scratch(name);
-    let src = dir.join(HOSTILE);
-    std::fs::copy(programs().join(SRC), &src).unwrap();
-    let exe = dir.join("prog");
-    let out = std::process::Command::new(memlens())
-        .args(["c++", "-O0"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .env("MEMLENS_CXX", "g++")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "memlens c++ failed: {}", stderr(&out));
+    let exe =
+        crate::view::build_copy_as(&dir, SRC, HOSTILE, &["c++", "-O0"], ("MEMLENS_CXX", "g++"));
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
     assert!(out.status.success(), "record failed: {}", stderr(&out));
