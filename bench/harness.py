@@ -447,7 +447,7 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
     T = rec["times"]
     C = rec["cpu_times"] = {}
     for k in ("native", "memlens_record", "native_small", "lackey", "cachegrind",
-              "memlens_report", "dbi_record"):
+              "memlens_report", "memlens_by_variable", "dbi_record"):
         T[k] = []
         C[k] = []
     tracedir = OUT / "traces"
@@ -565,15 +565,20 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
         rec["records_per_s_per_thread"] = events / M["memlens_record"] / th
         rec["dropped"] = info.get("dropped", 0)
         if not args.no_report:
-            for _ in range(args.report_reps or args.reps):
-                dt, rc, so, se = timed([tools.memlens, "report", trace])
-                if rc != 0:
-                    problems.append(f"memlens report failed ({rc}): "
-                                    f"{se.decode(errors='replace')[-300:]}")
-                    break
-                T["memlens_report"].append(dt)
-            M["memlens_report"] = med(T["memlens_report"])
+            # per line (decoding and code names), and per variable (every access named)
+            for key, cmd in (("memlens_report", ["report"]),
+                             ("memlens_by_variable", ["report", "--by", "variable"])):
+                for _ in range(args.report_reps or args.reps):
+                    dt, rc, so, se = timed([tools.memlens, *cmd, trace])
+                    if rc != 0:
+                        problems.append(f"memlens {' '.join(cmd)} failed ({rc}): "
+                                        f"{se.decode(errors='replace')[-300:]}")
+                        break
+                    T[key].append(dt)
+                M[key] = med(T[key])
             rec["ratios"]["report_vs_record"] = ratio(M["memlens_report"], M["memlens_record"])
+            rec["ratios"]["by_variable_vs_record"] = ratio(M["memlens_by_variable"],
+                                                           M["memlens_record"])
         if args.variants:
             rec["variants"] = run_variants(p, exe_ml, full, tools, args, trace)
         if not args.keep_traces:
@@ -659,8 +664,8 @@ def dbi_table(results):
 def table(results):
     lines = [
         "| program | what | memlens record × | memlens CPU × | lackey × (small) | cachegrind × | accesses | "
-        "B/access | M rec/s/thread | threads | report / record |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "B/access | M rec/s/thread | threads | report / record | by variable / record |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         R = r["ratios"]
@@ -674,7 +679,8 @@ def table(results):
             f"{fmt(R.get('lackey_small'), '{:,.0f}', '×')} | {cg} | "
             f"{fmt_count(r.get('accesses'))} | {fmt(r.get('bytes_per_access'), '{:.3f}')} | "
             f"{fmt(rps / 1e6 if rps else None, '{:.0f}')} | {r.get('threads', '—')} | "
-            f"{fmt(R.get('report_vs_record'), '{:.2f}', '×')} |")
+            f"{fmt(R.get('report_vs_record'), '{:.2f}', '×')} | "
+            f"{fmt(R.get('by_variable_vs_record'), '{:.2f}', '×')} |")
     return "\n".join(lines)
 
 
@@ -712,6 +718,8 @@ def summary(results):
         "lackey_slowdown_median": med([r["ratios"].get("lackey_small") for r in results]),
         "cachegrind_slowdown_median": med([r["ratios"].get("cachegrind") for r in results]),
         "report_vs_record_median": med([r["ratios"].get("report_vs_record") for r in results]),
+        "by_variable_vs_record_median": med([r["ratios"].get("by_variable_vs_record")
+                                             for r in results]),
         "dbi_slowdown_median": med([r["ratios"].get("dbi") for r in results]),
         "dbi_slowdown_p90": percentile([r["ratios"].get("dbi") for r in results], 0.9),
         "dbi_bytes_per_access_median": med([r.get("dbi_bytes_per_access") for r in results]),
@@ -741,7 +749,9 @@ def summary_lines(s):
         f"(target ≤ 1.5{ok(s['bytes_per_access_median'], 1.5)})",
         f"- for comparison: lackey median {fmt(s['lackey_slowdown_median'], '{:,.0f}', '×')} "
         f"(small inputs), cachegrind median {fmt(s['cachegrind_slowdown_median'], '{:.1f}', '×')}; "
-        f"memlens report / record median {fmt(s['report_vs_record_median'], '{:.2f}', '×')}",
+        f"memlens report / record median {fmt(s['report_vs_record_median'], '{:.2f}', '×')}, "
+        f"report --by variable / record median "
+        f"{fmt(s['by_variable_vs_record_median'], '{:.2f}', '×')}",
     ])
 
 
