@@ -22,7 +22,7 @@
   function wait() { if (H() && H().ready) init(); else setTimeout(wait, 30); }
 
   function init() {
-    H().callTree = { show, mode: () => C.mode, rows: () => C.rendered, names: () => C.names.slice(), expand, loads: () => C.loads, data: () => C.data };
+    H().callTree = { show, mode: () => C.mode, fn: () => C.fn, rows: () => C.rendered, names: () => C.names.slice(), expand, loads: () => C.loads, data: () => C.data };
     $("ctmode").addEventListener("change", (e) => show(e.target.value));
   }
 
@@ -72,6 +72,7 @@
       }
     }
     render();
+    if (H().stateChanged) H().stateChanged(); // the mode and function go into the URL
   }
 
   function topRow(x) {
@@ -219,7 +220,7 @@
       tr.addEventListener("click", () => { if (r.fid) show("function", r.fid); });
       tbl.appendChild(tr);
       names.add(r.name);
-      data.push({ name: r.name, depth, incl: r.incl, excl: r.excl });
+      data.push({ name: r.name, fid: r.fid, depth, incl: r.incl, excl: r.excl });
       n++;
       if (r.open && r.kids) for (const k of sorted(r.kids)) emit(k, depth + 1);
     };

@@ -18,6 +18,7 @@
   // ---------- the URL ----------
   // #t0=&t1= (operations on screen) &r0=&r1= (the selected range) &file=&line= &view=
   // &tab= &x= (time or order) &q= (the search text) &lib=1 (library frames hidden)
+  // &ct= (the call tree's mode: bottom or function; top when absent) &ctf= (its function)
   function stateParams() {
     const h = H(), st = h.st, p = new URLSearchParams();
     p.set("t0", String(Math.round(st.t0)));
@@ -28,6 +29,11 @@
       if (Number.isInteger(st.line)) p.set("line", String(st.line));
     }
     if (st.view && st.view !== "source") p.set("view", st.view);
+    const ct = h.callTree;
+    if (st.view === "calls" && ct && ct.mode() !== "top") {
+      p.set("ct", ct.mode());
+      if (ct.mode() === "function" && Number.isInteger(ct.fn())) p.set("ctf", String(ct.fn()));
+    }
     if (st.tab && st.tab !== "variables") p.set("tab", st.tab);
     p.set("x", $("xmode").value);
     if ($("search").value) p.set("q", $("search").value);
@@ -65,6 +71,10 @@
     }
     const view = p.get("view");
     if (["source", "calls", "heap"].includes(view)) out.view = view;
+    const ct = p.get("ct");
+    if (ct === "bottom" || ct === "function") out.ct = ct;
+    const ctf = int("ctf");
+    if (ctf !== null) out.ctf = ctf;
     const tab = p.get("tab");
     if (tab !== null && [...document.querySelectorAll("#tabs button")].some((b) => b.dataset.key === tab)) out.tab = tab;
     const x = p.get("x");
@@ -91,6 +101,10 @@
       else if (s.t0 !== undefined) await h.redraw();
       if (s.tab) h.showTable(s.tab);
       if (s.view) await h.showView(s.view);
+      if (s.view === "calls" && s.ct) {
+        // a function id the trace does not have is refused by the server: stay top-down
+        try { await h.callTree.show(s.ct, s.ct === "function" ? s.ctf : undefined); } catch (e) { await h.callTree.show("top"); }
+      }
       if (s.file) {
         await h.showFile(s.file, s.line);
         if (s.line && h.meta.source.some((r) => r.file === s.file && r.line === s.line)) await h.selectSourceLine(s.file, s.line);

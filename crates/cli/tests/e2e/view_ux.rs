@@ -285,3 +285,38 @@ fn shot(v: &Viewer, dir: &Path, name: &str) {
     let d = std::env::var_os("MEMLENS_VIEW_SHOTS").map_or(dir.to_path_buf(), PathBuf::from);
     v.b.screenshot(&d.join(name));
 }
+
+#[test]
+fn view_ux_call_tree_mode_and_function_survive_a_reload() {
+    if !browser_available() {
+        return;
+    }
+    let (_dir, trace) = recorded("view-ux-calltree");
+    let v = Viewer::open(&trace);
+    v.wait_for("memlens.restored");
+    v.b.js_async("const done = arguments[0]; memlens.showView('calls').then(() => done(1))");
+    v.wait_for("memlens.callTree.data().some(r => r.name === 'main')");
+    // the callers/callees of fill_table, as a click on its row opens them
+    v.b.js_async("const done = arguments[0]; memlens.callTree.expand(20).then(() => done(1))");
+    let fid = v.b.js("const r = memlens.callTree.data().find(r => r.name.startsWith('fill_table')); return r ? r.fid : null");
+    let fid = fid.as_u64().unwrap_or_else(|| panic!("no fill_table row: {fid}"));
+    v.b.js_async(&format!(
+        "const done = arguments[0]; memlens.callTree.show('function', {fid}).then(() => done(1))"
+    ));
+    let h = hash_with(&v, "ct=function");
+    assert!(h.contains("view=calls") && h.contains(&format!("ctf={fid}")), "{h}");
+    reload(&v, &format!("{}{h}", page_url(&v)));
+    v.wait_for("memlens.restored");
+    assert_eq!(
+        v.b.js("return [memlens.callTree.mode(), memlens.callTree.fn()]"),
+        json!(["function", fid])
+    );
+    assert_eq!(hash(&v), h, "the restored page wrote another state");
+    // the bottom-up mode too; a function id the trace does not have leaves the tree top-down
+    v.b.js("document.getElementById('ctmode').value = 'bottom'; document.getElementById('ctmode').dispatchEvent(new Event('change'))");
+    let h = hash_with(&v, "ct=bottom");
+    assert!(!h.contains("ctf="), "{h}");
+    reload(&v, &format!("{}#view=calls&ct=function&ctf=999999999", page_url(&v)));
+    v.wait_for("memlens.restored");
+    assert_eq!(v.b.js("return memlens.callTree.mode()"), json!("top"));
+}
