@@ -203,7 +203,18 @@ proptest! {
         let (want, err) = by_next(&whole);
         prop_assert_eq!(err, None);
         prop_assert_eq!(want.iter().map(|x| &x.1).collect::<Vec<_>>(), evs.iter().collect::<Vec<_>>());
-        prop_assert_eq!(by_columns(&whole, max), (want, None));
+        prop_assert_eq!(by_columns(&whole, max), (want.clone(), None));
+        // the skeleton pass: the same non-access events, numbered alike
+        let skel: Vec<(u64, Event)> = want
+            .into_iter()
+            .filter(|(_, e)| {
+                !matches!(
+                    e,
+                    Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. } | Event::Fence { .. }
+                )
+            })
+            .collect();
+        prop_assert_eq!(by_skeleton(&whole), (skel, evs.len() as u64));
         // cut in the op stream, or the side stream: the same events, then the same error
         let ops = &s.ops[..cut % (s.ops.len() + 1)];
         let side = &s.side[..side_cut % (s.side.len() + 1)];

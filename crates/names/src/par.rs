@@ -196,6 +196,13 @@ impl<'a> Worker<'a> {
     /// The label of an access: one probe when cached and still valid.
     #[inline(always)]
     fn label(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr) -> u32 {
+        // the page table first: it is small enough to stay in L1, and a walk over
+        // a large block (a sort's array) misses the (pc, address) cache every time
+        let page = addr.0 >> 12;
+        let p = &self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)];
+        if p.page == page && addr.0 >= p.lo && addr.0 < p.hi && p.epoch == cur.tepoch {
+            return p.label;
+        }
         let h = ((pc.0.rotate_left(29) ^ addr.0).wrapping_mul(0x9E37_79B9_7F4A_7C15)
             >> (64 - CACHE_BITS)) as usize;
         let e = self.cache[h];
@@ -211,11 +218,6 @@ impl<'a> Worker<'a> {
             }
         {
             return e.label;
-        }
-        let page = addr.0 >> 12;
-        let p = &self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)];
-        if p.page == page && addr.0 >= p.lo && addr.0 < p.hi && p.epoch == cur.tepoch {
-            return p.label;
         }
         self.miss(cur, index, pc, addr, h)
     }

@@ -167,7 +167,7 @@ const SIZE_OF: [u64; 256] = {
 /// bytes (a loop's strides) take a branch each; longer ones are gathered
 /// without a branch per byte.
 #[inline(always)]
-fn varint8(w: u64) -> Option<(u64, usize)> {
+pub(super) fn varint8(w: u64) -> Option<(u64, usize)> {
     if w & 0x80 == 0 {
         return Some((w & 0x7f, 1));
     }
@@ -228,8 +228,9 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         res.map(|()| n)
     }
 
-    /// Plain loads and stores while every byte they may need is present, at most
-    /// `max` (room for them reserved); returns how many.
+    /// Plain loads and stores, function entries and exits while every byte they
+    /// may need is present, at most `max` events (room for the rows reserved);
+    /// returns how many.
     #[inline(always)]
     fn columns_fast(&mut self, out: &mut Columns, max: usize) -> usize {
         let buf = self.buf.as_ref();
@@ -267,15 +268,56 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             )
         };
         let mut k = 0;
-        'runs: while k < max && pos <= op_lim && spos <= side_lim {
+        // function entries and exits (a quarter of the events of call-heavy code)
+        // decoded here too, into `other`; `extra` counts them
+        let mut extra = 0u64;
+        let mut frame = self.pred.prev_frame;
+        'runs: while k + (extra as usize) < max && pos <= op_lim && spos <= side_lim {
             // an event takes at most 9 op and 8 side bytes: this many are in
             // bounds without a check each
-            let stop = k + ((op_lim - pos) / 9).min((side_lim - spos) / 8).min(max - k - 1) + 1;
+            let left = max - k - extra as usize;
+            let stop = k + ((op_lim - pos) / 9).min((side_lim - spos) / 8).min(left - 1) + 1;
             while k < stop {
                 let w = word(pos);
                 let t = w as u8;
                 if KIND_OF[t as usize] == NOT_PLAIN {
-                    break 'runs;
+                    if t != tag::FUNC_ENTER && t != tag::FUNC_EXIT {
+                        break 'runs;
+                    }
+                    let Some((dpc, n1)) = varint8(word(pos + 1)) else { break 'runs };
+                    let at = first + k as u64 + extra;
+                    let epc = pc.wrapping_add(unzigzag(dpc) as u64);
+                    let o = &mut out.other;
+                    if o.len() == o.capacity() {
+                        o.reserve(256);
+                    }
+                    // SAFETY: room for one more, written in place (an event built
+                    // on the stack and copied stalled on store forwarding); the
+                    // length covers it only once written.
+                    let slot = unsafe { o.as_mut_ptr().add(o.len()) };
+                    if t == tag::FUNC_EXIT {
+                        pos += 1 + n1;
+                        unsafe { slot.write((at, Event::FuncExit { pc: Pc(epc) })) };
+                    } else {
+                        // call site and frame: two side varints of up to 8 bytes
+                        if spos + 16 > buf.len() {
+                            break 'runs;
+                        }
+                        let Some((dcs, m1)) = varint8(word(spos)) else { break 'runs };
+                        let Some((dfr, m2)) = varint8(word(spos + m1)) else { break 'runs };
+                        pos += 1 + n1;
+                        spos += m1 + m2;
+                        frame = frame.wrapping_add(unzigzag(dfr) as u64);
+                        let call_site = Pc(epc.wrapping_add(unzigzag(dcs) as u64));
+                        let ev = Event::FuncEnter { pc: Pc(epc), call_site, frame: Addr(frame) };
+                        unsafe { slot.write((at, ev)) };
+                    }
+                    // SAFETY: the slot was written above.
+                    unsafe { o.set_len(o.len() + 1) };
+                    pc = epc;
+                    extra += 1;
+                    // an entry's side bytes may exceed the per-event bound: recount
+                    continue 'runs;
                 }
                 // the pc's first 7 bytes are in `w`; a longer one is read again
                 let (dpc, n1) = match varint8(w >> 8) {
@@ -298,6 +340,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                     pcs.add(k).write(pc);
                     addrs.add(k).write(*s);
                     kinds.add(k).write(t);
+                    seq.add(k).write(first + k as u64 + extra);
                 }
                 k += 1;
             }
@@ -308,7 +351,6 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 let t = *kinds.add(i) as usize;
                 kinds.add(i).write(KIND_OF[t]);
                 sizes.add(i).write(SIZE_OF[t]);
-                seq.add(i).write(first + i as u64);
             }
         }
         // SAFETY: rows row..row + k of every column were written above.
@@ -322,8 +364,9 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         self.pos = pos;
         self.spos = spos;
         self.pred.prev_pc = pc;
-        self.seq += k as u64;
-        k
+        self.pred.prev_frame = frame;
+        self.seq += k as u64 + extra;
+        k + extra as usize
     }
 
     /// At the end of a replayed body whose replay is the last rows of `out`:

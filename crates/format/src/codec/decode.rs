@@ -1,5 +1,6 @@
 //! The full decoder: every event as an [`Event`], and the skeleton walk.
 
+use super::columns::varint8;
 use super::{tag, varint_at, DecodeError, Predictor};
 use crate::event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 use crate::types::{Addr, Pc, ThreadId};
@@ -661,11 +662,84 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                     }
                 }
             }
+            let k = self.skeleton_fast(n, &mut f);
+            if k > 0 {
+                n += k;
+                continue;
+            }
             if !self.skip_one(n, &mut f)? {
                 return Ok(n);
             }
             n += 1;
         }
+    }
+
+    /// [`Decoder::skeleton`]'s common events while every byte they may need is
+    /// present: plain loads and stores stepped over (their pcs followed, their
+    /// address bytes counted, not decoded) and function entries and exits handed
+    /// to `f` (event `n0` first). Returns the events passed; anything else (and
+    /// every error) is left to [`Decoder::skip_one`].
+    #[inline(always)]
+    fn skeleton_fast(&mut self, n0: u64, f: &mut impl FnMut(u64, Event)) -> u64 {
+        let buf = self.buf.as_ref();
+        // an event takes at most 9 op bytes (tag, 8-byte pc) and 16 side bytes
+        // (an entry's two 8-byte varints): checked once per event
+        let (Some(op_lim), Some(side_lim)) = (self.end.checked_sub(9), buf.len().checked_sub(16))
+        else {
+            return 0;
+        };
+        if self.end > buf.len() {
+            return 0;
+        }
+        let b = buf.as_ptr();
+        // SAFETY: `at + 8 <= buf.len()` at every call below.
+        let word = |at: usize| unsafe { u64::from_le((b.add(at) as *const u64).read_unaligned()) };
+        let (mut pos, mut spos, mut pc) = (self.pos, self.spos, self.pred.prev_pc);
+        let mut frame = self.pred.prev_frame;
+        let mut n = 0;
+        while pos <= op_lim && spos <= side_lim {
+            let w = word(pos);
+            let t = w as u8;
+            if t <= tag::ACCESS_MAX && t & tag::ACCESS_VALUE == 0 && t & 7 <= 4 {
+                let (dpc, n1) = match varint8(w >> 8) {
+                    Some((d, n)) if n < 8 => (d, n),
+                    _ => match varint8(word(pos + 1)) {
+                        Some(v) => v,
+                        None => break,
+                    },
+                };
+                let stops = !word(spos) & 0x8080_8080_8080_8080;
+                if stops == 0 {
+                    break;
+                }
+                pos += 1 + n1;
+                spos += stops.trailing_zeros() as usize / 8 + 1;
+                pc = pc.wrapping_add(unzigzag(dpc) as u64);
+            } else if t == tag::FUNC_EXIT || t == tag::FUNC_ENTER {
+                let Some((dpc, n1)) = varint8(word(pos + 1)) else { break };
+                let epc = pc.wrapping_add(unzigzag(dpc) as u64);
+                if t == tag::FUNC_EXIT {
+                    f(n0 + n, Event::FuncExit { pc: Pc(epc) });
+                } else {
+                    let Some((dcs, m1)) = varint8(word(spos)) else { break };
+                    let Some((dfr, m2)) = varint8(word(spos + m1)) else { break };
+                    spos += m1 + m2;
+                    frame = frame.wrapping_add(unzigzag(dfr) as u64);
+                    let call_site = Pc(epc.wrapping_add(unzigzag(dcs) as u64));
+                    f(n0 + n, Event::FuncEnter { pc: Pc(epc), call_site, frame: Addr(frame) });
+                }
+                pos += 1 + n1;
+                pc = epc;
+            } else {
+                break;
+            }
+            n += 1;
+        }
+        self.pos = pos;
+        self.spos = spos;
+        self.pred.prev_pc = pc;
+        self.pred.prev_frame = frame;
+        n
     }
 
     /// The `repeat` at the cursor, checked as [`Decoder::at_end`] checks it:
