@@ -20,6 +20,11 @@ impl Mapping {
     pub fn label(&self) -> String {
         if self.name.is_empty() {
             "[anonymous mmap]".into()
+        } else if self.name == "[stack]" {
+            // the kernel's [stack] is the main thread's; argv and the environment
+            // sit in it above the top pthread reports, in the same or the next page
+            // as ASLR falls: one name for both, so two runs of a program agree
+            "[stack of T0]".into()
         } else if self.name.starts_with('[') {
             self.name.clone()
         } else {

@@ -425,3 +425,26 @@ fn parallel_naming_equals_the_serial_pass() {
         assert_eq!(sum("bytes_read"), THREADS * N * 8, "{cc:?}: {heap:#?}");
     }
 }
+
+/// The argument strings sit in the kernel's `[stack]` mapping above the top of the
+/// main thread's stack as pthread reports it (how far above depends on ASLR): they
+/// are named like the rest of that stack, so the same bytes get the same name in
+/// every run (two runs diffed in the viewer showed `[stack]` against `[stack of T0]`).
+#[test]
+fn argument_strings_are_named_as_the_main_threads_stack() {
+    for cc in Cc::all() {
+        let dir = scratch("argsum");
+        let exe = build(cc, "argsum.c", &dir, &[]);
+        let arg = "a".repeat(20_000);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &[&arg]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), format!("{}\n", 97 * 20_000), "{cc:?}");
+        let rows = variables(&trace, "variable");
+        assert!(var(&rows, "[stack]").is_none(), "{cc:?}: {rows:#?}");
+        // 20,000 bytes and the terminating NUL, and argv[1] itself
+        let r = var(&rows, "[stack of T0]").unwrap_or_else(|| panic!("{cc:?}: {rows:#?}"));
+        assert_eq!(r["loads"], 20_002, "{cc:?}: {rows:#?}");
+        assert_eq!(r["bytes_read"], 20_001 + 8, "{cc:?}");
+    }
+}
