@@ -319,21 +319,23 @@ class Builder:
         c0 = self.cc()[0]
         c0 = Path(c0).resolve() if "/" in str(c0) else c0
         cc = " ".join(map(str, [c0, *self.cc()[1:]]))
-        stamp = tree / ".memlens-bench-cc"
-        if out.exists() and stamp.exists() and stamp.read_text() == cc and not newer(
-                out, self.extra_inputs()):
+        flags = " ".join(["-O2", *self.g()])
+        cmd = ["make", f"-j{self.jobs}", *p["target"].split(), f"CC={cc}", f"CFLAGS={flags}",
+               "MOREFLAGS="]
+        # the stamp is `newer`'s, as for every other build: the make line without its
+        # job count names the compiler and flags
+        stamped = [c for c in cmd if not c.startswith("-j")]
+        if not newer(out, self.extra_inputs(), stamped):
             return out
         if tree.exists():
             shutil.rmtree(tree)
         shutil.copytree(src, tree)
         for f in tree.rglob("*"):
             f.chmod(f.stat().st_mode | 0o200)
-        flags = " ".join(["-O2", *self.g()])
-        run(["make", f"-j{self.jobs}", *p["target"].split(), f"CC={cc}", f"CFLAGS={flags}",
-             "MOREFLAGS="], cwd=tree)
-        stamp.write_text(cc)
+        run(cmd, cwd=tree)
         if not out.exists():
             raise BuildError(f"make did not build {out}")
+        Path(str(out) + ".cmd").write_text(" ".join(map(str, stamped)))
         return out
 
     def build_zstd(self, p):

@@ -53,6 +53,9 @@ fn arb_event() -> impl Strategy<Value = Event> {
         ),
         1 => (arb_pc(), arb_addr(), any::<u64>(), arb_kind())
             .prop_map(|(pc, addr, len, kind)| Event::Range { pc, addr, len, kind }),
+        // memcpy-sized lengths: the column decoder's fast path
+        2 => (arb_pc(), arb_addr(), 0u64..4096, arb_kind())
+            .prop_map(|(pc, addr, len, kind)| Event::Range { pc, addr, len, kind }),
         1 => (arb_pc(), arb_addr(), 0u32..5, 0u8..9, proptest::option::of(any::<u64>()))
             .prop_map(|(pc, addr, lg, op, value)| Event::Rmw {
                 pc,

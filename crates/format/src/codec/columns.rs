@@ -151,7 +151,16 @@ const KIND_OF: [u8; 256] = {
 };
 const NOT_PLAIN: u8 = 0xff;
 
-/// Per tag byte: an access's size in bytes (a table load is cheaper than the shift).
+/// Per tag byte of a row the fast path decoded: its [`Columns::kind`] bits.
+const ROW_KIND: [u8; 256] = {
+    let mut k = KIND_OF;
+    k[tag::RANGE_READ as usize] = Columns::RANGE;
+    k[tag::RANGE_WRITE as usize] = Columns::RANGE | Columns::WRITE;
+    k
+};
+
+/// Per tag byte: an access's size in bytes (a table load is cheaper than the
+/// shift); 0 for ranges, whose length the fast path wrote already.
 const SIZE_OF: [u64; 256] = {
     let mut s = [0u64; 256];
     let mut t = 0;
@@ -159,6 +168,8 @@ const SIZE_OF: [u64; 256] = {
         s[t] = 1 << (t & 7);
         t += 1;
     }
+    s[tag::RANGE_READ as usize] = 0;
+    s[tag::RANGE_WRITE as usize] = 0;
     s
 };
 
@@ -228,8 +239,8 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         res.map(|()| n)
     }
 
-    /// Plain loads and stores, function entries and exits while every byte they
-    /// may need is present, at most `max` events (room for the rows reserved);
+    /// Plain loads and stores, ranges, function entries and exits while every
+    /// byte they may need is present, at most `max` events (room for the rows reserved);
     /// returns how many.
     #[inline(always)]
     fn columns_fast(&mut self, out: &mut Columns, max: usize) -> usize {
@@ -253,7 +264,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         let b = buf.as_ptr();
         // SAFETY (reads): `at + 8 <= buf.len()` at every call below.
         let word = |at: usize| unsafe { u64::from_le((b.add(at) as *const u64).read_unaligned()) };
-        let (mut pos, mut spos) = (self.pos, self.spos);
+        let (mut pos, mut spos, end) = (self.pos, self.spos, self.end);
         let mut pc = self.pred.prev_pc;
         let last = &mut self.pred.last;
         let first = self.seq;
@@ -281,6 +292,31 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 let w = word(pos);
                 let t = w as u8;
                 if KIND_OF[t as usize] == NOT_PLAIN {
+                    if t == tag::RANGE_READ || t == tag::RANGE_WRITE {
+                        // tag, pc and length: up to 17 op bytes; the address in the side
+                        if pos + 17 > end {
+                            break 'runs;
+                        }
+                        let Some((dpc, n1)) = varint8(word(pos + 1)) else { break 'runs };
+                        let Some((len, n3)) = varint8(word(pos + 1 + n1)) else { break 'runs };
+                        let Some((da, n2)) = varint8(word(spos)) else { break 'runs };
+                        pos += 1 + n1 + n3;
+                        spos += n2;
+                        pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                        let s = &mut last[slot(pc)];
+                        *s = s.wrapping_add(unzigzag(da) as u64);
+                        // SAFETY: k < max, as for an access below
+                        unsafe {
+                            pcs.add(k).write(pc);
+                            addrs.add(k).write(*s);
+                            kinds.add(k).write(t);
+                            sizes.add(k).write(len);
+                            seq.add(k).write(first + k as u64 + extra);
+                        }
+                        k += 1;
+                        // more op bytes than the per-event bound: recount
+                        continue 'runs;
+                    }
                     if t != tag::FUNC_ENTER && t != tag::FUNC_EXIT {
                         break 'runs;
                     }
@@ -334,7 +370,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 let s = &mut last[slot(pc)];
                 *s = s.wrapping_add(unzigzag(da) as u64);
                 // SAFETY: k < max (see above). The tag goes in the kind column;
-                // the pass below derives kind, size and seq from it, out of this
+                // the pass below derives kind and size from it, out of this
                 // loop, which keeps its pointers in registers.
                 unsafe {
                     pcs.add(k).write(pc);
@@ -349,8 +385,11 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             // SAFETY: rows below k of `kinds` were written above; i < k <= max.
             unsafe {
                 let t = *kinds.add(i) as usize;
-                kinds.add(i).write(KIND_OF[t]);
-                sizes.add(i).write(SIZE_OF[t]);
+                kinds.add(i).write(ROW_KIND[t]);
+                let size = SIZE_OF[t];
+                if size != 0 {
+                    sizes.add(i).write(size);
+                }
             }
         }
         // SAFETY: rows row..row + k of every column were written above.
