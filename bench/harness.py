@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -581,6 +582,14 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
             rec["ratios"]["report_vs_record"] = ratio(M["memlens_report"], M["memlens_record"])
             rec["ratios"]["by_variable_vs_record"] = ratio(M["memlens_by_variable"],
                                                            M["memlens_record"])
+            # decoding alone, one core (the format crate's example, built beside memlens by
+            # `cargo build --release -p memlens-format --example decode_bench`)
+            db = tools.memlens.parent / "examples" / "decode_bench"
+            if db.is_file():
+                dt, rc, so, se = timed([db, trace, "3"])
+                m = re.search(r"columns \(decode_columns\).*?([\d.]+) M/CPU-s", so.decode())
+                if rc == 0 and m:
+                    rec["decode_m_per_cpu_s"] = float(m.group(1))
         if args.variants:
             rec["variants"] = run_variants(p, exe_ml, full, tools, args, trace)
         if not args.keep_traces:
@@ -666,8 +675,9 @@ def dbi_table(results):
 def table(results):
     lines = [
         "| program | what | memlens record × | memlens CPU × | lackey × (small) | cachegrind × | accesses | "
-        "B/access | M rec/s/thread | threads | report / record | by variable / record |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "B/access | M rec/s/thread | threads | report / record | by variable / record | "
+        "decode M ev/CPU-s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         R = r["ratios"]
@@ -682,7 +692,8 @@ def table(results):
             f"{fmt_count(r.get('accesses'))} | {fmt(r.get('bytes_per_access'), '{:.3f}')} | "
             f"{fmt(rps / 1e6 if rps else None, '{:.0f}')} | {r.get('threads', '—')} | "
             f"{fmt(R.get('report_vs_record'), '{:.2f}', '×')} | "
-            f"{fmt(R.get('by_variable_vs_record'), '{:.2f}', '×')} |")
+            f"{fmt(R.get('by_variable_vs_record'), '{:.2f}', '×')} | "
+            f"{fmt(r.get('decode_m_per_cpu_s'), '{:.0f}')} |")
     return "\n".join(lines)
 
 
