@@ -1,6 +1,7 @@
 //! Building the index: one merged pass over the trace.
 
 use crate::flame::Calls;
+use crate::fx::{FxMap, Gate};
 use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
 use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
@@ -13,7 +14,6 @@ use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use std::path::Path;
 
@@ -49,59 +49,6 @@ impl Default for BuildOptions {
 const MAX_NAMED_ADDRS: usize = 1 << 22;
 /// Distinct names in the index.
 const MAX_VARS: usize = 100_000;
-
-/// A fast hash for integer keys (the per-access maps); keys are not attacker-chosen.
-#[derive(Default)]
-pub(crate) struct Fx(u64);
-
-impl Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
-pub(crate) type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<Fx>>;
-
-/// A kernel fed only when `on`. The sharing tables list only data two threads
-/// touched, so a one-thread trace skips their per-access work (about half of the
-/// build's CPU): its tables come out empty either way.
-struct Gate<K> {
-    on: bool,
-    k: K,
-}
-
-impl<K: Kernel> Kernel for Gate<K> {
-    type Output = K::Output;
-
-    #[inline]
-    fn process(&mut self, t: ThreadId, ev: &Event) {
-        if self.on {
-            self.k.process(t, ev);
-        }
-    }
-
-    #[inline]
-    fn process_batch(&mut self, t: ThreadId, evs: &[Event]) {
-        if self.on {
-            self.k.process_batch(t, evs);
-        }
-    }
-
-    fn finish(self) -> K::Output {
-        self.k.finish()
-    }
-}
 
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
@@ -798,7 +745,8 @@ pub(crate) fn build_in(
     // sharing and the variables go with the pass that names each access.
     let access = namer.access_namer();
     let cur = CurrentVariable::default();
-    let streams: std::collections::BTreeSet<ThreadId> = r.streams().iter().map(|s| s.thread).collect();
+    let streams: std::collections::BTreeSet<ThreadId> =
+        r.streams().iter().map(|s| s.thread).collect();
     let multi = streams.len() > 1;
     let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
         let tables = sc.spawn(|| {

@@ -2,10 +2,10 @@
 //! counted under the variable it was named after when it happened (the namer of
 //! `report --by variable`), not under the first byte of its cache line.
 
+use crate::fx::FxSet;
 use crate::Error;
 use memlens_analysis::CurrentVariable;
 use serde_json::{json, Value};
-use crate::index::FxSet;
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::path::Path;
