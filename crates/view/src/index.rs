@@ -1,6 +1,7 @@
 //! Building the index: one merged pass over the trace.
 
 use crate::flame::Calls;
+use crate::fx::{FxMap, Gate};
 use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
 use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
@@ -13,7 +14,6 @@ use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use std::path::Path;
 
@@ -49,28 +49,6 @@ impl Default for BuildOptions {
 const MAX_NAMED_ADDRS: usize = 1 << 22;
 /// Distinct names in the index.
 const MAX_VARS: usize = 100_000;
-
-/// A fast hash for integer keys (the per-access maps); keys are not attacker-chosen.
-#[derive(Default)]
-struct Fx(u64);
-
-impl Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
@@ -157,6 +135,10 @@ struct Level {
     wout: Option<BlockWriter>,
 }
 
+/// Slots of the builder's pc and line caches (powers of two).
+const PC_CACHE: usize = 256;
+const LINE_CACHE: usize = 4096;
+
 /// A key frame at least every this many touched lines (and the working set's size).
 const KEY_MIN: u64 = 1 << 15;
 /// Window sums are compressed in blocks of about this many bytes.
@@ -182,6 +164,8 @@ struct LineStat {
     threads: u64,
     /// In the working set.
     live: bool,
+    /// Its place in `Builder::ws` while live.
+    pos: u32,
     /// Last thread that touched it (255: none).
     thread: u8,
     /// Insertion counter when last touched.
@@ -242,19 +226,22 @@ struct Builder<'n> {
     /// First operation of the next finest bucket: buckets are closed only there.
     next_close: u64,
     ins: u64,
-    /// The working set in address order: line → line id.
-    ws: BTreeMap<u64, u32>,
+    /// The working set's line ids, unordered (`LineStat::pos` is each one's place):
+    /// sorted by address only for a key frame, not on every insertion.
+    ws: Vec<u32>,
     ring: Vec<Vec<u32>>,
     max_rows: usize,
     levels: Vec<Level>,
     pcs: FxMap<Pc, u32>,
-    last_pc: (Pc, u32),
+    /// Recent pc → pc id, direct-mapped: a loop's few pcs skip the map.
+    pc_cache: Vec<(Pc, u32)>,
     pc_list: Vec<Pc>,
     pc_stats: Vec<PcStat>,
     pc_win0: Vec<Win>,
     win0_list: Vec<u32>,
     lines: FxMap<u64, u32>,
-    last_line: (u64, u32),
+    /// Recent line → line id, direct-mapped (a loop's lines skip the map).
+    line_cache: Vec<(u64, u32)>,
     line_stats: Vec<LineStat>,
     line_addrs: Vec<u64>,
     touched0: Vec<u32>,
@@ -265,7 +252,7 @@ struct Builder<'n> {
     func_of_pc: HashMap<Pc, u32>,
     calls: Calls,
     annotation: Option<Annotation>,
-    access_index: HashMap<ThreadId, u64>,
+    access_index: FxMap<ThreadId, u64>,
     threads: FxMap<u32, u64>,
     lanes: crate::lanes::LaneBuilder,
     error: Option<std::io::Error>,
@@ -277,8 +264,9 @@ struct Builder<'n> {
 
 impl<'n> Builder<'n> {
     fn pc_id(&mut self, pc: Pc) -> u32 {
-        if self.last_pc.0 == pc {
-            return self.last_pc.1;
+        let slot = (pc.0 ^ (pc.0 >> 8)) as usize & (PC_CACHE - 1);
+        if self.pc_cache[slot].0 == pc {
+            return self.pc_cache[slot].1;
         }
         let i = match self.pcs.get(&pc) {
             Some(&i) => i,
@@ -291,14 +279,15 @@ impl<'n> Builder<'n> {
                 i
             }
         };
-        self.last_pc = (pc, i);
+        self.pc_cache[slot] = (pc, i);
         i
     }
 
     /// The id of cache line `line`; `lo` names it when it is new.
     fn line_id(&mut self, line: u64, lo: u64) -> u32 {
-        if self.last_line.0 == line {
-            return self.last_line.1;
+        let slot = line as usize & (LINE_CACHE - 1);
+        if self.line_cache[slot].0 == line {
+            return self.line_cache[slot].1;
         }
         let id = match self.lines.get(&line) {
             Some(&i) => i,
@@ -311,7 +300,7 @@ impl<'n> Builder<'n> {
                 i
             }
         };
-        self.last_line = (line, id);
+        self.line_cache[slot] = (line, id);
         id
     }
 
@@ -421,9 +410,11 @@ impl<'n> Builder<'n> {
         lv.since_key += recs.len() as u64;
         let mut rest = Vec::new();
         if key {
+            let mut all: Vec<(u64, u32)> =
+                ws.iter().map(|&id| (line_addrs[id as usize], id)).collect();
+            all.sort_unstable();
             let mut k = 0;
-            for &id in ws.values() {
-                let addr = line_addrs[id as usize];
+            for &(addr, id) in &all {
                 if recs.get(k).is_some_and(|r| r.addr == addr) {
                     k += 1;
                     continue;
@@ -523,7 +514,7 @@ impl<'n> Builder<'n> {
                 self.touched0.push(id);
             }
             ls.t0.fold(&Touch { loads, stores, pc: pcid, addr: lo, off: off as u8, thread: tb });
-            self.touch_ws(line, id, bits);
+            self.touch_ws(id, bits);
         }
         self.max_rows = self.max_rows.max(self.ws.len());
         self.vars.add(tbit, loads, stores, first..=last);
@@ -563,7 +554,7 @@ impl<'n> Builder<'n> {
 
     /// ExpertMemer's working set: a touched line is refreshed; a new line enters in
     /// address order and every other line ages by one; lines whose age ran out leave.
-    fn touch_ws(&mut self, line: u64, id: u32, bits: u64) {
+    fn touch_ws(&mut self, id: u32, bits: u64) {
         let max_age = self.opts.max_age as u64;
         let ls = &mut self.line_stats[id as usize];
         if ls.live {
@@ -581,7 +572,11 @@ impl<'n> Builder<'n> {
             let s = &mut self.line_stats[o as usize];
             if s.live && s.stamp + max_age <= self.ins {
                 s.live = false;
-                self.ws.remove(&(self.line_addrs[o as usize] >> self.shift));
+                let p = s.pos as usize;
+                self.ws.swap_remove(p);
+                if let Some(&moved) = self.ws.get(p) {
+                    self.line_stats[moved as usize].pos = p as u32;
+                }
             }
         }
         old.clear();
@@ -591,7 +586,8 @@ impl<'n> Builder<'n> {
         ls.live = true;
         ls.stamp = self.ins;
         ls.mask = bits;
-        self.ws.insert(line, id);
+        ls.pos = self.ws.len() as u32;
+        self.ws.push(id);
     }
 }
 
@@ -717,18 +713,18 @@ pub(crate) fn build_in(
         op: 0,
         next_close: 0,
         ins: 0,
-        ws: BTreeMap::new(),
+        ws: Vec::new(),
         ring: vec![Vec::new(); opts.max_age as usize],
         max_rows: 0,
         levels,
         pcs: FxMap::default(),
-        last_pc: (Pc(u64::MAX), 0),
+        pc_cache: vec![(Pc(u64::MAX), 0); PC_CACHE],
         pc_list: Vec::new(),
         pc_stats: Vec::new(),
         pc_win0: Vec::new(),
         win0_list: Vec::new(),
         lines: FxMap::default(),
-        last_line: (u64::MAX, 0),
+        line_cache: vec![(u64::MAX, 0); LINE_CACHE],
         line_stats: Vec::new(),
         line_addrs: Vec::new(),
         touched0: Vec::new(),
@@ -738,7 +734,7 @@ pub(crate) fn build_in(
         func_of_pc: HashMap::new(),
         calls: Calls::default(),
         annotation,
-        access_index: HashMap::new(),
+        access_index: FxMap::default(),
         threads: FxMap::default(),
         lanes: Default::default(),
         error: None,
@@ -749,17 +745,21 @@ pub(crate) fn build_in(
     // sharing and the variables go with the pass that names each access.
     let access = namer.access_namer();
     let cur = CurrentVariable::default();
+    let streams: std::collections::BTreeSet<ThreadId> =
+        r.streams().iter().map(|s| s.thread).collect();
+    let multi = streams.len() > 1;
     let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
         let tables = sc.spawn(|| {
             let heap = HeapConfig { timeline: Some(fine), ..HeapConfig::default() };
-            let k = (FalseSharing::default(), Heap::new(heap));
+            let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
             memlens_analysis::drive_merged(r, k, |_| {})
         });
         let tick = |n| progress(n, total_events);
         let mine = match access {
             Some(n) => {
                 b.vars = crate::vars::VarCounts::new(Some(cur.clone()));
-                let k = (&mut b, Sharing::with_variables(cur.clone()), &mut tree);
+                let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
+                let k = (&mut b, sharing, &mut tree);
                 let k = Named::new(n, cur, k);
                 memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s, ()), names)| {
                     s.set_variables(names.clone());
@@ -767,7 +767,7 @@ pub(crate) fn build_in(
                 })
             }
             None => {
-                let k = (&mut b, Sharing::default(), &mut tree);
+                let k = (&mut b, Gate { on: multi, k: Sharing::default() }, &mut tree);
                 memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
             }
         };

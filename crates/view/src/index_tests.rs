@@ -143,3 +143,29 @@ fn a_trace_without_accesses_opens() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&path).unwrap();
 }
+
+/// The sharing tables list only data two threads touched: a one-thread trace's are
+/// empty, so the builder skipping their kernels ([`Gate`]) leaves them unchanged.
+#[test]
+fn skipping_the_sharing_kernels_of_a_one_thread_trace_changes_no_table() {
+    let addrs: Vec<u64> = (0..5000u64).map(|i| 0x4000 + 8 * ((i * 13) % 700)).collect();
+    let path = trace_of("gate", &addrs);
+    let r = TraceReader::open(&path).unwrap();
+    let fed =
+        memlens_analysis::drive_merged(&r, (Sharing::default(), FalseSharing::default()), |_| {})
+            .unwrap();
+    let gated =
+        (Gate { on: false, k: Sharing::default() }, Gate { on: false, k: FalseSharing::default() });
+    let skipped = memlens_analysis::drive_merged(&r, gated, |_| {}).unwrap();
+    assert!(!fed.0.by_addr.is_empty(), "the fed kernel saw the accesses");
+    let opts = RenderOpts::top(100);
+    assert_eq!(
+        fed.0.render(&NoNames, &opts).to_json(),
+        skipped.0.render(&NoNames, &opts).to_json()
+    );
+    assert_eq!(
+        fed.1.render(&NoNames, &opts).to_json(),
+        skipped.1.render(&NoNames, &opts).to_json()
+    );
+    std::fs::remove_file(&path).unwrap();
+}

@@ -25,6 +25,7 @@
 
 mod diff;
 mod flame;
+mod fx;
 mod guard;
 mod index;
 mod lanes;

@@ -2,10 +2,11 @@
 //! counted under the variable it was named after when it happened (the namer of
 //! `report --by variable`), not under the first byte of its cache line.
 
+use crate::fx::FxSet;
 use crate::Error;
 use memlens_analysis::CurrentVariable;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
@@ -15,7 +16,10 @@ struct Stat {
     stores: u64,
     /// Bit `t % 64` per thread.
     threads: u64,
-    lines: HashSet<u64>,
+    lines: FxSet<u64>,
+    /// The lines of the last access counted (already in `lines`): a variable's
+    /// accesses mostly repeat lines, so most accesses skip the set.
+    last: Option<(u64, u64)>,
 }
 
 /// Accesses per variable id, read from the [`CurrentVariable`] the namer sets.
@@ -46,7 +50,11 @@ impl VarCounts {
         s.loads += u64::from(loads);
         s.stores += u64::from(stores);
         s.threads |= tbit;
-        s.lines.extend(lines);
+        let key = (*lines.start(), *lines.end());
+        if s.last != Some(key) {
+            s.lines.extend(lines);
+            s.last = Some(key);
+        }
     }
 
     /// The `top` most accessed variables, named by id from `names` (ties by name).
