@@ -291,32 +291,26 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             while k < stop {
                 let w = word(pos);
                 let t = w as u8;
-                if KIND_OF[t as usize] == NOT_PLAIN {
-                    if t == tag::RANGE_READ || t == tag::RANGE_WRITE {
-                        // tag, pc and length: up to 17 op bytes; the address in the side
-                        if pos + 17 > end {
-                            break 'runs;
-                        }
-                        let Some((dpc, n1)) = varint8(word(pos + 1)) else { break 'runs };
-                        let Some((len, n3)) = varint8(word(pos + 1 + n1)) else { break 'runs };
-                        let Some((da, n2)) = varint8(word(spos)) else { break 'runs };
-                        pos += 1 + n1 + n3;
-                        spos += n2;
-                        pc = pc.wrapping_add(unzigzag(dpc) as u64);
-                        let s = &mut last[slot(pc)];
-                        *s = s.wrapping_add(unzigzag(da) as u64);
-                        // SAFETY: k < max, as for an access below
-                        unsafe {
-                            pcs.add(k).write(pc);
-                            addrs.add(k).write(*s);
-                            kinds.add(k).write(t);
-                            sizes.add(k).write(len);
-                            seq.add(k).write(first + k as u64 + extra);
-                        }
-                        k += 1;
-                        // more op bytes than the per-event bound: recount
-                        continue 'runs;
+                // a load, store or range: its pc delta, its op bytes and, for a
+                // range, its length (an entry or exit is decoded here whole)
+                let (dpc, ops, range) = if KIND_OF[t as usize] != NOT_PLAIN {
+                    // the pc's first 7 bytes are in `w`; a longer one is read again
+                    match varint8(w >> 8) {
+                        Some((d, n)) if n < 8 => (d, 1 + n, None),
+                        _ => match varint8(word(pos + 1)) {
+                            Some((d, n)) => (d, 1 + n, None),
+                            None => break 'runs,
+                        },
                     }
+                } else if t == tag::RANGE_READ || t == tag::RANGE_WRITE {
+                    // tag, pc and length: up to 17 op bytes
+                    if pos + 17 > end {
+                        break 'runs;
+                    }
+                    let Some((d, n1)) = varint8(word(pos + 1)) else { break 'runs };
+                    let Some((len, n2)) = varint8(word(pos + 1 + n1)) else { break 'runs };
+                    (d, 1 + n1 + n2, Some(len))
+                } else {
                     if t != tag::FUNC_ENTER && t != tag::FUNC_EXIT {
                         break 'runs;
                     }
@@ -354,29 +348,30 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                     extra += 1;
                     // an entry's side bytes may exceed the per-event bound: recount
                     continue 'runs;
-                }
-                // the pc's first 7 bytes are in `w`; a longer one is read again
-                let (dpc, n1) = match varint8(w >> 8) {
-                    Some((d, n)) if n < 8 => (d, n),
-                    _ => match varint8(word(pos + 1)) {
-                        Some(v) => v,
-                        None => break 'runs,
-                    },
                 };
                 let Some((da, n2)) = varint8(word(spos)) else { break 'runs };
-                pos += 1 + n1;
+                pos += ops;
                 spos += n2;
                 pc = pc.wrapping_add(unzigzag(dpc) as u64);
                 let s = &mut last[slot(pc)];
                 *s = s.wrapping_add(unzigzag(da) as u64);
                 // SAFETY: k < max (see above). The tag goes in the kind column;
                 // the pass below derives kind and size from it, out of this
-                // loop, which keeps its pointers in registers.
+                // loop, which keeps its pointers in registers (a range's length,
+                // which the tag does not give, is written here).
                 unsafe {
                     pcs.add(k).write(pc);
                     addrs.add(k).write(*s);
                     kinds.add(k).write(t);
                     seq.add(k).write(first + k as u64 + extra);
+                    if let Some(len) = range {
+                        sizes.add(k).write(len);
+                    }
+                }
+                if range.is_some() {
+                    // more op bytes than the per-event bound: recount
+                    k += 1;
+                    continue 'runs;
                 }
                 k += 1;
             }
