@@ -75,7 +75,10 @@ pub use reader::{
     TraceReader, Truncation, BATCH, COLUMN_BATCH,
 };
 pub use types::{Addr, Module, Pc, Segment, ThreadId};
-pub use writer::{count, realloc_counts, EventBuffer, TraceWriter};
+pub use writer::{
+    count, realloc_counts, stored_event_frame, Append, ChunkSink, EventBuffer, FileCore,
+    TraceWriter,
+};
 
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]

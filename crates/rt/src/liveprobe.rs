@@ -49,16 +49,13 @@
 
 use crate::sys;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
+use memlens_contract::control::{self, PROTOCOL};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 
 /// Probes at once.
 pub(crate) const MAX: usize = 256;
-
-/// The control protocol's version, in the `hello` answer: the collector refuses a
-/// runtime of another one (2: the `heap` answer gained allocs and frees).
-pub(crate) const PROTOCOL: u32 = 2;
 
 const FREE: u8 = 0;
 const COUNT: u8 = 1;
@@ -169,22 +166,21 @@ pub(crate) fn start(bias: u64) {
     let path = if v == "1" {
         // SAFETY: no preconditions.
         let uid = unsafe { libc::geteuid() };
-        // where `memlens live` looks (crates/live/src/sock.rs)
-        let dir = match std::env::var("XDG_RUNTIME_DIR") {
-            Ok(d) if d.starts_with('/') && std::path::Path::new(&d).is_dir() => {
-                format!("{d}/memlens")
-            }
-            _ => format!("/tmp/memlens-{uid}"),
+        // where `memlens live` looks
+        let dir = control::socket_dir(uid);
+        let private = {
+            let _g = crate::state::Guard::new();
+            control::private_dir(&dir, uid).is_ok()
         };
-        if !private_dir(&dir, uid) {
+        if !private {
             sys::warn(&[
                 "live: ",
-                &dir,
+                &dir.to_string_lossy(),
                 " is not a private directory of this user; no control socket",
             ]);
             return;
         }
-        format!("{dir}/rt-{}.sock", sys::getpid())
+        control::runtime_socket(&dir, sys::getpid()).to_string_lossy().into_owned()
     } else {
         v
     };
@@ -237,44 +233,16 @@ pub(crate) fn start(bias: u64) {
 /// `go` came (see `MEMLENS_CONTROL_HOLD`).
 static GO: AtomicBool = AtomicBool::new(false);
 
-/// `dir` exists (created 0700 if not), is no symlink, belongs to `uid` and only
-/// it can enter it.
-fn private_dir(dir: &str, uid: u32) -> bool {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _g = crate::state::Guard::new();
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) => m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0,
-        Err(_) => false,
-    }
-}
-
 fn serve(listener: UnixListener) {
     // SAFETY: no preconditions.
     let me = unsafe { libc::getuid() };
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        if peer_uid(&conn) != Some(me) {
+        if control::peer_uid(conn.as_raw_fd()).ok() != Some(me) {
             continue;
         }
         let _ = session(conn);
     }
-}
-
-fn peer_uid(s: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: valid out-pointers of the right size.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(cred.uid)
 }
 
 /// One collector's connection. When it ends (the collector exited, or was killed),

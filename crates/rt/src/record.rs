@@ -399,7 +399,7 @@ fn note_drop(st: &ThreadState) {
         st.dropped.set(st.dropped.get() + 1);
         st.limit.store(0, Relaxed);
         if let Some(s) = session() {
-            s.dropped_events.fetch_add(1, Relaxed);
+            s.core.drop_chunk(1, 0);
         }
     }
 }
@@ -665,7 +665,7 @@ unsafe fn write_ev(
     if !(room(st) || state::swap_buffer(st, false) && room(st)) {
         st.dropped.set(st.dropped.get() + 1);
         if let Some(s) = session() {
-            s.dropped_events.fetch_add(1, Relaxed);
+            s.core.drop_chunk(1, 0);
         }
         return false;
     }

@@ -13,16 +13,13 @@ use crate::options::Options;
 use crate::state::{self, ACTIVE, STATE};
 use crate::sys::{self, SpinLock};
 use crate::{real, Error};
-use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*,
-};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering::*};
 use crossbeam_queue::ArrayQueue;
 use libc::{c_int, c_void};
 use memlens_format::codec::{MAX_SIDE_LEN, SIDE_PER_OP};
-use memlens_format::varint;
 use memlens_format::{
-    ChunkCounts, ChunkEncoder, ChunkHeader, ChunkKind, Codec, EndStatus, EventParts, FileHeader,
-    MetaRecord, Module, FLAG_LAST, HEADER_SIZE, META_STREAM, VERSION,
+    stored_event_frame, Append, ChunkCounts, ChunkEncoder, ChunkSink, EndStatus, EventParts,
+    FileCore, FileHeader, MetaRecord, Module, FLAG_LAST,
 };
 use std::sync::Mutex;
 
@@ -87,20 +84,14 @@ pub(crate) struct Session {
     writers: AtomicU32,
     /// Next stream id.
     pub next_stream: AtomicU32,
-    meta_seq: AtomicU32,
-    chunks: AtomicU64,
-    /// Events written to the file.
-    events: AtomicU64,
     /// The trace is finished and its descriptor closed (a live `trace` probe was
     /// removed): the writers leave.
     closed: AtomicBool,
-    /// Events not recorded or not written.
-    pub dropped_events: AtomicU64,
-    dropped_bytes: AtomicU64,
-    /// A write failed; everything after is dropped and counted.
-    pub failed: AtomicBool,
+    /// The file's layout and accounting: what was written, what was dropped (events
+    /// not recorded are counted there too), whether a write failed.
+    pub core: FileCore,
+    /// Serialises appends and descriptor moves.
     file: SpinLock,
-    end: AtomicU64,
     /// Module table (ids are stable for the whole trace).
     pub modules: Mutex<Vec<Module>>,
 }
@@ -156,21 +147,14 @@ impl Session {
             sleepers: AtomicU32::new(0),
             writers: AtomicU32::new(0),
             next_stream: AtomicU32::new(0),
-            meta_seq: AtomicU32::new(0),
-            chunks: AtomicU64::new(0),
-            events: AtomicU64::new(0),
             closed: AtomicBool::new(false),
-            dropped_events: AtomicU64::new(0),
-            dropped_bytes: AtomicU64::new(0),
-            failed: AtomicBool::new(false),
+            core: FileCore::new(),
             file: SpinLock::new(),
-            end: AtomicU64::new(HEADER_SIZE as u64),
             modules: Mutex::new(modules),
         }));
-        let header =
-            FileHeader { version: VERSION, pid, start_ns: s.start_ns, ..Default::default() };
-        if let Err(e) = sys::pwrite_all(fd, &header.encode(), 0) {
-            s.fail(e);
+        let header = s.base_header();
+        if let Err(e) = s.core.start(&mut Fd(fd), &header) {
+            s.warn_failed(&e);
         }
         let mut recs = vec![MetaRecord::Process {
             pid,
@@ -189,7 +173,17 @@ impl Session {
 
     /// Events and bytes written so far, and events dropped.
     pub(crate) fn written(&self) -> [u64; 3] {
-        [self.events.load(Relaxed), self.end.load(Relaxed), self.dropped_events.load(Relaxed)]
+        self.core.written()
+    }
+
+    /// The header before the file's figures are in.
+    fn base_header(&self) -> FileHeader {
+        FileHeader {
+            pid: self.pid,
+            start_ns: self.start_ns,
+            threads: self.next_stream.load(Relaxed),
+            ..FileHeader::default()
+        }
     }
 
     /// After the trace is finished: closes its descriptor and lets the writers go.
@@ -254,7 +248,7 @@ impl Session {
         let new = if fd >= 0 { to(fd) } else { fd };
         if new < 0 && fd >= 0 {
             crate::fds::close_raw(fd);
-            if !self.failed.swap(true, SeqCst) {
+            if self.core.fail() {
                 sys::warn(&[
                     "the program needs the trace's descriptor and no other is free; ",
                     "later events of ",
@@ -267,24 +261,19 @@ impl Session {
         self.file.unlock();
     }
 
-    fn fail(&self, errno: i32) {
-        if !self.failed.swap(true, SeqCst) {
-            // SAFETY: strerror returns a static NUL-terminated string.
-            let msg = unsafe { std::ffi::CStr::from_ptr(libc::strerror(errno)) };
-            sys::warn(&[
-                "cannot write the trace ",
-                &self.path,
-                ": ",
-                &msg.to_string_lossy(),
-                "; later events are counted as dropped",
-            ]);
-        }
+    fn warn_failed(&self, e: &std::io::Error) {
+        sys::warn(&[
+            "cannot write the trace ",
+            &self.path,
+            ": ",
+            &e.to_string(),
+            "; later events are counted as dropped",
+        ]);
     }
 
     /// Appends one chunk made of `parts`. `force` writes even after a failure (the
     /// final metadata); `timeout` bounds the wait for the file lock (crash path).
     fn write_chunk(&self, parts: &[&[u8]], events: u64, force: bool, timeout: Option<u64>) -> bool {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
         let locked = match timeout {
             None => {
                 self.file.lock();
@@ -292,42 +281,19 @@ impl Session {
             }
             Some(ns) => self.file.lock_for(ns),
         };
-        let ok = if self.failed.load(Relaxed) && !force {
-            false
-        } else {
-            let start = self.end.load(Relaxed);
-            let mut off = start;
-            let mut err = None;
-            for p in parts {
-                if let Err(e) = sys::pwrite_all(self.fd(), p, off) {
-                    err = Some(e);
-                    break;
+        let r = self.core.append(&mut Fd(self.fd()), parts, events, force);
+        let ok = match r {
+            Append::Written => true,
+            Append::Skipped => false,
+            Append::Failed { error, first } => {
+                if first {
+                    self.warn_failed(&error);
                 }
-                off += p.len() as u64;
-            }
-            match err {
-                Some(e) => {
-                    // Cut the torn chunk off so the file still ends on a chunk boundary;
-                    // shrinking needs no space.
-                    // SAFETY: plain syscall on our fd.
-                    unsafe { libc::ftruncate(self.fd(), start as libc::off_t) };
-                    self.fail(e);
-                    false
-                }
-                None => {
-                    self.end.store(off, Relaxed);
-                    self.chunks.fetch_add(1, Relaxed);
-                    self.events.fetch_add(events, Relaxed);
-                    true
-                }
+                false
             }
         };
         if locked {
             self.file.unlock();
-        }
-        if !ok {
-            self.dropped_events.fetch_add(events, Relaxed);
-            self.dropped_bytes.fetch_add(total as u64, Relaxed);
         }
         ok
     }
@@ -341,33 +307,16 @@ impl Session {
         force: bool,
         timeout: Option<u64>,
     ) {
-        let mut payload = Vec::new();
-        for r in recs {
-            r.encode(&mut payload);
-        }
         let mut enc = ChunkEncoder::new(if raw { 0 } else { self.level });
         let mut out = Vec::new();
-        let seq = self.meta_seq.fetch_add(1, Relaxed);
-        let counts = ChunkCounts::default();
-        enc.encode(ChunkKind::Meta, META_STREAM, seq, 0, counts, 0, &payload, &mut out);
+        self.core.meta_chunk(recs, &mut enc, &mut out);
         self.write_chunk(&[&out], 0, force, timeout);
     }
 
     /// Rewrites the file header with the final figures (in place: no new space).
     pub(crate) fn write_header(&self, end: EndStatus, timeout: Option<u64>) {
         let (end_kind, end_value) = end.to_parts();
-        let h = FileHeader {
-            version: VERSION,
-            pid: self.pid,
-            start_ns: self.start_ns,
-            finished: true,
-            end_kind,
-            end_value,
-            dropped_events: self.dropped_events.load(Relaxed),
-            dropped_bytes: self.dropped_bytes.load(Relaxed),
-            chunks: self.chunks.load(Relaxed),
-            threads: self.next_stream.load(Relaxed),
-        };
+        let h = self.core.final_header(&FileHeader { end_kind, end_value, ..self.base_header() });
         let bytes = h.encode();
         let locked = match timeout {
             None => {
@@ -376,7 +325,7 @@ impl Session {
             }
             Some(ns) => self.file.lock_for(ns),
         };
-        let _ = sys::pwrite_all(self.fd(), &bytes, 0);
+        let _ = Fd(self.fd()).write_at(&bytes, 0);
         if locked {
             self.file.unlock();
         }
@@ -384,19 +333,13 @@ impl Session {
 
     /// The end-of-trace metadata: statistics and how the process ended.
     pub(crate) fn end_records(&self, end: EndStatus) -> [MetaRecord; 2] {
-        [
-            MetaRecord::Stats {
-                dropped_events: self.dropped_events.load(Relaxed),
-                dropped_bytes: self.dropped_bytes.load(Relaxed),
-            },
-            MetaRecord::End(end),
-        ]
+        self.core.end_records(end)
     }
 
     /// An empty buffer, waiting while too many full ones are queued. `None` when no
     /// memory can be had or recording stopped while waiting.
     pub(crate) fn acquire(&self, small: bool) -> Option<(usize, usize)> {
-        while self.inflight.load(Acquire) >= self.cap && !self.failed.load(Relaxed) {
+        while self.inflight.load(Acquire) >= self.cap && !self.core.failed() {
             if STATE.load(Relaxed) != ACTIVE || self.writers.load(Relaxed) == 0 {
                 break;
             }
@@ -461,9 +404,8 @@ impl Session {
         let (ops, side) = (&region[..job.len], &region[job.cap..]);
         let flags = if job.last { FLAG_LAST } else { 0 };
         let events = u64::from(job.counts.events);
-        if self.failed.load(Relaxed) {
-            self.dropped_events.fetch_add(events, Relaxed);
-            self.dropped_bytes.fetch_add((ops.len() + side.len()) as u64, Relaxed);
+        if self.core.failed() {
+            self.core.drop_chunk(events, (ops.len() + side.len()) as u64);
         } else if let Some(enc) = enc {
             let (s, q, c, t) = (job.stream, job.seq, job.counts, job.clock);
             let parts = EventParts::Region {
@@ -474,31 +416,11 @@ impl Session {
             enc.encode_event_parts(s, q, flags, c, t, parts, out);
             self.write_chunk(&[out], events, false, timeout);
         } else {
-            // no allocation here (crash path): the prefix on the stack
+            // no allocation here (crash path): the frame's header and prefix on the stack
             let mut pre = [0u8; 10];
-            // SAFETY: a varint takes at most 10 bytes.
-            let k = unsafe { varint::put(pre.as_mut_ptr(), ops.len() as u64) } as usize
-                - pre.as_ptr() as usize;
-            let pre = &pre[..k];
-            let mut crc = crc32fast::Hasher::new();
-            for p in [pre, ops, side] {
-                crc.update(p);
-            }
-            let len = (k + ops.len() + side.len()) as u32;
-            let h = ChunkHeader {
-                kind: ChunkKind::Events,
-                codec: Codec::None,
-                flags,
-                stream: job.stream,
-                seq: job.seq,
-                raw_len: len,
-                payload_len: len,
-                counts: job.counts,
-                first_clock: job.clock,
-                split: (k + ops.len()) as u32,
-                payload_crc: crc.finalize(),
-            };
-            self.write_chunk(&[&h.encode(), pre, ops, side], events, false, timeout);
+            let (s, q, c, t) = (job.stream, job.seq, job.counts, job.clock);
+            let (h, k) = stored_event_frame(s, q, flags, c, t, ops, side, &mut pre);
+            self.write_chunk(&[&h, &pre[..k], ops, side], events, false, timeout);
         }
         if job.recycle {
             self.recycle(job.buf, job.cap);
@@ -561,6 +483,20 @@ impl Session {
             self.job_done();
         }
         self.drain(Some(deadline));
+    }
+}
+
+/// The trace descriptor as the file core's sink.
+struct Fd(c_int);
+
+impl ChunkSink for Fd {
+    fn write_at(&mut self, buf: &[u8], at: u64) -> std::io::Result<()> {
+        sys::pwrite_all(self.0, buf, at).map_err(std::io::Error::from_raw_os_error)
+    }
+
+    fn truncate(&mut self, len: u64) {
+        // Shrinking needs no space. SAFETY: plain syscall on our descriptor.
+        unsafe { libc::ftruncate(self.0, len as libc::off_t) };
     }
 }
 

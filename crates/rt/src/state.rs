@@ -638,9 +638,9 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
                 clock: st.clock.get(),
                 recycle: true,
             };
-            if sess.failed.load(Relaxed) && !last {
+            if sess.core.failed() && !last {
                 // The disk is gone: count the chunk and reuse the buffer.
-                sess.dropped_events.fetch_add(u64::from(job.counts.events), Relaxed);
+                sess.core.drop_chunk(u64::from(job.counts.events), 0);
             } else {
                 sess.submit(job);
                 st.buf.set(0);
@@ -707,7 +707,7 @@ fn steal(sess: &Session, st: &ThreadState, deadline: u64, here: bool) {
     let buf = st.buf.get();
     if st.recording() && buf != 0 && !st.stolen.load(Relaxed) && pos >= buf {
         if st.pend.get().tag != 0 {
-            sess.dropped_events.fetch_add(1, Relaxed);
+            sess.core.drop_chunk(1, 0);
         }
         // the owner may already be writing its next event (see `side_len`)
         let job = Job {
