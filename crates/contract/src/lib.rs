@@ -11,11 +11,14 @@
 //!   other;
 //! - [`filter`]: the `--dbi-filter` text the CLI writes and the plugin reads;
 //! - [`options`]: the `MEMLENS_*` options both read, with one syntax for flags and
-//!   one list of the `option` metadata records they write.
+//!   one list of the `option` metadata records they write;
+//! - [`control`]: the live control socket the runtime and `memlens live` share
+//!   (where it lives, who may connect, the protocol version).
 //!
-//! No dependencies: the guest preload library links it.
+//! Only libc: the guest preload library links it.
 #![deny(missing_docs)]
 
+pub mod control;
 pub mod entry;
 pub mod filter;
 pub mod options;

@@ -13,7 +13,7 @@ use crate::{Error, Result};
 pub fn find_socket(pid: Option<i32>) -> Result<PathBuf> {
     let dir = crate::sock::socket_dir()?;
     if let Some(pid) = pid {
-        let p = dir.join(format!("live-{pid}.sock"));
+        let p = memlens_contract::control::collector_socket(&dir, pid);
         if !p.exists() {
             return Err(Error::Collector(format!(
                 "no collector holds PID {pid}: start one with `memlens live --pid {pid}`"

@@ -41,9 +41,9 @@ pub struct SiteRow {
     pub frees: u64,
 }
 
-/// The control protocol this collector speaks: the runtime's `hello` names its own
-/// (crates/rt/src/liveprobe.rs `PROTOCOL`), and another one is refused.
-pub const PROTOCOL: u32 = 2;
+/// The control protocol this collector speaks: the runtime's `hello` names its own,
+/// and another one is refused.
+pub use memlens_contract::control::PROTOCOL;
 
 /// The watch probe's rows: the last store's (thread, run-time code address), 0 0
 /// before any, and per (thread, code address) the loads and stores.
@@ -66,7 +66,7 @@ pub struct Control {
 
 /// The control socket a runtime started with `MEMLENS_CONTROL=1` opens.
 pub fn default_socket(pid: i32) -> Result<PathBuf> {
-    Ok(crate::sock::socket_dir()?.join(format!("rt-{pid}.sock")))
+    Ok(memlens_contract::control::runtime_socket(&crate::sock::socket_dir()?, pid as u32))
 }
 
 impl Control {

@@ -3,11 +3,12 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 
 use crate::{Error, Result};
+use memlens_contract::control::{self, NotPrivate};
 
 /// Our effective uid.
 pub fn own_uid() -> u32 {
@@ -15,36 +16,24 @@ pub fn own_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// `$XDG_RUNTIME_DIR/memlens`, else `/tmp/memlens-<uid>`, created mode 0700 and
-/// checked to be a directory of ours that nobody else can enter.
+/// The control directory ([`control::socket_dir`]), created mode 0700 and checked
+/// to be a directory of ours that nobody else can enter.
 pub fn socket_dir() -> Result<PathBuf> {
     let uid = own_uid();
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(d) if d.is_absolute() && d.is_dir() => d.join("memlens"),
-        _ => PathBuf::from(format!("/tmp/memlens-{uid}")),
-    };
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::io(format!("cannot create {}", dir.display()), e)),
+    let dir = control::socket_dir(uid);
+    match control::private_dir(&dir, uid) {
+        Ok(()) => Ok(dir),
+        Err(NotPrivate::Io(e)) => Err(Error::io(format!("cannot create {}", dir.display()), e)),
+        Err(NotPrivate::Foreign { owner, mode }) => Err(Error::Collector(format!(
+            "{} is not a private directory of uid {uid} (owner {owner}, mode {mode:o}): remove it and retry",
+            dir.display()
+        ))),
     }
-    // lstat: a symlink planted in /tmp is refused, not followed.
-    let md = std::fs::symlink_metadata(&dir)
-        .map_err(|e| Error::io(format!("cannot stat {}", dir.display()), e))?;
-    if !md.is_dir() || md.uid() != uid || md.mode() & 0o077 != 0 {
-        return Err(Error::Collector(format!(
-            "{} is not a private directory of uid {uid} (owner {}, mode {:o}): remove it and retry",
-            dir.display(),
-            md.uid(),
-            md.mode() & 0o7777
-        )));
-    }
-    Ok(dir)
 }
 
 /// The socket of the collector holding `pid`.
 pub fn socket_path(pid: i32) -> Result<PathBuf> {
-    Ok(socket_dir()?.join(format!("live-{pid}.sock")))
+    Ok(control::collector_socket(&socket_dir()?, pid))
 }
 
 /// Binds the socket for `pid`, mode 0600. A live collector there is an error; a stale
@@ -74,22 +63,7 @@ pub fn bind(pid: i32) -> Result<(UnixListener, PathBuf)> {
 
 /// The uid of the process at the other end (SO_PEERCRED).
 pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED writes a ucred of the given length.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cred.uid)
+    control::peer_uid(s.as_raw_fd())
 }
 
 /// Only our own uid may control the probes.
