@@ -39,10 +39,7 @@ pub struct Cost {
 impl Cost {
     /// Adds `o`.
     pub fn add(&mut self, o: &Cost) {
-        self.loads += o.loads;
-        self.stores += o.stores;
-        self.bytes += o.bytes;
-        self.misses += o.misses;
+        crate::add_fields!(self, o; loads, stores, bytes, misses);
     }
 }
 

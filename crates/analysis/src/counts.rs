@@ -30,10 +30,7 @@ impl PcCounts {
 
     /// Adds another set of counters.
     pub fn merge(&mut self, o: &PcCounts) {
-        self.loads += o.loads;
-        self.stores += o.stores;
-        self.bytes_read += o.bytes_read;
-        self.bytes_written += o.bytes_written;
+        crate::add_fields!(self, o; loads, stores, bytes_read, bytes_written);
         for &t in &o.threads {
             self.add_thread(t);
         }
@@ -156,15 +153,9 @@ impl Counts {
         let acc = std::mem::take(&mut self.acc);
         for s in acc.slots {
             let t = self.by_thread.entry(ThreadId(s.thread)).or_default();
-            t.loads += s.loads;
-            t.stores += s.stores;
-            t.bytes_read += s.bytes_read;
-            t.bytes_written += s.bytes_written;
+            crate::add_fields!(t, s; loads, stores, bytes_read, bytes_written);
             let c = self.by_pc.entry(Pc(s.pc)).or_default();
-            c.loads += s.loads;
-            c.stores += s.stores;
-            c.bytes_read += s.bytes_read;
-            c.bytes_written += s.bytes_written;
+            crate::add_fields!(c, s; loads, stores, bytes_read, bytes_written);
             c.add_thread(ThreadId(s.thread));
         }
     }
@@ -274,13 +265,7 @@ impl Counts {
 }
 
 fn add_thread_counts(m: &mut ThreadCounts, c: &ThreadCounts) {
-    m.loads += c.loads;
-    m.stores += c.stores;
-    m.bytes_read += c.bytes_read;
-    m.bytes_written += c.bytes_written;
-    m.allocs += c.allocs;
-    m.frees += c.frees;
-    m.calls += c.calls;
+    crate::add_fields!(m, c; loads, stores, bytes_read, bytes_written, allocs, frees, calls);
 }
 
 impl Kernel for Counts {

@@ -71,6 +71,15 @@ macro_rules! row {
     }};
 }
 
+/// Adds each named counter field of `$from` to the same field of `$to`: the merge
+/// of per-thread or per-shard tallies (also used by the viewer's index).
+#[macro_export]
+macro_rules! add_fields {
+    ($to:expr, $from:expr; $($f:ident),+ $(,)?) => {
+        $( $to.$f += $from.$f; )+
+    };
+}
+
 mod blocks;
 pub mod cachesim;
 pub mod calltree;
@@ -87,8 +96,12 @@ pub mod registry;
 pub mod reuse;
 pub mod sharing;
 pub mod table;
-#[cfg(test)]
-mod testutil;
+/// Event and trace builders for unit tests (here and, with the `testutil` feature,
+/// in other crates).
+#[cfg(any(test, feature = "testutil"))]
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod testutil;
 pub mod working_set;
 
 pub use filter::{Filter, Filtered, WindowBasis};

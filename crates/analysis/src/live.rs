@@ -23,6 +23,7 @@
 use crate::{ChunkKernel, Error, Kernel};
 use memlens_format::chunk::decode_payload;
 use memlens_format::codec::Decoder;
+use memlens_format::reader::read_full;
 use memlens_format::{
     ChunkHeader, ChunkIndex, ChunkKind, Event, FileHeader, ThreadId, CHUNK_HEADER_SIZE, FLAG_LAST,
     HEADER_SIZE, META_STREAM,
@@ -30,7 +31,6 @@ use memlens_format::{
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Where a followed trace stands.
@@ -173,19 +173,6 @@ fn started_after(rest: &str, start_ns: u64) -> bool {
 
 fn io_err(p: &Path, e: std::io::Error) -> memlens_format::Error {
     memlens_format::Error::Io(p.display().to_string(), e)
-}
-
-fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        let n = f.read_at(&mut buf[got..], at)?;
-        if n == 0 {
-            break;
-        }
-        got += n;
-        at += n as u64;
-    }
-    Ok(got)
 }
 
 impl ChunkSource for TraceTail {
@@ -560,6 +547,7 @@ mod tests {
     use crate::testutil::*;
     use crate::{counts::Counts, sharing::Sharing, working_set::WorkingSet};
     use std::io::Write;
+    use std::os::unix::fs::FileExt;
 
     /// Copies a finished trace file into `dst` a few chunks at a time (cutting
     /// chunks in the middle), polling the live driver in between.

@@ -7,6 +7,9 @@
 //! symbols (a row a recorder cannot implement fails to compile there). The
 //! implementations differ only in what they do with an event: the runtime encodes
 //! it, the preload tells the QEMU plugin.
+//! The implementations that only check arguments and hand on to another one
+//! (`reallocarray`, `aligned_alloc`) are the same in both and come from
+//! [`forwarding_alloc_imps!`](crate::forwarding_alloc_imps).
 //!
 //! Allocation rows: `ABI fn rust_name = "symbol", Role, implementation; (args) -> ret;`.
 //! Every allocation interposer passes its first three arguments (padded) plus the
@@ -87,11 +90,13 @@ macro_rules! alloc_entry_points {
     };
 }
 
-/// Calls `$m!` with every interposed synchronisation entry point (see the module docs).
+/// Calls `$m!` with every interposed synchronisation entry point (see the module
+/// docs), after the tokens given after `$m,` if any.
 #[macro_export]
 macro_rules! sync_entry_points {
-    ($m:ident) => {
+    ($m:ident $(, $($before:tt)*)?) => {
         $m! {
+            $($($before)*)?
             pthread_mutex_lock = "", acquire;
             pthread_mutex_trylock = "", acquire;
             pthread_mutex_timedlock = "", acquire_timed;
@@ -136,6 +141,51 @@ pub enum Role {
     Release,
     /// Both (condition waits, barriers).
     Both,
+}
+
+/// Defines the allocation implementations that only check their arguments and
+/// hand on to another implementation of the caller, the same in both recorders:
+/// `reallocarray_imp` (to `realloc_imp`), `aligned_alloc_imp` (to `memalign_imp`)
+/// and `valid_align` (`posix_memalign`'s rule). `$pos` is the type the caller's
+/// implementations take the call site and stack position as; `errno` is set
+/// through the caller's `libc`.
+#[macro_export]
+macro_rules! forwarding_alloc_imps {
+    ($pos:ty) => {
+        unsafe extern "C" fn reallocarray_imp(
+            old: usize,
+            n: usize,
+            size: usize,
+            pc: $pos,
+            sp: $pos,
+        ) -> usize {
+            match n.checked_mul(size) {
+                Some(b) => realloc_imp(old, b, 0, pc, sp),
+                None => {
+                    *libc::__errno_location() = libc::ENOMEM;
+                    0
+                }
+            }
+        }
+
+        unsafe extern "C" fn aligned_alloc_imp(
+            align: usize,
+            size: usize,
+            _: usize,
+            pc: $pos,
+            sp: $pos,
+        ) -> usize {
+            if !align.is_power_of_two() {
+                *libc::__errno_location() = libc::EINVAL;
+                return 0;
+            }
+            memalign_imp(align, size, 0, pc, sp)
+        }
+
+        fn valid_align(align: usize) -> bool {
+            align.is_power_of_two() && align.is_multiple_of(core::mem::size_of::<usize>())
+        }
+    };
 }
 
 /// One interposed entry point.

@@ -137,6 +137,7 @@ macro_rules! alloc_entries {
 }
 
 memlens_contract::alloc_entry_points!(alloc_entries);
+memlens_contract::forwarding_alloc_imps!(u64);
 
 /// A new block `p` of `size` bytes (if any).
 fn allocated(kind: u64, p: *mut c_void, size: usize, pc: u64, sp: u64) -> usize {
@@ -163,31 +164,11 @@ unsafe extern "C" fn realloc_imp(old: usize, size: usize, _: usize, pc: u64, sp:
     p as usize
 }
 
-unsafe extern "C" fn reallocarray_imp(
-    old: usize,
-    n: usize,
-    size: usize,
-    pc: u64,
-    sp: u64,
-) -> usize {
-    match n.checked_mul(size) {
-        Some(b) => realloc_imp(old, b, 0, pc, sp),
-        None => {
-            *libc::__errno_location() = libc::ENOMEM;
-            0
-        }
-    }
-}
-
 unsafe extern "C" fn free_imp(p: usize, _: usize, _: usize, pc: u64, sp: u64) {
     if p != 0 {
         tell(OP_FREE + FREE, p as u64, 0, pc, 0, sp);
     }
     __libc_free(p as *mut c_void)
-}
-
-fn valid_align(align: usize) -> bool {
-    align.is_power_of_two() && align.is_multiple_of(core::mem::size_of::<usize>())
 }
 
 unsafe extern "C" fn posix_memalign_imp(
@@ -211,20 +192,6 @@ unsafe extern "C" fn posix_memalign_imp(
 
 unsafe extern "C" fn memalign_imp(align: usize, size: usize, _: usize, pc: u64, sp: u64) -> usize {
     allocated(ALIGNED, __libc_memalign(align, size), size, pc, sp)
-}
-
-unsafe extern "C" fn aligned_alloc_imp(
-    align: usize,
-    size: usize,
-    _: usize,
-    pc: u64,
-    sp: u64,
-) -> usize {
-    if !align.is_power_of_two() {
-        *libc::__errno_location() = libc::EINVAL;
-        return 0;
-    }
-    memalign_imp(align, size, 0, pc, sp)
 }
 
 unsafe extern "C" fn valloc_imp(size: usize, _: usize, _: usize, pc: u64, sp: u64) -> usize {

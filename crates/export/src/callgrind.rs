@@ -267,6 +267,14 @@ mod tests {
         Event::FuncEnter { pc: Pc(pc), call_site: Pc(site), frame: Addr(0) }
     }
 
+    /// The export of `streams` after its header (from the first cost line on).
+    fn body(streams: &[(u32, Vec<Event>)]) -> (String, Summary) {
+        let mut out = Vec::new();
+        let s = callgrind(&trace(streams), &ByPc, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        (text.split_once("events: Dr Dw Rb Wb\n").unwrap().1.to_string(), s)
+    }
+
     #[test]
     fn calls_carry_inclusive_costs_at_their_call_site() {
         // f1 (entry line 1) calls f2 twice from line 5 and f3 once from line 6;
@@ -292,11 +300,7 @@ mod tests {
         ];
         // open at the end: closed there
         let t1 = vec![start(101, "w"), call(0x301, 0), wr(0x304, 0x2000)];
-        let r = trace(&[(0, t0), (1, t1)]);
-        let mut out = Vec::new();
-        let s = callgrind(&r, &ByPc, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let body = text.split_once("events: Dr Dw Rb Wb\n").unwrap().1;
+        let (body, s) = body(&[(0, t0), (1, t1)]);
         assert_eq!(
             body,
             "\nfl=(1) /src/f.c\nfn=(1) f1\n2 0 1 0 8\n\
@@ -326,11 +330,7 @@ mod tests {
             exit(),
             exit(),
         ];
-        let r = trace(&[(0, evs)]);
-        let mut out = Vec::new();
-        callgrind(&r, &ByPc, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let body = text.split_once("events: Dr Dw Rb Wb\n").unwrap().1;
+        let (body, _) = body(&[(0, evs)]);
         assert_eq!(
             body,
             "\nfl=(1) /src/f.c\nfn=(1) f1\n\
@@ -346,11 +346,7 @@ mod tests {
         // in f1, an access at code of h.h (function f18: inlined); before any
         // call, one at f2's code
         let evs = vec![rd(0x203, 0x1000), call(0x101, 0), rd(0x1205, 0x1000), exit()];
-        let r = trace(&[(0, evs)]);
-        let mut out = Vec::new();
-        callgrind(&r, &ByPc, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let body = text.split_once("events: Dr Dw Rb Wb\n").unwrap().1;
+        let (body, _) = body(&[(0, evs)]);
         assert_eq!(
             body,
             "\nfl=(1) /src/f.c\nfn=(1) f1\nfi=(2) /src/h.h\n5 1 0 8 0\n\

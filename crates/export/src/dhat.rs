@@ -207,19 +207,10 @@ const TOP_FIELDS: &[&str] = &[
 mod tests {
     use super::*;
     use crate::testutil::*;
+    use memlens_analysis::testutil::alloc;
     use memlens_analysis::NoNames;
-    use memlens_format::{Addr, AllocKind, FreeKind};
+    use memlens_format::{Addr, FreeKind};
     use serde_json::Value;
-
-    fn alloc(pc: u64, addr: u64, size: u64, stack: &[u64]) -> Event {
-        Event::Alloc {
-            pc: Pc(pc),
-            addr: Addr(addr),
-            size,
-            kind: AllocKind::Malloc,
-            stack: stack.iter().map(|&p| Pc(p)).collect(),
-        }
-    }
 
     fn free(addr: u64) -> Event {
         Event::Free { pc: Pc(0x99), addr: Addr(addr), kind: FreeKind::Free }

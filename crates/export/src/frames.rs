@@ -126,3 +126,20 @@ pub(crate) fn thread_label(thread: u32, name: &str) -> String {
         format!("T{thread} {name}")
     }
 }
+
+/// The memory operations (loads and stores) of `e`: the timeline exports' clock
+/// ticks once per operation.
+pub(crate) fn operations(e: &memlens_format::Event) -> u64 {
+    let (l, s) = e.loads_stores();
+    l + s
+}
+
+/// `threads`' entries in thread order, so what an export closes at the end comes
+/// in a fixed order.
+pub(crate) fn in_thread_order<S>(
+    threads: HashMap<memlens_format::ThreadId, S>,
+) -> Vec<(memlens_format::ThreadId, S)> {
+    let mut v: Vec<_> = threads.into_iter().collect();
+    v.sort_by_key(|(t, _)| *t);
+    v
+}

@@ -371,16 +371,11 @@ pub fn perfetto_pb(
                 let ts = seq.delta(now.saturating_mul(1000).max(seq.last_ns));
                 w.write(&describe(t, seq.state.tid, thread_label(t.0, n), ts))?;
             }
-            e => {
-                let (l, s) = e.loads_stores();
-                now += l + s;
-            }
+            e => now += crate::frames::operations(e),
         }
     }
     // Close what is still open, threads in a fixed order.
-    let mut open: Vec<_> = seqs.into_iter().collect();
-    open.sort_by_key(|(t, _)| *t);
-    for (t, mut seq) in open {
+    for (t, mut seq) in crate::frames::in_thread_order(seqs) {
         for _ in 0..seq.state.stack.len() {
             let ts = seq.state.ts(now).0;
             w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;

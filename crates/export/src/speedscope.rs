@@ -57,10 +57,7 @@ pub fn speedscope(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Resu
                         ev_out(&mut out, 'C', c, now)?;
                     }
                 }
-                e => {
-                    let (l, s) = e.loads_stores();
-                    now += l + s;
-                }
+                e => now += crate::frames::operations(&e),
             }
         }
         stack.close_all(|o: Open, _| closed.push(o.frame));

@@ -178,16 +178,11 @@ fn write(
                 st.stack.close_all(memlens_format::callstack::discard);
             }
             Event::ThreadName(n) => w.thread_name(tid, t, &thread_label(t.0, n))?,
-            e => {
-                let (l, s) = e.loads_stores();
-                now += l + s;
-            }
+            e => now += crate::frames::operations(e),
         }
     }
     // Close what is still open, threads in a fixed order.
-    let mut open: Vec<_> = threads.into_iter().collect();
-    open.sort_by_key(|(t, _)| *t);
-    for (_, mut st) in open {
+    for (_, mut st) in crate::frames::in_thread_order(threads) {
         for _ in 0..st.stack.len() {
             let ts = st.ts(now);
             w.end(st.tid, ts)?;

@@ -388,21 +388,20 @@ impl ChunkEncoder {
         if codec == Codec::None {
             out.extend_from_slice(raw);
         }
-        let payload = &out[CHUNK_HEADER_SIZE..];
-        let h = ChunkHeader {
+        let head = ChunkHeader {
             kind,
             codec,
             flags,
             stream,
             seq,
-            raw_len: raw.len() as u32,
-            payload_len: payload.len() as u32,
             counts,
             first_clock,
             split: 0,
-            payload_crc: crc32fast::hash(payload),
+            raw_len: raw.len() as u32,
+            payload_len: 0,
+            payload_crc: 0,
         };
-        out[..CHUNK_HEADER_SIZE].copy_from_slice(&h.encode());
+        seal(out, head);
     }
 
     /// Frames one event chunk made of an op and a side stream into `out` (cleared
@@ -438,6 +437,19 @@ impl ChunkEncoder {
         parts: EventParts<'_>,
         out: &mut Vec<u8>,
     ) {
+        let head = ChunkHeader {
+            kind: ChunkKind::Events,
+            codec: Codec::None,
+            flags,
+            stream,
+            seq,
+            raw_len: 0,
+            payload_len: 0,
+            split: 0,
+            counts,
+            first_clock,
+            payload_crc: 0,
+        };
         let fold = self.fold && self.level > 0;
         let mut folder = if fold { self.folder.take() } else { None };
         if fold && folder.is_none() {
@@ -454,13 +466,13 @@ impl ChunkEncoder {
         // only costs the writer time (sort: 3x) that makes it fall behind
         let folded = folded.filter(|f| f.len() * 2 <= ops.len() + side.len());
         match folded {
-            None => self.frame_events(stream, seq, flags, counts, first_clock, ops, side, out),
+            None => self.frame_events(head, ops, side, out),
             Some(f) => {
-                self.frame_events(stream, seq, flags, counts, first_clock, &f.ops, &f.side, out);
+                self.frame_events(head, &f.ops, &f.side, out);
                 let check = self.zstd.is_some() && folder.as_mut().is_some_and(|f| f.check_due());
                 if check {
                     let mut alt = std::mem::take(&mut self.alt);
-                    self.frame_events(stream, seq, flags, counts, first_clock, ops, side, &mut alt);
+                    self.frame_events(head, ops, side, &mut alt);
                     let fold_won = out.len() * 10 <= alt.len() * 9;
                     if !fold_won {
                         std::mem::swap(out, &mut alt);
@@ -477,18 +489,9 @@ impl ChunkEncoder {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn frame_events(
-        &mut self,
-        stream: u32,
-        seq: u32,
-        flags: u16,
-        counts: ChunkCounts,
-        first_clock: u64,
-        ops: &[u8],
-        side: &[u8],
-        out: &mut Vec<u8>,
-    ) {
+    /// Frames `ops` and `side` (see [`ChunkEncoder::encode_events`]) under `head`,
+    /// whose sizes, codec and CRC it fills in.
+    fn frame_events(&mut self, mut head: ChunkHeader, ops: &[u8], side: &[u8], out: &mut Vec<u8>) {
         out.clear();
         out.resize(CHUNK_HEADER_SIZE, 0);
         crate::varint::push(out, ops.len() as u64);
@@ -523,22 +526,20 @@ impl ChunkEncoder {
             split = out.len();
             out.extend_from_slice(side);
         }
-        let payload = &out[CHUNK_HEADER_SIZE..];
-        let h = ChunkHeader {
-            kind: ChunkKind::Events,
-            codec,
-            flags,
-            stream,
-            seq,
-            raw_len: raw_len as u32,
-            payload_len: payload.len() as u32,
-            counts,
-            first_clock,
-            split: (split - CHUNK_HEADER_SIZE) as u32,
-            payload_crc: crc32fast::hash(payload),
-        };
-        out[..CHUNK_HEADER_SIZE].copy_from_slice(&h.encode());
+        head.codec = codec;
+        head.raw_len = raw_len as u32;
+        head.split = (split - CHUNK_HEADER_SIZE) as u32;
+        seal(out, head);
     }
+}
+
+/// Writes `head` in front of the payload framed after it in `out`, with the
+/// payload's length and CRC.
+fn seal(out: &mut [u8], mut head: ChunkHeader) {
+    let payload = &out[CHUNK_HEADER_SIZE..];
+    head.payload_len = payload.len() as u32;
+    head.payload_crc = crc32fast::hash(payload);
+    out[..CHUNK_HEADER_SIZE].copy_from_slice(&head.encode());
 }
 
 /// An event chunk payload's op-stream length prefix: its own length and the op

@@ -14,165 +14,104 @@ pub enum AccessKind {
     Write,
 }
 
-/// The read-modify-write operation of an atomic RMW event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum RmwOp {
-    /// `atomic_exchange`.
-    Exchange = 0,
-    /// `atomic_fetch_add`.
-    FetchAdd = 1,
-    /// `atomic_fetch_sub`.
-    FetchSub = 2,
-    /// `atomic_fetch_and`.
-    FetchAnd = 3,
-    /// `atomic_fetch_or`.
-    FetchOr = 4,
-    /// `atomic_fetch_xor`.
-    FetchXor = 5,
-    /// `atomic_fetch_nand`.
-    FetchNand = 6,
-    /// A compare-exchange that stored.
-    Cas = 7,
-    /// A compare-exchange that failed: a load only.
-    CasFailed = 8,
+/// A `#[repr(u8)]` enum of the wire format, one row per variant with its wire value
+/// and its name in dumps; `from_u8` and `name` are made from the same rows.
+macro_rules! wire_enum {
+    ($(#[$m:meta])* pub enum $name:ident {
+        $($(#[$vm:meta])* $v:ident = $n:literal => $s:literal,)*
+    }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum $name {
+            $($(#[$vm])* $v = $n,)*
+        }
+
+        impl $name {
+            /// Decodes the wire value.
+            pub fn from_u8(v: u8) -> Option<$name> {
+                match v {
+                    $($n => Some($name::$v),)*
+                    _ => None,
+                }
+            }
+
+            /// Short lowercase name used in dumps.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$v => $s,)*
+                }
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// The read-modify-write operation of an atomic RMW event.
+    pub enum RmwOp {
+        /// `atomic_exchange`.
+        Exchange = 0 => "xchg",
+        /// `atomic_fetch_add`.
+        FetchAdd = 1 => "add",
+        /// `atomic_fetch_sub`.
+        FetchSub = 2 => "sub",
+        /// `atomic_fetch_and`.
+        FetchAnd = 3 => "and",
+        /// `atomic_fetch_or`.
+        FetchOr = 4 => "or",
+        /// `atomic_fetch_xor`.
+        FetchXor = 5 => "xor",
+        /// `atomic_fetch_nand`.
+        FetchNand = 6 => "nand",
+        /// A compare-exchange that stored.
+        Cas = 7 => "cas",
+        /// A compare-exchange that failed: a load only.
+        CasFailed = 8 => "cas-fail",
+    }
 }
 
 impl RmwOp {
-    /// Decodes the wire value.
-    pub fn from_u8(v: u8) -> Option<RmwOp> {
-        use RmwOp::*;
-        Some(match v {
-            0 => Exchange,
-            1 => FetchAdd,
-            2 => FetchSub,
-            3 => FetchAnd,
-            4 => FetchOr,
-            5 => FetchXor,
-            6 => FetchNand,
-            7 => Cas,
-            8 => CasFailed,
-            _ => return None,
-        })
-    }
-
-    /// Short lowercase name used in dumps.
-    pub fn name(self) -> &'static str {
-        use RmwOp::*;
-        match self {
-            Exchange => "xchg",
-            FetchAdd => "add",
-            FetchSub => "sub",
-            FetchAnd => "and",
-            FetchOr => "or",
-            FetchXor => "xor",
-            FetchNand => "nand",
-            Cas => "cas",
-            CasFailed => "cas-fail",
-        }
-    }
-
     /// Whether the operation wrote memory.
     pub fn stores(self) -> bool {
         self != RmwOp::CasFailed
     }
 }
 
-/// Which allocation function produced a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum AllocKind {
-    /// `malloc`.
-    Malloc = 0,
-    /// `calloc`.
-    Calloc = 1,
-    /// `realloc` (the new block).
-    Realloc = 2,
-    /// `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`.
-    Aligned = 3,
-    /// C++ `operator new` (any variant but array).
-    New = 4,
-    /// C++ `operator new[]`.
-    NewArray = 5,
-    /// An allocator from a user definition file (`alloc.in`).
-    Custom = 6,
-    /// `mmap` of anonymous memory (reserved for later producers).
-    Mmap = 7,
-}
-
-impl AllocKind {
-    /// Decodes the wire value.
-    pub fn from_u8(v: u8) -> Option<AllocKind> {
-        use AllocKind::*;
-        Some(match v {
-            0 => Malloc,
-            1 => Calloc,
-            2 => Realloc,
-            3 => Aligned,
-            4 => New,
-            5 => NewArray,
-            6 => Custom,
-            7 => Mmap,
-            _ => return None,
-        })
-    }
-
-    /// Short lowercase name used in dumps.
-    pub fn name(self) -> &'static str {
-        use AllocKind::*;
-        match self {
-            Malloc => "malloc",
-            Calloc => "calloc",
-            Realloc => "realloc",
-            Aligned => "aligned",
-            New => "new",
-            NewArray => "new[]",
-            Custom => "custom",
-            Mmap => "mmap",
-        }
+wire_enum! {
+    /// Which allocation function produced a block.
+    pub enum AllocKind {
+        /// `malloc`.
+        Malloc = 0 => "malloc",
+        /// `calloc`.
+        Calloc = 1 => "calloc",
+        /// `realloc` (the new block).
+        Realloc = 2 => "realloc",
+        /// `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`.
+        Aligned = 3 => "aligned",
+        /// C++ `operator new` (any variant but array).
+        New = 4 => "new",
+        /// C++ `operator new[]`.
+        NewArray = 5 => "new[]",
+        /// An allocator from a user definition file (`alloc.in`).
+        Custom = 6 => "custom",
+        /// `mmap` of anonymous memory (reserved for later producers).
+        Mmap = 7 => "mmap",
     }
 }
 
-/// Which deallocation function released a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum FreeKind {
-    /// `free` (and the old block of `realloc`).
-    Free = 0,
-    /// C++ `operator delete`.
-    Delete = 1,
-    /// C++ `operator delete[]`.
-    DeleteArray = 2,
-    /// A user-defined deallocator.
-    Custom = 3,
-    /// `munmap` (reserved).
-    Munmap = 4,
-}
-
-impl FreeKind {
-    /// Decodes the wire value.
-    pub fn from_u8(v: u8) -> Option<FreeKind> {
-        use FreeKind::*;
-        Some(match v {
-            0 => Free,
-            1 => Delete,
-            2 => DeleteArray,
-            3 => Custom,
-            4 => Munmap,
-            _ => return None,
-        })
-    }
-
-    /// Short lowercase name used in dumps.
-    pub fn name(self) -> &'static str {
-        use FreeKind::*;
-        match self {
-            Free => "free",
-            Delete => "delete",
-            DeleteArray => "delete[]",
-            Custom => "custom",
-            Munmap => "munmap",
-        }
+wire_enum! {
+    /// Which deallocation function released a block.
+    pub enum FreeKind {
+        /// `free` (and the old block of `realloc`).
+        Free = 0 => "free",
+        /// C++ `operator delete`.
+        Delete = 1 => "delete",
+        /// C++ `operator delete[]`.
+        DeleteArray = 2 => "delete[]",
+        /// A user-defined deallocator.
+        Custom = 3 => "custom",
+        /// `munmap` (reserved).
+        Munmap = 4 => "munmap",
     }
 }
 

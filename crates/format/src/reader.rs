@@ -471,7 +471,9 @@ fn payload_crc(rd: &mut impl Read, len: u32) -> std::io::Result<u32> {
     Ok(h.finalize())
 }
 
-fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
+/// Reads from `at` until `buf` is full or the file ends; returns the bytes read
+/// (a file still being written may end short).
+pub fn read_full(f: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         let n = f.read_at(&mut buf[got..], at)?;

@@ -4,15 +4,12 @@
 //! Software counters work everywhere; hardware counters need a hardware PMU and are
 //! refused with the reason on machines without one.
 
-use std::collections::HashMap;
-
 use serde_json::{Map, Value};
 
-use crate::locate::Point;
 use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
-use crate::perf::{TYPE_HARDWARE, TYPE_SOFTWARE};
-use crate::sampler::Sampler;
+use crate::perf::{Sample, TYPE_HARDWARE, TYPE_SOFTWARE};
 use crate::target::Target;
+use crate::timer::{SpanProbe, Spans};
 use crate::{Error, Result};
 
 /// (name, type, config) of every counter the module knows.
@@ -104,77 +101,60 @@ impl ProbeModule for PerfModule {
             }
             counters.push((ty, config, COUNTERS.iter().find(|c| c.0 == name).map_or("", |c| c.0)));
         }
-        let pts = crate::timer::start_stop(target, loc)?;
-        let stop: Vec<bool> = pts.iter().map(|p| p.2).collect();
-        let points: Vec<(Point, bool)> = pts.iter().map(|(p, r, _)| (p.clone(), *r)).collect();
-        let starts: Vec<Point> = pts.iter().filter(|p| !p.2).map(|p| p.0.clone()).collect();
-        let sampler = Sampler::open(target, &points, &counters)?;
-        Ok(Box::new(PerfProbe {
-            location: crate::count::describe(target, &starts),
-            starts: starts.iter().map(|p| p.vaddr).collect(),
+        let probe = SpanProbe::open(target, loc, &counters, |npoints| PerfSpans {
             names: counters.iter().map(|c| c.2.to_owned()).collect(),
-            npoints: points.len(),
-            sampler,
-            stop,
-            stacks: HashMap::new(),
+            npoints,
             calls: 0,
             sums: vec![0; counters.len()],
             unmatched: 0,
-        }))
+        })?;
+        Ok(Box::new(probe))
     }
 }
 
-struct PerfProbe {
-    location: String,
-    starts: Vec<u64>,
+/// Per call, the counters' differences between entry and return, summed.
+struct PerfSpans {
     names: Vec<String>,
+    /// Values of a sample before the counters'.
     npoints: usize,
-    sampler: Sampler,
-    stop: Vec<bool>,
-    /// Per thread, the counter values at each open entry.
-    stacks: HashMap<u32, Vec<Vec<u64>>>,
     calls: u64,
     sums: Vec<u64>,
     unmatched: u64,
 }
 
-impl Probe for PerfProbe {
-    fn location(&self) -> String {
-        self.location.clone()
+impl PerfSpans {
+    fn counters(&self, s: &Sample) -> Vec<u64> {
+        s.values.iter().skip(self.npoints).copied().collect()
+    }
+}
+
+impl Spans for PerfSpans {
+    /// The counter values at the entry.
+    type Start = Vec<u64>;
+
+    fn start(&self, s: &Sample) -> Vec<u64> {
+        self.counters(s)
     }
 
-    fn points(&self) -> Vec<u64> {
-        self.starts.clone()
-    }
-
-    fn poll(&mut self) {
-        for (i, s) in self.sampler.drain() {
-            let vals: Vec<u64> = s.values.iter().skip(self.npoints).copied().collect();
-            let stack = self.stacks.entry(s.tid).or_default();
-            if !self.stop[i] {
-                stack.push(vals);
-            } else if let Some(v0) = stack.pop() {
-                self.calls += 1;
-                for (k, sum) in self.sums.iter_mut().enumerate() {
-                    let (a, b) =
-                        (v0.get(k).copied().unwrap_or(0), vals.get(k).copied().unwrap_or(0));
-                    *sum += b.saturating_sub(a);
-                }
-            } else {
-                self.unmatched += 1;
-            }
+    fn stop(&mut self, v0: Vec<u64>, s: &Sample) {
+        let vals = self.counters(s);
+        self.calls += 1;
+        for (k, sum) in self.sums.iter_mut().enumerate() {
+            let (a, b) = (v0.get(k).copied().unwrap_or(0), vals.get(k).copied().unwrap_or(0));
+            *sum += b.saturating_sub(a);
         }
     }
 
-    fn values(&self) -> Map<String, Value> {
-        let mut m = Map::new();
+    fn unmatched(&mut self) {
+        self.unmatched += 1;
+    }
+
+    fn values(&self, m: &mut Map<String, Value>) {
         m.insert("count".into(), self.calls.into());
         for (n, v) in self.names.iter().zip(&self.sums) {
             m.insert(n.clone(), (*v).into());
         }
         m.insert("unmatched".into(), self.unmatched.into());
-        m.insert("lost".into(), self.sampler.lost.into());
-        m
     }
 }
 

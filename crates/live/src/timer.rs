@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::locate::Point;
 use crate::module::{Action, Column, ModuleInfo, Probe, ProbeModule};
+use crate::perf::Sample;
 use crate::sampler::Sampler;
 use crate::target::Target;
 use crate::{Error, Result};
@@ -96,19 +97,7 @@ impl ProbeModule for TimerModule {
                 )?));
             }
         }
-        let pts = start_stop(target, args)?;
-        let stop: Vec<bool> = pts.iter().map(|p| p.2).collect();
-        let points: Vec<(Point, bool)> = pts.iter().map(|(p, r, _)| (p.clone(), *r)).collect();
-        let starts: Vec<Point> = pts.iter().filter(|p| !p.2).map(|p| p.0.clone()).collect();
-        let sampler = Sampler::open(target, &points, &[])?;
-        Ok(Box::new(TimerProbe {
-            location: crate::count::describe(target, &starts),
-            starts: starts.iter().map(|p| p.vaddr).collect(),
-            sampler,
-            stop,
-            stacks: HashMap::new(),
-            agg: Agg::default(),
-        }))
+        Ok(Box::new(SpanProbe::open(target, args, &[], |_| Agg::default())?))
     }
 }
 
@@ -157,16 +146,74 @@ impl Agg {
     }
 }
 
-struct TimerProbe {
+/// What a start/stop probe makes of its pairs (the timer: durations; `perf`:
+/// counter differences).
+pub(crate) trait Spans: Send {
+    /// What is kept for an open start.
+    type Start: Send;
+    /// The value kept at a start.
+    fn start(&self, s: &Sample) -> Self::Start;
+    /// A stop closing `start`, the innermost open start of its thread.
+    fn stop(&mut self, start: Self::Start, s: &Sample);
+    /// A stop with no open start on its thread (a probe inserted mid-call).
+    fn unmatched(&mut self);
+    /// The values so far (the probe adds `lost`).
+    fn values(&self, m: &mut Map<String, Value>);
+}
+
+impl Spans for Agg {
+    type Start = u64;
+    fn start(&self, s: &Sample) -> u64 {
+        s.time
+    }
+    fn stop(&mut self, t0: u64, s: &Sample) {
+        self.add(s.time.saturating_sub(t0));
+    }
+    fn unmatched(&mut self) {
+        self.unmatched += 1;
+    }
+    fn values(&self, m: &mut Map<String, Value>) {
+        self.to_json(m);
+    }
+}
+
+/// A probe at start and stop points ([`start_stop`]). Each thread has a stack of
+/// open starts, so nested and recursive calls pair correctly.
+pub(crate) struct SpanProbe<S: Spans> {
     location: String,
     starts: Vec<u64>,
     sampler: Sampler,
     stop: Vec<bool>,
-    stacks: HashMap<u32, Vec<u64>>,
-    agg: Agg,
+    stacks: HashMap<u32, Vec<S::Start>>,
+    spans: S,
 }
 
-impl Probe for TimerProbe {
+impl<S: Spans> SpanProbe<S> {
+    /// Inserts the probe at `args`' points, each hit sampling `counters`;
+    /// `spans(points)` is given the number of points (the first values of a sample).
+    pub(crate) fn open(
+        target: &Target,
+        args: &str,
+        counters: &[(u32, u64, &str)],
+        spans: impl FnOnce(usize) -> S,
+    ) -> Result<SpanProbe<S>> {
+        let pts = start_stop(target, args)?;
+        let stop: Vec<bool> = pts.iter().map(|p| p.2).collect();
+        let points: Vec<(Point, bool)> = pts.iter().map(|(p, r, _)| (p.clone(), *r)).collect();
+        let starts: Vec<Point> = pts.iter().filter(|p| !p.2).map(|p| p.0.clone()).collect();
+        let sampler = Sampler::open(target, &points, counters)?;
+        Ok(SpanProbe {
+            location: crate::count::describe(target, &starts),
+            starts: starts.iter().map(|p| p.vaddr).collect(),
+            sampler,
+            stop,
+            stacks: HashMap::new(),
+            spans: spans(points.len()),
+        })
+    }
+}
+
+impl<S: Spans> Probe for SpanProbe<S> {
     fn location(&self) -> String {
         self.location.clone()
     }
@@ -179,18 +226,18 @@ impl Probe for TimerProbe {
         for (i, s) in self.sampler.drain() {
             let stack = self.stacks.entry(s.tid).or_default();
             if !self.stop[i] {
-                stack.push(s.time);
-            } else if let Some(t0) = stack.pop() {
-                self.agg.add(s.time.saturating_sub(t0));
+                stack.push(self.spans.start(&s));
+            } else if let Some(v0) = stack.pop() {
+                self.spans.stop(v0, &s);
             } else {
-                self.agg.unmatched += 1;
+                self.spans.unmatched();
             }
         }
     }
 
     fn values(&self) -> Map<String, Value> {
         let mut m = Map::new();
-        self.agg.to_json(&mut m);
+        self.spans.values(&mut m);
         m.insert("lost".into(), self.sampler.lost.into());
         m
     }

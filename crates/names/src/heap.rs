@@ -470,14 +470,35 @@ impl Regions {
 mod tests {
     use super::*;
 
+    /// A finished index of thread 0's events, in order: `Alloc(index, address, size,
+    /// site)` and `Free(index, address)`.
+    fn heap_of(events: &[Ev]) -> HeapIndex {
+        let mut h = HeapIndex::default();
+        for e in events {
+            match *e {
+                Ev::Alloc(i, a, size, site) => {
+                    h.add_block(ThreadId(0), i, Addr(a), size, Pc(site), vec![])
+                }
+                Ev::Free(i, a) => h.free(ThreadId(0), i, Addr(a)),
+            }
+        }
+        h.finish();
+        h
+    }
+
+    enum Ev {
+        Alloc(u64, u64, u64, u64),
+        Free(u64, u64),
+    }
+
     #[test]
     fn reuse_is_resolved_by_lifetime_in_the_same_thread() {
-        let mut h = HeapIndex::default();
+        let h = heap_of(&[
+            Ev::Alloc(1, 0x1000, 32, 0xa),
+            Ev::Free(5, 0x1000),
+            Ev::Alloc(6, 0x1000, 16, 0xb),
+        ]);
         let t = ThreadId(0);
-        h.add_block(t, 1, Addr(0x1000), 32, Pc(0xa), vec![]);
-        h.free(t, 5, Addr(0x1000));
-        h.add_block(t, 6, Addr(0x1000), 16, Pc(0xb), vec![]);
-        h.finish();
         assert_eq!(h.find(Addr(0x1008), t, 3), Some((0, 8)));
         assert_eq!(h.find(Addr(0x1008), t, 7), Some((1, 8)));
         assert_eq!(h.find(Addr(0x1018), t, 3), Some((0, 0x18)));
@@ -568,16 +589,15 @@ mod tests {
 
     #[test]
     fn regions_keep_ranges_whose_blocks_share_a_key() {
-        let mut h = HeapIndex::default();
-        let t = ThreadId(0);
-        // 0x1000: two blocks over time, same key; 0x2000: two keys; 0x3000: no key
-        h.add_block(t, 1, Addr(0x1000), 32, Pc(0xa), vec![]);
-        h.free(t, 2, Addr(0x1000));
-        h.add_block(t, 3, Addr(0x1010), 48, Pc(0xa), vec![]);
-        h.add_block(t, 4, Addr(0x2000), 32, Pc(0xa), vec![]);
-        h.add_block(t, 5, Addr(0x2010), 32, Pc(0xb), vec![]);
-        h.add_block(t, 6, Addr(0x3000), 8, Pc(0xc), vec![]);
-        h.finish();
+        let h = heap_of(&[
+            // 0x1000: two blocks over time, same key; 0x2000: two keys; 0x3000: no key
+            Ev::Alloc(1, 0x1000, 32, 0xa),
+            Ev::Free(2, 0x1000),
+            Ev::Alloc(3, 0x1010, 48, 0xa),
+            Ev::Alloc(4, 0x2000, 32, 0xa),
+            Ev::Alloc(5, 0x2010, 32, 0xb),
+            Ev::Alloc(6, 0x3000, 8, 0xc),
+        ]);
         let r = Regions::new(&h, |i| match h.blocks()[i].site.0 {
             0xa => Some(1),
             0xb => Some(2),
@@ -595,14 +615,13 @@ mod tests {
 
     #[test]
     fn blocks_nobody_overlaps_are_exclusive() {
-        let mut h = HeapIndex::default();
-        let t = ThreadId(0);
-        h.add_block(t, 1, Addr(0x1000), 32, Pc(0xa), vec![]);
-        h.add_block(t, 2, Addr(0x2000), 64, Pc(0xa), vec![]);
-        // an mmap region with a block inside it
-        h.add_block(t, 3, Addr(0x10000), 0x1000, Pc(0xb), vec![]);
-        h.add_block(t, 4, Addr(0x10100), 16, Pc(0xc), vec![]);
-        h.finish();
+        let h = heap_of(&[
+            Ev::Alloc(1, 0x1000, 32, 0xa),
+            Ev::Alloc(2, 0x2000, 64, 0xa),
+            // an mmap region with a block inside it
+            Ev::Alloc(3, 0x10000, 0x1000, 0xb),
+            Ev::Alloc(4, 0x10100, 16, 0xc),
+        ]);
         assert!(h.exclusive(0) && h.exclusive(1));
         assert!(!h.exclusive(2) && !h.exclusive(3));
         for a in [0x1000, 0x101f] {

@@ -56,7 +56,7 @@ pub use counts::{Attribution, LabelCounts, SiteNamer};
 pub use heap::{Block, HeapIndex};
 pub use maps::{Mapping, Maps};
 pub use par::attribute_trace;
-pub use serial::{attribute_trace_auto, attribute_trace_serial};
+pub use serial::{attribute_trace_auto, attribute_trace_serial, Naming};
 pub use vars::{
     attribute_all, attributor, coverage, heap_index, variable_rows, AccessNames, CodeNamer,
     TraceNamer, VarCounts, VarReport,

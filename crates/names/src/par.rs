@@ -25,11 +25,10 @@ use crate::pre::{for_chunks, pre_chunk, ChunkPre, FnStarts, HeapEv};
 use crate::resolve::{Access, CoarseHeap, HeapClasses, Resolver, Shared, ALWAYS, THREAD};
 use crate::{
     static_tls_layout, Attribution, Error, FastMap, Granularity, HeapIndex, Interner, LabelCounts,
-    Maps, OpenFrame, SiteNamer, ThreadState, NOT_GLOBAL, UNSEEN,
+    Naming, OpenFrame, ThreadState, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::codec::Columns;
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
-use memlens_symbols::Symbolizer;
 
 /// One chunk's starting point.
 struct ChunkStart {
@@ -278,14 +277,8 @@ impl<'a> Worker<'a> {
 
 /// Names every access of `r` on `threads` worker threads. The result equals
 /// [`attribute_trace_serial`](crate::attribute_trace_serial)'s.
-pub fn attribute_trace(
-    r: &TraceReader,
-    sym: &Symbolizer,
-    maps: Option<Maps>,
-    site_namer: SiteNamer<'_>,
-    threads: usize,
-    g: Granularity,
-) -> Result<Attribution, Error> {
+pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Error> {
+    let Naming { trace: r, sym, maps, site_namer, granularity: g } = n;
     let work = r.stream_chunks();
     // pass 1: heap events and frame summaries per chunk
     let pres = for_chunks(

@@ -8,16 +8,25 @@ use crate::{
 use memlens_format::{Event, TraceReader};
 use memlens_symbols::Symbolizer;
 
-/// Names every access of `r` in one serial pass of an [`Attributor`](crate::Attributor):
-/// the reference [`attribute_trace`] must agree with.
-pub fn attribute_trace_serial(
-    r: &TraceReader,
-    sym: &Symbolizer,
-    maps: Option<Maps>,
-    site_namer: SiteNamer<'_>,
-    g: Granularity,
-) -> Result<Attribution, Error> {
-    serial_with(r, sym, maps, site_namer, HeapIndex::from_trace(r)?, g)
+/// What naming the accesses of a trace takes, for every way of doing it.
+pub struct Naming<'a> {
+    /// The trace.
+    pub trace: &'a TraceReader,
+    /// Its programs' symbols.
+    pub sym: &'a Symbolizer,
+    /// The process's memory map, if recorded.
+    pub maps: Option<Maps>,
+    /// Names allocation sites (heap blocks are named after them).
+    pub site_namer: SiteNamer<'a>,
+    /// Whole variables or each field.
+    pub granularity: Granularity,
+}
+
+/// Names every access of the trace in one serial pass of an
+/// [`Attributor`](crate::Attributor): the reference [`attribute_trace`] must agree with.
+pub fn attribute_trace_serial(n: Naming<'_>) -> Result<Attribution, Error> {
+    let heap = HeapIndex::from_trace(n.trace)?;
+    serial_with(n, heap)
 }
 
 /// Heap bytes in large blocks above which [`attribute_trace_auto`] stays serial:
@@ -29,38 +38,25 @@ const PARALLEL_MAX_BIG_HEAP: u64 = 16 << 20;
 /// `threads` workers unless there is one worker only or (by field) large heap
 /// blocks would have every worker name millions of the same fields; serial
 /// otherwise. The result is the same either way.
-pub fn attribute_trace_auto(
-    r: &TraceReader,
-    sym: &Symbolizer,
-    maps: Option<Maps>,
-    site_namer: SiteNamer<'_>,
-    threads: usize,
-    g: Granularity,
-) -> Result<Attribution, Error> {
-    let parallel = threads > 1 && r.stream_chunks().len() > 1;
-    if parallel && g == Granularity::Variable {
+pub fn attribute_trace_auto(n: Naming<'_>, threads: usize) -> Result<Attribution, Error> {
+    let parallel = threads > 1 && n.trace.stream_chunks().len() > 1;
+    if parallel && n.granularity == Granularity::Variable {
         // whole blocks have one name each: no need to look at the heap first
-        return attribute_trace(r, sym, maps, site_namer, threads, g);
+        return attribute_trace(n, threads);
     }
-    let heap = HeapIndex::from_trace(r)?;
+    let heap = HeapIndex::from_trace(n.trace)?;
     let big: u64 = heap.blocks().iter().map(|b| b.end - b.start).filter(|&n| n >= BIG_BLOCK).sum();
     if parallel && big <= PARALLEL_MAX_BIG_HEAP {
-        return attribute_trace(r, sym, maps, site_namer, threads, g);
+        return attribute_trace(n, threads);
     }
-    serial_with(r, sym, maps, site_namer, heap, g)
+    serial_with(n, heap)
 }
 
-fn serial_with(
-    r: &TraceReader,
-    sym: &Symbolizer,
-    maps: Option<Maps>,
-    site_namer: SiteNamer<'_>,
-    heap: HeapIndex,
-    g: Granularity,
-) -> Result<Attribution, Error> {
-    let mut a = crate::Attributor::new(sym, heap, maps);
-    a.set_site_namer(site_namer);
-    a.set_granularity(g);
+fn serial_with(n: Naming<'_>, heap: HeapIndex) -> Result<Attribution, Error> {
+    let r = n.trace;
+    let mut a = crate::Attributor::new(n.sym, heap, n.maps);
+    a.set_site_namer(n.site_namer);
+    a.set_granularity(n.granularity);
     let mut acc = Accum::default();
     let mut batch: Vec<(Event, u64)> = Vec::with_capacity(BATCH);
     for s in r.streams() {

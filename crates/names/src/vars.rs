@@ -187,10 +187,11 @@ pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<V
     let namer = |pc: Pc| site_name(names, pc);
     let n = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sym = names.symbolizer();
+    let naming = crate::Naming { trace: r, sym, maps, site_namer: &namer, granularity: g };
     let att = match std::env::var("MEMLENS_NAMES_PARALLEL").as_deref() {
-        Ok("0") => crate::attribute_trace_serial(r, sym, maps, &namer, g)?,
-        Ok("1") => crate::attribute_trace(r, sym, maps, &namer, n, g)?,
-        _ => crate::attribute_trace_auto(r, sym, maps, &namer, n, g)?,
+        Ok("0") => crate::attribute_trace_serial(naming)?,
+        Ok("1") => crate::attribute_trace(naming, n)?,
+        _ => crate::attribute_trace_auto(naming, n)?,
     };
     let mut rep = VarReport {
         labels: att.labels,

@@ -7,7 +7,7 @@ use memlens_format::{
     AccessKind, Addr, AllocKind, Event, EventBuffer, FreeKind, Pc, RmwOp, ThreadId, TraceReader,
     TraceWriter,
 };
-use memlens_names::{attribute_trace, attribute_trace_serial, Attribution, Granularity};
+use memlens_names::{attribute_trace, attribute_trace_serial, Attribution, Granularity, Naming};
 use memlens_symbols::Symbolizer;
 
 struct Rng(u64);
@@ -199,10 +199,12 @@ fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
         std::fs::remove_file(&path).unwrap();
         assert!(r.stream_chunks().len() > 6, "seed {seed}: several chunks per thread");
         for g in [Granularity::Field, Granularity::Variable] {
-            let serial = attribute_trace_serial(&r, &sym, None, &site, g).unwrap();
+            let naming =
+                || Naming { trace: &r, sym: &sym, maps: None, site_namer: &site, granularity: g };
+            let serial = attribute_trace_serial(naming()).unwrap();
             assert!(serial.labels.len() > 5, "seed {seed}");
             for workers in [2, 3] {
-                let par = attribute_trace(&r, &sym, None, &site, workers, g).unwrap();
+                let par = attribute_trace(naming(), workers).unwrap();
                 assert_eq!(rows(&par), rows(&serial), "seed {seed}, {g:?}, {workers} workers");
             }
         }

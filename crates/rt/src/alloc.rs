@@ -80,6 +80,19 @@ fn guarded() -> bool {
     ts().guard.get() != 0
 }
 
+/// A new block `p` (0: none) of `size` bytes made at call site `pc`: told to the
+/// live heap and recorded. Returns `p`.
+#[inline(always)]
+fn allocated(kind: AllocKind, p: usize, size: usize, pc: usize, fp: usize) -> usize {
+    if p != 0 {
+        if liveheap::on() {
+            liveheap::alloc(pc as u64, p as u64, size as u64);
+        }
+        record::alloc(kind, pc as u64, fp, p as u64, size as u64);
+    }
+    p
+}
+
 /// malloc-family trampolines: arguments in rdi, rsi, rdx; call site into rcx and
 /// the caller's frame pointer into r8.
 macro_rules! alloc_entry {
@@ -93,14 +106,7 @@ unsafe extern "C" fn malloc_imp(size: usize, _: usize, _: usize, pc: usize, fp: 
     if guarded() {
         return internal(size, 16);
     }
-    let p = __libc_malloc(size) as usize;
-    if p != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, size as u64);
-        }
-        record::alloc(AllocKind::Malloc, pc as u64, fp, p as u64, size as u64);
-    }
-    p
+    allocated(AllocKind::Malloc, __libc_malloc(size) as usize, size, pc, fp)
 }
 
 unsafe extern "C" fn calloc_imp(n: usize, size: usize, _: usize, pc: usize, fp: usize) -> usize {
@@ -111,14 +117,7 @@ unsafe extern "C" fn calloc_imp(n: usize, size: usize, _: usize, pc: usize, fp: 
         }
         return __libc_calloc(n, size) as usize;
     }
-    let p = __libc_calloc(n, size) as usize;
-    if p != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, n.wrapping_mul(size) as u64);
-        }
-        record::alloc(AllocKind::Calloc, pc as u64, fp, p as u64, n.wrapping_mul(size) as u64);
-    }
-    p
+    allocated(AllocKind::Calloc, __libc_calloc(n, size) as usize, n.wrapping_mul(size), pc, fp)
 }
 
 unsafe extern "C" fn realloc_imp(old: usize, size: usize, _: usize, pc: usize, fp: usize) -> usize {
@@ -149,22 +148,6 @@ unsafe extern "C" fn realloc_imp(old: usize, size: usize, _: usize, pc: usize, f
     p
 }
 
-unsafe extern "C" fn reallocarray_imp(
-    old: usize,
-    n: usize,
-    size: usize,
-    pc: usize,
-    fp: usize,
-) -> usize {
-    match n.checked_mul(size) {
-        Some(b) => realloc_imp(old, b, 0, pc, fp),
-        None => {
-            *libc::__errno_location() = libc::ENOMEM;
-            0
-        }
-    }
-}
-
 unsafe extern "C" fn free_imp(p: usize, _: usize, _: usize, pc: usize, _fp: usize) -> usize {
     if p == 0 || in_arena(p) {
         return 0;
@@ -178,10 +161,6 @@ unsafe extern "C" fn free_imp(p: usize, _: usize, _: usize, pc: usize, _fp: usiz
     }
     __libc_free(p as *mut c_void);
     0
-}
-
-fn valid_align(align: usize) -> bool {
-    align.is_power_of_two() && align.is_multiple_of(core::mem::size_of::<usize>())
 }
 
 unsafe extern "C" fn posix_memalign_imp(
@@ -200,10 +179,7 @@ unsafe extern "C" fn posix_memalign_imp(
     }
     *(out as *mut usize) = p;
     if !guarded() {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, size as u64);
-        }
-        record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
+        allocated(AllocKind::Aligned, p, size, pc, fp);
     }
     0
 }
@@ -218,56 +194,21 @@ unsafe extern "C" fn memalign_imp(
     if guarded() {
         return internal(size, align);
     }
-    let p = __libc_memalign(align, size) as usize;
-    if p != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, size as u64);
-        }
-        record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
-    }
-    p
-}
-
-unsafe extern "C" fn aligned_alloc_imp(
-    align: usize,
-    size: usize,
-    _: usize,
-    pc: usize,
-    fp: usize,
-) -> usize {
-    if !align.is_power_of_two() {
-        *libc::__errno_location() = libc::EINVAL;
-        return 0;
-    }
-    memalign_imp(align, size, 0, pc, fp)
+    allocated(AllocKind::Aligned, __libc_memalign(align, size) as usize, size, pc, fp)
 }
 
 unsafe extern "C" fn valloc_imp(size: usize, _: usize, _: usize, pc: usize, fp: usize) -> usize {
     if guarded() {
         return internal(size, 4096);
     }
-    let p = real::__libc_valloc(size) as usize;
-    if p != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, size as u64);
-        }
-        record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
-    }
-    p
+    allocated(AllocKind::Aligned, real::__libc_valloc(size) as usize, size, pc, fp)
 }
 
 unsafe extern "C" fn pvalloc_imp(size: usize, _: usize, _: usize, pc: usize, fp: usize) -> usize {
     if guarded() {
         return internal(size.next_multiple_of(4096).max(4096), 4096);
     }
-    let p = real::__libc_pvalloc(size) as usize;
-    if p != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, size as u64);
-        }
-        record::alloc(AllocKind::Aligned, pc as u64, fp, p as u64, size as u64);
-    }
-    p
+    allocated(AllocKind::Aligned, real::__libc_pvalloc(size) as usize, size, pc, fp)
 }
 
 macro_rules! alloc_entries {
@@ -279,6 +220,7 @@ macro_rules! alloc_entries {
 
 // The entry points both recorders interpose (`memlens-contract`).
 memlens_contract::alloc_entry_points!(alloc_entries);
+memlens_contract::forwarding_alloc_imps!(usize);
 
 type Fwd = unsafe extern "C-unwind" fn(usize, usize, usize) -> usize;
 
@@ -318,13 +260,7 @@ unsafe extern "C-unwind" fn new_imp<const V: usize>(
             p as usize
         }
     };
-    if p != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc as u64, p as u64, a0 as u64);
-        }
-        record::alloc(kind, pc as u64, fp, p as u64, a0 as u64);
-    }
-    p
+    allocated(kind, p, a0, pc, fp)
 }
 
 /// The real `operator delete` of variant `V` (the array ones are odd).
@@ -403,12 +339,7 @@ unsafe extern "C" fn custom_alloc_imp(
     let st = crate::state::ts();
     let on_stack = wrapper_fp >= st.stack_lo.get() && wrapper_fp + 8 <= st.stack_hi.get();
     let fp = if on_stack && wrapper_fp & 7 == 0 { *(wrapper_fp as *const usize) } else { 0 };
-    if addr != 0 {
-        if liveheap::on() {
-            liveheap::alloc(pc, addr, num.wrapping_mul(size));
-        }
-        record::alloc(AllocKind::Custom, pc, fp, addr, num.wrapping_mul(size));
-    }
+    allocated(AllocKind::Custom, addr as usize, num.wrapping_mul(size) as usize, pc as usize, fp);
 }
 
 /// A user allocator returned (or stored) a block: called by the wrappers the

@@ -297,6 +297,19 @@ pub(crate) fn atomic<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
     atomic_as(addr, false, f)
 }
 
+/// The calling thread, its held stripes released and its clock caught up, before
+/// it orders an event; `None` when nothing is ordered (`--order none`).
+#[inline(always)]
+fn ordering_thread() -> Option<&'static ThreadState> {
+    if mode() == NONE {
+        return None;
+    }
+    let st = ts();
+    unhold(st);
+    catch_up(st);
+    Some(st)
+}
+
 /// [`atomic`] for a read-modify-write (exchange, compare-exchange, fetch-op): its
 /// waiters are polite (see [`BACKOFF_MAX`]).
 #[inline(always)]
@@ -308,12 +321,7 @@ pub(crate) fn atomic_rmw<R>(addr: u64, f: impl FnOnce() -> R) -> (R, u64) {
 fn atomic_as<R>(addr: u64, polite: bool, f: impl FnOnce() -> R) -> (R, u64) {
     // values mode: the pending store's value before the atomic may publish it
     crate::record::settle();
-    if mode() == NONE {
-        return (f(), 0);
-    }
-    let st = ts();
-    unhold(st);
-    catch_up(st);
+    let Some(st) = ordering_thread() else { return (f(), 0) };
     let me = owner(st);
     let tok = if me != 0 { me as u32 } else { token(st) };
     let th = st.lclock.get();
@@ -514,12 +522,7 @@ pub(crate) fn plain_event(st: &ThreadState, write: impl FnOnce(u64)) {
 /// A release-like operation on the object at `addr` (before the real call):
 /// `stripe = max(stripe, thread)`.
 pub(crate) fn release(addr: u64) {
-    if mode() == NONE {
-        return;
-    }
-    let st = ts();
-    unhold(st);
-    catch_up(st);
+    let Some(st) = ordering_thread() else { return };
     let tok = token(st);
     let s = &STRIPES[index(addr)];
     let th = st.lclock.get();
@@ -542,12 +545,7 @@ pub(crate) fn release(addr: u64) {
 /// `thread = max(thread, stripe + 1)` (see the module docs); writes `Clock` when the
 /// clock changes.
 pub(crate) fn acquire(addr: u64) {
-    if mode() == NONE {
-        return;
-    }
-    let st = ts();
-    unhold(st);
-    catch_up(st);
+    let Some(st) = ordering_thread() else { return };
     // No lock: the release this synchronised with wrote the stripe before the real
     // unlock, and no later write lowers it.
     let v = STRIPES[index(addr)].word.load(Acquire);
@@ -563,12 +561,7 @@ pub(crate) fn acquire(addr: u64) {
 /// A process-wide event (ROI begin/end): ordered after everything the calling thread
 /// has seen and every earlier process-wide event. Writes `Clock`.
 pub(crate) fn global() {
-    if mode() == NONE {
-        return;
-    }
-    let st = ts();
-    unhold(st);
-    catch_up(st);
+    let Some(st) = ordering_thread() else { return };
     let tok = token(st);
     if reentered(&GLOBAL, tok) {
         return;
@@ -602,12 +595,7 @@ pub(crate) fn after_fork_in_child(st: &ThreadState) {
 
 /// The clock a new thread inherits from its creator (the creator ticks first).
 pub(crate) fn fork_clock() -> u64 {
-    if mode() == NONE {
-        return 0;
-    }
-    let st = ts();
-    unhold(st);
-    catch_up(st);
+    let Some(st) = ordering_thread() else { return 0 };
     let t = st.lclock.get() + 1;
     st.lclock.set(t);
     crate::record::clock(t);

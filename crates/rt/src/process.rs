@@ -368,20 +368,9 @@ fn crash_flush_self(st: &ThreadState, sig: c_int, in_runtime: bool) {
         record::close_frames(st);
         pos = st.pos.load(SeqCst) & !BUSY;
     }
-    let job = crate::session::Job {
-        buf,
-        len: pos - buf,
-        // an interrupted event may have written side bytes past the last
-        // committed one's: a reader ignores them
-        side_len: st.side_len(),
-        cap: st.buf_cap.get(),
-        stream: st.stream.get(),
-        seq: st.seq.get(),
-        last: true,
-        counts: st.counts(),
-        clock: st.clock.get(),
-        recycle: false,
-    };
+    // an interrupted event may have written side bytes past the last committed
+    // one's: a reader ignores them
+    let job = st.buffer_job(buf, pos - buf, true, false);
     st.stolen.store(true, SeqCst);
     st.tstate.store(state::T_OFF, SeqCst);
     sess.run_job(job, None, &mut Vec::new(), Some(500_000_000));
@@ -401,18 +390,7 @@ fn signal_chunk(sess: &crate::session::Session, st: &ThreadState, sig: c_int, bu
     unsafe { crate::strings::real_memcpy(b as *mut u8, v.ops.as_ptr(), v.ops.len()) };
     let seq = if buf == 0 && !st.stolen.load(SeqCst) { st.seq.get() } else { st.seq.get() + 1 };
     st.seq.set(seq);
-    let job = crate::session::Job {
-        buf: b,
-        len: v.ops.len(),
-        side_len: 0,
-        cap,
-        stream: st.stream.get(),
-        seq,
-        last: true,
-        counts: memlens_format::ChunkCounts { events: 1, ..Default::default() },
-        clock: st.lclock.get(),
-        recycle: false,
-    };
+    let job = st.one_event_job(b, v.ops.len(), cap, seq, true, false);
     st.stolen.store(true, SeqCst);
     st.tstate.store(state::T_OFF, SeqCst);
     sess.run_job(job, None, &mut Vec::new(), Some(500_000_000));

@@ -9,60 +9,41 @@ use core::cell::Cell;
 use core::sync::atomic::{AtomicUsize, Ordering::*};
 
 macro_rules! reals {
-    ($($id:ident = $name:literal),* $(,)?) => {
-        /// One interposed symbol.
+    ([$($id:ident = $name:literal),* $(,)?] $($sync:ident = $ver:literal, $class:ident;)*) => {
+        /// One interposed symbol: this module's own list, then the contract's
+        /// synchronisation entry points.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy)]
         #[repr(usize)]
-        pub(crate) enum R { $($id),* }
-        const NAMES: &[&str] = &[$(concat!($name, "\0")),*];
+        pub(crate) enum R { $($id,)* $($sync,)* }
+        const NAMES: &[&str] =
+            &[$(concat!($name, "\0"),)* $(concat!(stringify!($sync), "\0"),)*];
     };
 }
 
-reals! {
-    memcpy = "memcpy", memmove = "memmove", memset = "memset", memcmp = "memcmp",
-    bcmp = "bcmp", strlen = "strlen", strnlen = "strnlen", strcpy = "strcpy",
-    strncpy = "strncpy", strcat = "strcat", strncat = "strncat", strcmp = "strcmp",
-    strncmp = "strncmp", strchr = "strchr", strrchr = "strrchr",
-    pthread_create = "pthread_create", pthread_exit = "pthread_exit",
-    pthread_setname_np = "pthread_setname_np", fork = "fork", dlopen = "dlopen", execve = "execve",
-    execv = "execv", execvp = "execvp", execvpe = "execvpe", _exit = "_exit",
-    _Exit = "_Exit",
-    new = "_Znwm", new_array = "_Znam", new_nothrow = "_ZnwmRKSt9nothrow_t",
-    new_array_nothrow = "_ZnamRKSt9nothrow_t", new_aligned = "_ZnwmSt11align_val_t",
-    new_array_aligned = "_ZnamSt11align_val_t",
+// This module's own symbols, then (appended by the contract) the synchronisation ones.
+memlens_contract::sync_entry_points! { reals, [
+    memcpy = "memcpy", memmove = "memmove", memset = "memset", memcmp = "memcmp", bcmp = "bcmp",
+    strlen = "strlen", strnlen = "strnlen", strcpy = "strcpy", strncpy = "strncpy",
+    strcat = "strcat", strncat = "strncat", strcmp = "strcmp", strncmp = "strncmp",
+    strchr = "strchr", strrchr = "strrchr", pthread_create = "pthread_create",
+    pthread_exit = "pthread_exit", pthread_setname_np = "pthread_setname_np", fork = "fork",
+    dlopen = "dlopen", execve = "execve", execv = "execv", execvp = "execvp", execvpe = "execvpe",
+    _exit = "_exit", _Exit = "_Exit", new = "_Znwm", new_array = "_Znam",
+    new_nothrow = "_ZnwmRKSt9nothrow_t", new_array_nothrow = "_ZnamRKSt9nothrow_t",
+    new_aligned = "_ZnwmSt11align_val_t", new_array_aligned = "_ZnamSt11align_val_t",
     new_aligned_nothrow = "_ZnwmSt11align_val_tRKSt9nothrow_t",
-    new_array_aligned_nothrow = "_ZnamSt11align_val_tRKSt9nothrow_t",
-    delete = "_ZdlPv", delete_array = "_ZdaPv", delete_sized = "_ZdlPvm",
-    delete_array_sized = "_ZdaPvm", delete_aligned = "_ZdlPvSt11align_val_t",
-    delete_array_aligned = "_ZdaPvSt11align_val_t",
+    new_array_aligned_nothrow = "_ZnamSt11align_val_tRKSt9nothrow_t", delete = "_ZdlPv",
+    delete_array = "_ZdaPv", delete_sized = "_ZdlPvm", delete_array_sized = "_ZdaPvm",
+    delete_aligned = "_ZdlPvSt11align_val_t", delete_array_aligned = "_ZdaPvSt11align_val_t",
     delete_sized_aligned = "_ZdlPvmSt11align_val_t",
-    delete_array_sized_aligned = "_ZdaPvmSt11align_val_t",
-    delete_nothrow = "_ZdlPvRKSt9nothrow_t", delete_array_nothrow = "_ZdaPvRKSt9nothrow_t",
+    delete_array_sized_aligned = "_ZdaPvmSt11align_val_t", delete_nothrow = "_ZdlPvRKSt9nothrow_t",
+    delete_array_nothrow = "_ZdaPvRKSt9nothrow_t",
     delete_aligned_nothrow = "_ZdlPvSt11align_val_tRKSt9nothrow_t",
-    delete_array_aligned_nothrow = "_ZdaPvSt11align_val_tRKSt9nothrow_t",
-    pthread_join = "pthread_join", pthread_mutex_lock = "pthread_mutex_lock",
-    pthread_mutex_trylock = "pthread_mutex_trylock",
-    pthread_mutex_timedlock = "pthread_mutex_timedlock",
-    pthread_mutex_unlock = "pthread_mutex_unlock",
-    pthread_rwlock_rdlock = "pthread_rwlock_rdlock",
-    pthread_rwlock_tryrdlock = "pthread_rwlock_tryrdlock",
-    pthread_rwlock_timedrdlock = "pthread_rwlock_timedrdlock",
-    pthread_rwlock_wrlock = "pthread_rwlock_wrlock",
-    pthread_rwlock_trywrlock = "pthread_rwlock_trywrlock",
-    pthread_rwlock_timedwrlock = "pthread_rwlock_timedwrlock",
-    pthread_rwlock_unlock = "pthread_rwlock_unlock",
-    pthread_cond_wait = "pthread_cond_wait", pthread_cond_timedwait = "pthread_cond_timedwait",
-    pthread_cond_signal = "pthread_cond_signal",
-    pthread_cond_broadcast = "pthread_cond_broadcast",
-    pthread_barrier_wait = "pthread_barrier_wait", pthread_spin_lock = "pthread_spin_lock",
-    pthread_spin_trylock = "pthread_spin_trylock", pthread_spin_unlock = "pthread_spin_unlock",
-    sem_wait = "sem_wait", sem_trywait = "sem_trywait", sem_timedwait = "sem_timedwait",
-    sem_post = "sem_post",
-    close = "close", dup = "dup", dup2 = "dup2", dup3 = "dup3", fcntl = "fcntl",
-    fcntl64 = "fcntl64", close_range = "close_range", closefrom = "closefrom",
-    sigaction = "sigaction",
-}
+    delete_array_aligned_nothrow = "_ZdaPvSt11align_val_tRKSt9nothrow_t", close = "close",
+    dup = "dup", dup2 = "dup2", dup3 = "dup3", fcntl = "fcntl", fcntl64 = "fcntl64",
+    close_range = "close_range", closefrom = "closefrom", sigaction = "sigaction",
+] }
 
 const COUNT: usize = NAMES.len();
 static PTRS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];

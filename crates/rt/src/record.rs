@@ -25,12 +25,24 @@ unsafe fn fast(
     if p >= st.limit.load(Relaxed) {
         return false;
     }
+    encode_at(st, p, class, f);
+    true
+}
+
+/// Encodes one event at `p`, the buffer position, with room checked: marked busy
+/// meanwhile, so a thread taking the buffer over (exit, crash) sees it unfinished.
+#[inline(always)]
+unsafe fn encode_at(
+    st: &ThreadState,
+    p: usize,
+    class: usize,
+    f: impl FnOnce(&mut Encoder, *mut u8) -> *mut u8,
+) {
     st.pos.store(p | BUSY, Relaxed);
     compiler_fence(SeqCst);
     let np = f(st.enc(), p as *mut u8);
     st.bump(class);
     st.pos.store(np as usize, Release);
-    true
 }
 
 const fn access_class(t: u8) -> usize {
@@ -669,12 +681,7 @@ unsafe fn write_ev(
         }
         return false;
     }
-    let p = st.pos.load(Relaxed);
-    st.pos.store(p | BUSY, Relaxed);
-    compiler_fence(SeqCst);
-    let np = f(st.enc(), p as *mut u8);
-    st.bump(class);
-    st.pos.store(np as usize, Release);
+    encode_at(st, st.pos.load(Relaxed), class, f);
     true
 }
 
@@ -740,31 +747,34 @@ fn stack_of(st: &ThreadState, fp: usize, buf: &mut [u64; MAX_STACK_DEPTH]) -> us
     walk(st, fp, &mut buf[..depth])
 }
 
-/// Records an allocation made at `pc` (the caller's frame pointer is `fp`).
-pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
+/// Runs `write(st, stack)` with the call stack that starts at the frame pointer
+/// `fp`, if this thread records here (then with the guard held).
+#[inline(always)]
+fn with_stack(fp: usize, write: impl FnOnce(&ThreadState, &[u64])) {
     let st = ts();
     if !enter_in_extent(st) {
         return;
     }
     let mut stack = [0u64; MAX_STACK_DEPTH];
     let n = stack_of(st, fp, &mut stack);
-    // SAFETY: owner, guard held; `alloc_len(n)` bytes are reserved.
-    unsafe {
-        write_ev(st, Encoder::alloc_len(n), class::ALLOCS, |e, p| {
-            e.alloc(p, kind, pc, addr, size, &stack[..n])
-        })
-    };
+    write(st, &stack[..n]);
     guard_off(st);
+}
+
+/// Records an allocation made at `pc` (the caller's frame pointer is `fp`).
+pub(crate) fn alloc(kind: AllocKind, pc: u64, fp: usize, addr: u64, size: u64) {
+    with_stack(fp, |st, stack| {
+        // SAFETY: owner, guard held; `alloc_len(n)` bytes are reserved.
+        unsafe {
+            write_ev(st, Encoder::alloc_len(stack.len()), class::ALLOCS, |e, p| {
+                e.alloc(p, kind, pc, addr, size, stack)
+            })
+        };
+    });
 }
 
 /// Records a realloc.
 pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
-    let st = ts();
-    if !enter_in_extent(st) {
-        return;
-    }
-    let mut stack = [0u64; MAX_STACK_DEPTH];
-    let n = stack_of(st, fp, &mut stack);
     // Counted as memcheck does (`memlens_format::realloc_counts`): realloc(NULL, n)
     // is an allocation, realloc(p, 0) a free.
     let cls = match (old, new) {
@@ -772,13 +782,14 @@ pub(crate) fn realloc(pc: u64, fp: usize, old: u64, new: u64, size: u64) {
         (_, 0) => class::FREES,
         _ => class::REALLOCS,
     };
-    // SAFETY: as in `alloc`.
-    unsafe {
-        write_ev(st, Encoder::alloc_len(n), cls, |e, p| {
-            e.realloc(p, pc, old, new, size, &stack[..n])
-        })
-    };
-    guard_off(st);
+    with_stack(fp, |st, stack| {
+        // SAFETY: as in `alloc`.
+        unsafe {
+            write_ev(st, Encoder::alloc_len(stack.len()), cls, |e, p| {
+                e.realloc(p, pc, old, new, size, stack)
+            })
+        };
+    });
 }
 
 /// Records a free (before the block is released, so a deferred store value can

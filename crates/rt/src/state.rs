@@ -267,6 +267,49 @@ impl ThreadState {
         unsafe { self.enc().set_side(p as *mut u8) };
     }
 
+    /// The chunk of the current buffer (at `buf`, `len` bytes of events) for the
+    /// writers.
+    #[inline]
+    pub(crate) fn buffer_job(&self, buf: usize, len: usize, last: bool, recycle: bool) -> Job {
+        Job {
+            buf,
+            len,
+            side_len: self.side_len(),
+            cap: self.buf_cap.get(),
+            stream: self.stream.get(),
+            seq: self.seq.get(),
+            last,
+            counts: self.counts(),
+            clock: self.clock.get(),
+            recycle,
+        }
+    }
+
+    /// A chunk of this thread's stream holding one event (`len` bytes in the buffer
+    /// `buf` of `cap` bytes), written outside the thread's own buffer.
+    pub(crate) fn one_event_job(
+        &self,
+        buf: usize,
+        len: usize,
+        cap: usize,
+        seq: u32,
+        last: bool,
+        recycle: bool,
+    ) -> Job {
+        Job {
+            buf,
+            len,
+            side_len: 0,
+            cap,
+            stream: self.stream.get(),
+            seq,
+            last,
+            counts: ChunkCounts { events: 1, ..ChunkCounts::default() },
+            clock: self.lclock.get(),
+            recycle,
+        }
+    }
+
     pub(crate) fn counts(&self) -> ChunkCounts {
         let c = |i: usize| self.cnt[i].load(Relaxed);
         use class::*;
@@ -626,18 +669,7 @@ pub(crate) fn swap_buffer(st: &ThreadState, last: bool) -> bool {
         let buf = st.buf.get();
         let len = st.pos.load(Relaxed).saturating_sub(buf);
         if len > 0 || last {
-            let job = Job {
-                buf,
-                len,
-                side_len: st.side_len(),
-                cap: st.buf_cap.get(),
-                stream: st.stream.get(),
-                seq: st.seq.get(),
-                last,
-                counts: st.counts(),
-                clock: st.clock.get(),
-                recycle: true,
-            };
+            let job = st.buffer_job(buf, len, last, true);
             if sess.core.failed() && !last {
                 // The disk is gone: count the chunk and reuse the buffer.
                 sess.core.drop_chunk(u64::from(job.counts.events), 0);
@@ -710,18 +742,7 @@ fn steal(sess: &Session, st: &ThreadState, deadline: u64, here: bool) {
             sess.core.drop_chunk(1, 0);
         }
         // the owner may already be writing its next event (see `side_len`)
-        let job = Job {
-            buf,
-            len: pos - buf,
-            side_len: st.side_len(),
-            cap: st.buf_cap.get(),
-            stream: st.stream.get(),
-            seq: st.seq.get(),
-            last: true,
-            counts: st.counts(),
-            clock: st.clock.get(),
-            recycle: false,
-        };
+        let job = st.buffer_job(buf, pos - buf, true, false);
         st.stolen.store(true, Relaxed);
         if here {
             sess.run_job(job, None, &mut Vec::new(), Some(500_000_000));
@@ -796,20 +817,9 @@ fn park_chunk(sess: &Session, st: &ThreadState, t: u64) -> bool {
         unsafe { core::ptr::copy_nonoverlapping(clk.as_ptr(), pos as *mut u8, n) };
         st.bump(class::OTHER);
         st.pos.store(pos + n, Release);
-        let job = Job {
-            buf,
-            len: pos + n - buf,
-            side_len: st.side_len(),
-            cap: st.buf_cap.get(),
-            stream: st.stream.get(),
-            seq: st.seq.get(),
-            last: false,
-            counts: st.counts(),
-            clock: st.clock.get(),
-            // the owner never writes to a stolen buffer again (its next event
-            // takes the general path, which starts a fresh one)
-            recycle: true,
-        };
+        // recycled: the owner never writes to a stolen buffer again (its next
+        // event takes the general path, which starts a fresh one)
+        let job = st.buffer_job(buf, pos + n - buf, false, true);
         st.stolen.store(true, SeqCst);
         sess.submit(job);
         return true;
@@ -819,18 +829,7 @@ fn park_chunk(sess: &Session, st: &ThreadState, t: u64) -> bool {
     // SAFETY: a fresh buffer of `bcap` bytes.
     unsafe { core::ptr::copy_nonoverlapping(clk.as_ptr(), b as *mut u8, n) };
     let seq = if buf == 0 && !st.stolen.load(Relaxed) { st.seq.get() } else { st.seq.get() + 1 };
-    let job = Job {
-        buf: b,
-        len: n,
-        side_len: 0,
-        cap: bcap,
-        stream: st.stream.get(),
-        seq,
-        last: false,
-        counts: ChunkCounts { events: 1, ..ChunkCounts::default() },
-        clock: st.lclock.get(),
-        recycle: true,
-    };
+    let job = st.one_event_job(b, n, bcap, seq, false, true);
     st.seq.set(seq);
     st.stolen.store(true, SeqCst);
     sess.submit(job);

@@ -634,9 +634,11 @@ pub(crate) fn span_level(dur: u64) -> usize {
     k
 }
 
-/// Builds the index of `r` into the fresh directory `dir` ([`crate::build`] makes
-/// it and moves it into place). `progress(done, total)` gets event counts.
-pub(crate) fn build_in(
+/// Builds the index of `r` into `dir` (replacing an older index there).
+/// `progress(done, total)` gets event counts. It is built in a fresh directory and
+/// moved into place ([`crate::place::replace_dir`]), so a link planted at `dir` or
+/// inside it is never written through.
+pub fn build(
     r: &TraceReader,
     trace: &Path,
     dir: &Path,
@@ -647,335 +649,332 @@ pub(crate) fn build_in(
     if !opts.line.is_power_of_two() || opts.line > 64 || opts.max_age == 0 {
         return Err(Error::Config("line must be a power of two ≤ 64 and max_age > 0".into()));
     }
-    let io = |what: &str, p: &Path, e: std::io::Error| {
-        Error::Io(format!("cannot {what} {}: {e}", p.display()))
-    };
-    std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
-    let mut total_ops = 0u64;
-    let mut total_events = 0u64;
-    for s in r.streams() {
-        total_ops += s.counts.loads as u64 + s.counts.stores as u64;
-        total_events += s.counts.events as u64;
-    }
-    let budget = match opts.max_bytes {
-        Some(n) => n,
-        None => std::fs::metadata(trace).map_or(0, |m| m.len()) + DEFAULT_SLACK,
-    };
-    // The finest bucket: as many operations as needed to stay within max_buckets.
-    let fine = total_ops.div_ceil(opts.max_buckets.max(1)).max(1);
-    let mut levels = Vec::new();
-    let mut bsize = fine;
-    loop {
-        let p = dir.join(format!("cells{}.bin", levels.len()));
-        let f = File::create(&p).map_err(|e| io("create", &p, e))?;
-        let wp = dir.join(format!("window{}.bin", levels.len()));
-        let wf = File::create(&wp).map_err(|e| io("create", &wp, e))?;
-        levels.push(Level {
-            bsize,
-            bucket: 0,
-            touched: FxMap::default(),
-            win: FxMap::default(),
-            offsets: Vec::new(),
-            cells: 0,
-            out: BlockWriter::new(f),
-            since_key: 0,
-            dead: false,
-            woffsets: Vec::new(),
-            wrecords: 0,
-            wout: Some(BlockWriter::new(wf)),
-        });
-        if total_ops.div_ceil(bsize) <= 256 {
-            break;
+    crate::place::replace_dir(dir, |dir| {
+        let io = |what: &str, p: &Path, e: std::io::Error| {
+            Error::Io(format!("cannot {what} {}: {e}", p.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
+        let mut total_ops = 0u64;
+        let mut total_events = 0u64;
+        for s in r.streams() {
+            total_ops += s.counts.loads as u64 + s.counts.stores as u64;
+            total_events += s.counts.events as u64;
         }
-        bsize *= LEVEL_FACTOR;
-    }
-    let annotation = {
-        let p = annotation_path(trace);
-        match File::open(&p) {
-            Ok(f) => Some(Annotation::read_from(std::io::BufReader::new(f))?),
-            Err(_) => None,
-        }
-    };
-    let has_annotation = annotation.is_some();
-    // the call tree counts misses from its own copy (the builder owns the other)
-    let tree_annotation = annotation.clone();
-    let mut tree = CallTree::new(namer).with_annotation(tree_annotation.as_ref());
-    let mut b = Builder {
-        namer,
-        names: Names {
-            namer,
-            vars: HashMap::new(),
-            var_list: Vec::new(),
-            addr_vars: FxMap::default(),
-        },
-        shift: opts.line.trailing_zeros(),
-        opts: opts.clone(),
-        op: 0,
-        next_close: 0,
-        ins: 0,
-        ws: Vec::new(),
-        ring: vec![Vec::new(); opts.max_age as usize],
-        max_rows: 0,
-        levels,
-        pcs: FxMap::default(),
-        pc_cache: vec![(Pc(u64::MAX), 0); PC_CACHE],
-        pc_list: Vec::new(),
-        pc_stats: Vec::new(),
-        pc_win0: Vec::new(),
-        win0_list: Vec::new(),
-        lines: FxMap::default(),
-        line_cache: vec![(u64::MAX, 0); LINE_CACHE],
-        line_stats: Vec::new(),
-        line_addrs: Vec::new(),
-        touched0: Vec::new(),
-        funcs: HashMap::new(),
-        func_list: Vec::new(),
-        func_files: Vec::new(),
-        func_of_pc: HashMap::new(),
-        calls: Calls::default(),
-        annotation,
-        access_index: FxMap::default(),
-        threads: FxMap::default(),
-        lanes: Default::default(),
-        error: None,
-        vars: crate::vars::VarCounts::default(),
-        budget,
-    };
-    // The analysis kernels for the tables take a second pass on another core;
-    // sharing and the variables go with the pass that names each access.
-    let access = namer.access_namer();
-    let cur = CurrentVariable::default();
-    let streams: std::collections::BTreeSet<ThreadId> =
-        r.streams().iter().map(|s| s.thread).collect();
-    let multi = streams.len() > 1;
-    let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
-        let tables = sc.spawn(|| {
-            let heap = HeapConfig { timeline: Some(fine), ..HeapConfig::default() };
-            let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
-            memlens_analysis::drive_merged(r, k, |_| {})
-        });
-        let tick = |n| progress(n, total_events);
-        let mine = match access {
-            Some(n) => {
-                b.vars = crate::vars::VarCounts::new(Some(cur.clone()));
-                let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
-                let k = (&mut b, sharing, &mut tree);
-                let k = Named::new(n, cur, k);
-                memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s, ()), names)| {
-                    s.set_variables(names.clone());
-                    (s, Some(names))
-                })
+        let budget = match opts.max_bytes {
+            Some(n) => n,
+            None => std::fs::metadata(trace).map_or(0, |m| m.len()) + DEFAULT_SLACK,
+        };
+        // The finest bucket: as many operations as needed to stay within max_buckets.
+        let fine = total_ops.div_ceil(opts.max_buckets.max(1)).max(1);
+        let mut levels = Vec::new();
+        let mut bsize = fine;
+        loop {
+            let p = dir.join(format!("cells{}.bin", levels.len()));
+            let f = File::create(&p).map_err(|e| io("create", &p, e))?;
+            let wp = dir.join(format!("window{}.bin", levels.len()));
+            let wf = File::create(&wp).map_err(|e| io("create", &wp, e))?;
+            levels.push(Level {
+                bsize,
+                bucket: 0,
+                touched: FxMap::default(),
+                win: FxMap::default(),
+                offsets: Vec::new(),
+                cells: 0,
+                out: BlockWriter::new(f),
+                since_key: 0,
+                dead: false,
+                woffsets: Vec::new(),
+                wrecords: 0,
+                wout: Some(BlockWriter::new(wf)),
+            });
+            if total_ops.div_ceil(bsize) <= 256 {
+                break;
             }
-            None => {
-                let k = (&mut b, Gate { on: multi, k: Sharing::default() }, &mut tree);
-                memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
+            bsize *= LEVEL_FACTOR;
+        }
+        let annotation = {
+            let p = annotation_path(trace);
+            match File::open(&p) {
+                Ok(f) => Some(Annotation::read_from(std::io::BufReader::new(f))?),
+                Err(_) => None,
             }
         };
-        let tables = tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
-        let (sharing, var_names) = mine?;
-        let (false_sharing, heap) = tables?;
-        Ok::<_, Error>((sharing, var_names, false_sharing, heap))
-    })?;
-    // Close the last buckets and the frames still open.
-    let end = b.op;
-    b.close_buckets(end.div_ceil(b.levels[0].bsize) * b.levels[0].bsize);
-    for li in 0..b.levels.len() {
-        if b.levels[li].bucket * b.levels[li].bsize < end {
-            b.emit(li);
-        }
-    }
-    b.calls.finish(end);
-    if let Some(e) = b.error.take() {
-        return Err(Error::Io(format!("cannot write the index: {e}")));
-    }
-    // Every level's files; which of them stay is decided by the size budget below.
-    let mut level_meta = Vec::new();
-    let mut sizes = Vec::new();
-    for (i, lv) in std::mem::take(&mut b.levels).into_iter().enumerate() {
-        let mut offsets = lv.offsets;
-        offsets.push(lv.cells);
-        let nb = offsets.len() as u64 - 1;
-        let dead = lv.dead;
-        let (blocks, cbytes) = lv.out.finish().map_err(|e| io("write", dir, e))?;
-        let p = dir.join(format!("offsets{i}.bin"));
-        let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-        std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
-        let p = dir.join(format!("blocks{i}.bin"));
-        std::fs::write(&p, &blocks).map_err(|e| io("write", &p, e))?;
-        let cell_size =
-            if dead { u64::MAX / 4 } else { cbytes + bytes.len() as u64 + blocks.len() as u64 };
-        // Window metrics: kept unless the level grew too large (then the range
-        // metrics come from a coarser level).
-        let wp = dir.join(format!("window{i}.bin"));
-        let mut windows = Value::Null;
-        let mut win_size = 0;
-        match lv.wout {
-            Some(w) => {
-                let (wblocks, wbytes) = w.finish().map_err(|e| io("write", &wp, e))?;
-                let mut wo = lv.woffsets;
-                wo.push(lv.wrecords);
-                let p = dir.join(format!("woffsets{i}.bin"));
-                let bytes: Vec<u8> = wo.iter().flat_map(|o| o.to_le_bytes()).collect();
-                std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
-                let p = dir.join(format!("wblocks{i}.bin"));
-                std::fs::write(&p, &wblocks).map_err(|e| io("write", &p, e))?;
-                windows = json!(lv.wrecords);
-                win_size = wbytes + bytes.len() as u64 + wblocks.len() as u64;
-            }
-            None => {
-                let _ = std::fs::remove_file(&wp);
-            }
-        }
-        sizes.push((cell_size, win_size));
-        level_meta.push(json!({"bucket": lv.bsize, "buckets": nb,
-            "cells": lv.cells, "windows": windows, "bytes": cell_size}));
-    }
-    // Flame spans, one file per duration class, sorted by start.
-    let mut by_level: Vec<Vec<&crate::flame::Span>> = Vec::new();
-    for s in &b.calls.spans {
-        let k = span_level(s.end - s.start);
-        if by_level.len() <= k {
-            by_level.resize_with(k + 1, Vec::new);
-        }
-        by_level[k].push(s);
-    }
-    let mut span_levels = Vec::new();
-    for (k, spans) in by_level.iter_mut().enumerate() {
-        spans.sort_by_key(|s| (s.start, s.thread, s.depth));
-        let mut bytes = Vec::with_capacity(spans.len() * SPAN_BYTES);
-        for s in spans.iter() {
-            bytes.extend_from_slice(&s.start.to_le_bytes());
-            bytes.extend_from_slice(&s.end.to_le_bytes());
-            bytes.extend_from_slice(&s.func.to_le_bytes());
-            bytes.extend_from_slice(&s.thread.to_le_bytes());
-            bytes.extend_from_slice(&s.depth.to_le_bytes());
-        }
-        let p = dir.join(format!("spans{k}.bin"));
-        std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
-        span_levels.push(spans.len());
-    }
-    let max_depth = b.calls.spans.iter().map(|s| s.depth).max().unwrap_or(0);
-    // Lines sorted by address, for the by-variable Y mode, with their variable bands.
-    let mut order: Vec<u32> = (0..b.line_addrs.len() as u32).collect();
-    order.sort_by_key(|&i| b.line_addrs[i as usize]);
-    let mut bytes = Vec::with_capacity(order.len() * 8);
-    let mut line_vars = Vec::with_capacity(order.len() * 4);
-    let mut bands: Vec<Value> = Vec::new();
-    let mut cur: Option<(u32, usize, u64)> = None;
-    for (rank, &i) in order.iter().enumerate() {
-        let addr = b.line_addrs[i as usize];
-        bytes.extend_from_slice(&addr.to_le_bytes());
-        let var = b.line_stats[i as usize].var;
-        line_vars.extend_from_slice(&var.to_le_bytes());
-        match cur {
-            Some((v, r0, prev))
-                if b.names.var_list[v as usize].1 == b.names.var_list[var as usize].1
-                    && !b.names.var_list[var as usize].1.is_empty()
-                    && addr == prev + opts.line =>
-            {
-                cur = Some((v, r0, addr))
-            }
-            _ => {
-                if let Some((v, r0, _)) = cur {
-                    bands.push(json!([r0, rank, v]));
+        let has_annotation = annotation.is_some();
+        // the call tree counts misses from its own copy (the builder owns the other)
+        let tree_annotation = annotation.clone();
+        let mut tree = CallTree::new(namer).with_annotation(tree_annotation.as_ref());
+        let mut b = Builder {
+            namer,
+            names: Names {
+                namer,
+                vars: HashMap::new(),
+                var_list: Vec::new(),
+                addr_vars: FxMap::default(),
+            },
+            shift: opts.line.trailing_zeros(),
+            opts: opts.clone(),
+            op: 0,
+            next_close: 0,
+            ins: 0,
+            ws: Vec::new(),
+            ring: vec![Vec::new(); opts.max_age as usize],
+            max_rows: 0,
+            levels,
+            pcs: FxMap::default(),
+            pc_cache: vec![(Pc(u64::MAX), 0); PC_CACHE],
+            pc_list: Vec::new(),
+            pc_stats: Vec::new(),
+            pc_win0: Vec::new(),
+            win0_list: Vec::new(),
+            lines: FxMap::default(),
+            line_cache: vec![(u64::MAX, 0); LINE_CACHE],
+            line_stats: Vec::new(),
+            line_addrs: Vec::new(),
+            touched0: Vec::new(),
+            funcs: HashMap::new(),
+            func_list: Vec::new(),
+            func_files: Vec::new(),
+            func_of_pc: HashMap::new(),
+            calls: Calls::default(),
+            annotation,
+            access_index: FxMap::default(),
+            threads: FxMap::default(),
+            lanes: Default::default(),
+            error: None,
+            vars: crate::vars::VarCounts::default(),
+            budget,
+        };
+        // The analysis kernels for the tables take a second pass on another core;
+        // sharing and the variables go with the pass that names each access.
+        let access = namer.access_namer();
+        let cur = CurrentVariable::default();
+        let streams: std::collections::BTreeSet<ThreadId> =
+            r.streams().iter().map(|s| s.thread).collect();
+        let multi = streams.len() > 1;
+        let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
+            let tables = sc.spawn(|| {
+                let heap = HeapConfig { timeline: Some(fine), ..HeapConfig::default() };
+                let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
+                memlens_analysis::drive_merged(r, k, |_| {})
+            });
+            let tick = |n| progress(n, total_events);
+            let mine = match access {
+                Some(n) => {
+                    b.vars = crate::vars::VarCounts::new(Some(cur.clone()));
+                    let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
+                    let k = (&mut b, sharing, &mut tree);
+                    let k = Named::new(n, cur, k);
+                    memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s, ()), names)| {
+                        s.set_variables(names.clone());
+                        (s, Some(names))
+                    })
                 }
-                cur = Some((var, rank, addr));
+                None => {
+                    let k = (&mut b, Gate { on: multi, k: Sharing::default() }, &mut tree);
+                    memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
+                }
+            };
+            let tables = tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
+            let (sharing, var_names) = mine?;
+            let (false_sharing, heap) = tables?;
+            Ok::<_, Error>((sharing, var_names, false_sharing, heap))
+        })?;
+        // Close the last buckets and the frames still open.
+        let end = b.op;
+        b.close_buckets(end.div_ceil(b.levels[0].bsize) * b.levels[0].bsize);
+        for li in 0..b.levels.len() {
+            if b.levels[li].bucket * b.levels[li].bsize < end {
+                b.emit(li);
             }
         }
-    }
-    if let Some((v, r0, _)) = cur {
-        bands.push(json!([r0, order.len(), v]));
-    }
-    let p = dir.join("lines.bin");
-    std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
-    let p = dir.join("linevars.bin");
-    std::fs::write(&p, &line_vars).map_err(|e| io("write", &p, e))?;
-    let offset = r.meta().options.iter().rev().find(|o| o.0 == "clock_offset");
-    let offset = offset.and_then(|o| o.1.parse::<i64>().ok());
-    let ops_of = |t: u32| b.threads.get(&t).copied().unwrap_or(0);
-    let (lanes, time, lane_bytes) =
-        std::mem::take(&mut b.lanes).finish(dir, ops_of, end, offset)?;
-    let mut fixed = (bytes.len() + line_vars.len()) as u64 + lane_bytes;
-    fixed += crate::profile::write(dir, namer, &tree.finish(), &heap, fine)?;
-    fixed += span_levels.iter().sum::<usize>() as u64 * SPAN_BYTES as u64;
-    // Per source line: pcs named once.
-    let mut pcs = Vec::new();
-    let mut by_src: BTreeMap<(String, String, u32), PcStat> = BTreeMap::new();
-    for (i, pc) in b.pc_list.iter().enumerate() {
-        let c = namer.code(*pc);
-        pcs.push(json!([c.function, c.file, c.line]));
-        let st = &b.pc_stats[i];
-        let e = by_src.entry((c.file, c.function, c.line)).or_default();
-        e.loads += st.loads;
-        e.stores += st.stores;
-        e.bytes += st.bytes;
-        e.shared += st.shared;
-        e.misses += st.misses;
-        e.mem += st.mem;
-        e.threads |= st.threads;
-    }
-    let source: Vec<Value> = by_src
-        .into_iter()
-        .map(|((file, function, line), s)| {
-            json!({"file": file, "function": function, "line": line, "loads": s.loads,
-                "stores": s.stores, "bytes": s.bytes, "shared": s.shared, "misses": s.misses,
-                "mem_misses": s.mem, "threads": s.threads.count_ones()})
-        })
-        .collect();
-    // Every variable: per access when named so, else from the per-line counters;
-    // the table keeps the top rows, `variables.json` all (the diff of two traces).
-    let all_vars = match &var_names {
-        Some(names) => b.vars.top(names, usize::MAX),
-        None => crate::vars::from_lines(b.line_stats.iter().map(|ls| {
-            (b.names.var_list[ls.var as usize].1.as_str(), ls.loads, ls.stores, ls.threads)
-        })),
-    };
-    fixed += crate::vars::write_all(dir, &all_vars)?;
-    let top_vars: Vec<Value> = all_vars.into_iter().take(opts.top).collect();
-    let ropts = RenderOpts::top(opts.top);
-    let tables = json!({
-        "variables": top_vars,
-        "sharing": sharing.render(namer, &ropts).to_json(),
-        "false_sharing": false_sharing.render(namer, &ropts).to_json(),
-        "heap": heap.render(namer, &ropts).to_json(),
-    });
-    let mut meta = json!({
-        "version": crate::INDEX_VERSION,
-        "trace": trace.display().to_string(),
-        "ops": end,
-        "events": total_events,
-        "line": opts.line,
-        "max_age": opts.max_age,
-        "max_rows": b.max_rows,
-        "distinct_lines": b.line_addrs.len(),
-        "levels": level_meta,
-        "span_levels": span_levels,
-        "level_factor": LEVEL_FACTOR,
-        "max_depth": max_depth,
-        "lanes": lanes,
-        "time": time,
-        "threads": b.threads.iter().collect::<BTreeMap<_, _>>().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
-        "functions": b.func_list,
-        "function_files": b.func_files,
-        "pcs": pcs,
-        "vars": b.names.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
-        "bands": bands,
-        "source": source,
-        "cachesim": has_annotation,
-        "tables": tables,
-    });
-    // The size budget: the finest levels (then window sums) go first.
-    fixed += serde_json::to_vec(&meta).map_or(0, |t| t.len() as u64);
-    let mut level_meta = std::mem::take(&mut meta["levels"]);
-    if let Some(lm) = level_meta.as_array_mut() {
-        crate::sparse::fit(dir, lm, &sizes, budget.saturating_sub(fixed))
-            .map_err(|e| io("write", dir, e))?;
-    }
-    meta["levels"] = level_meta;
-    let p = dir.join("meta.json");
-    let text = serde_json::to_vec(&meta).map_err(|e| Error::Io(e.to_string()))?;
-    std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
-    Ok(meta)
+        b.calls.finish(end);
+        if let Some(e) = b.error.take() {
+            return Err(Error::Io(format!("cannot write the index: {e}")));
+        }
+        // Every level's files; which of them stay is decided by the size budget below.
+        let mut level_meta = Vec::new();
+        let mut sizes = Vec::new();
+        for (i, lv) in std::mem::take(&mut b.levels).into_iter().enumerate() {
+            let mut offsets = lv.offsets;
+            offsets.push(lv.cells);
+            let nb = offsets.len() as u64 - 1;
+            let dead = lv.dead;
+            let (blocks, cbytes) = lv.out.finish().map_err(|e| io("write", dir, e))?;
+            let p = dir.join(format!("offsets{i}.bin"));
+            let bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+            std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
+            let p = dir.join(format!("blocks{i}.bin"));
+            std::fs::write(&p, &blocks).map_err(|e| io("write", &p, e))?;
+            let cell_size =
+                if dead { u64::MAX / 4 } else { cbytes + bytes.len() as u64 + blocks.len() as u64 };
+            // Window metrics: kept unless the level grew too large (then the range
+            // metrics come from a coarser level).
+            let wp = dir.join(format!("window{i}.bin"));
+            let mut windows = Value::Null;
+            let mut win_size = 0;
+            match lv.wout {
+                Some(w) => {
+                    let (wblocks, wbytes) = w.finish().map_err(|e| io("write", &wp, e))?;
+                    let mut wo = lv.woffsets;
+                    wo.push(lv.wrecords);
+                    let p = dir.join(format!("woffsets{i}.bin"));
+                    let bytes: Vec<u8> = wo.iter().flat_map(|o| o.to_le_bytes()).collect();
+                    std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
+                    let p = dir.join(format!("wblocks{i}.bin"));
+                    std::fs::write(&p, &wblocks).map_err(|e| io("write", &p, e))?;
+                    windows = json!(lv.wrecords);
+                    win_size = wbytes + bytes.len() as u64 + wblocks.len() as u64;
+                }
+                None => {
+                    let _ = std::fs::remove_file(&wp);
+                }
+            }
+            sizes.push((cell_size, win_size));
+            level_meta.push(json!({"bucket": lv.bsize, "buckets": nb,
+                "cells": lv.cells, "windows": windows, "bytes": cell_size}));
+        }
+        // Flame spans, one file per duration class, sorted by start.
+        let mut by_level: Vec<Vec<&crate::flame::Span>> = Vec::new();
+        for s in &b.calls.spans {
+            let k = span_level(s.end - s.start);
+            if by_level.len() <= k {
+                by_level.resize_with(k + 1, Vec::new);
+            }
+            by_level[k].push(s);
+        }
+        let mut span_levels = Vec::new();
+        for (k, spans) in by_level.iter_mut().enumerate() {
+            spans.sort_by_key(|s| (s.start, s.thread, s.depth));
+            let mut bytes = Vec::with_capacity(spans.len() * SPAN_BYTES);
+            for s in spans.iter() {
+                bytes.extend_from_slice(&s.start.to_le_bytes());
+                bytes.extend_from_slice(&s.end.to_le_bytes());
+                bytes.extend_from_slice(&s.func.to_le_bytes());
+                bytes.extend_from_slice(&s.thread.to_le_bytes());
+                bytes.extend_from_slice(&s.depth.to_le_bytes());
+            }
+            let p = dir.join(format!("spans{k}.bin"));
+            std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))?;
+            span_levels.push(spans.len());
+        }
+        let max_depth = b.calls.spans.iter().map(|s| s.depth).max().unwrap_or(0);
+        // Lines sorted by address, for the by-variable Y mode, with their variable bands.
+        let mut order: Vec<u32> = (0..b.line_addrs.len() as u32).collect();
+        order.sort_by_key(|&i| b.line_addrs[i as usize]);
+        let mut bytes = Vec::with_capacity(order.len() * 8);
+        let mut line_vars = Vec::with_capacity(order.len() * 4);
+        let mut bands: Vec<Value> = Vec::new();
+        let mut cur: Option<(u32, usize, u64)> = None;
+        for (rank, &i) in order.iter().enumerate() {
+            let addr = b.line_addrs[i as usize];
+            bytes.extend_from_slice(&addr.to_le_bytes());
+            let var = b.line_stats[i as usize].var;
+            line_vars.extend_from_slice(&var.to_le_bytes());
+            match cur {
+                Some((v, r0, prev))
+                    if b.names.var_list[v as usize].1 == b.names.var_list[var as usize].1
+                        && !b.names.var_list[var as usize].1.is_empty()
+                        && addr == prev + opts.line =>
+                {
+                    cur = Some((v, r0, addr))
+                }
+                _ => {
+                    if let Some((v, r0, _)) = cur {
+                        bands.push(json!([r0, rank, v]));
+                    }
+                    cur = Some((var, rank, addr));
+                }
+            }
+        }
+        if let Some((v, r0, _)) = cur {
+            bands.push(json!([r0, order.len(), v]));
+        }
+        let p = dir.join("lines.bin");
+        std::fs::write(&p, &bytes).map_err(|e| io("write", &p, e))?;
+        let p = dir.join("linevars.bin");
+        std::fs::write(&p, &line_vars).map_err(|e| io("write", &p, e))?;
+        let offset = r.meta().options.iter().rev().find(|o| o.0 == "clock_offset");
+        let offset = offset.and_then(|o| o.1.parse::<i64>().ok());
+        let ops_of = |t: u32| b.threads.get(&t).copied().unwrap_or(0);
+        let (lanes, time, lane_bytes) =
+            std::mem::take(&mut b.lanes).finish(dir, ops_of, end, offset)?;
+        let mut fixed = (bytes.len() + line_vars.len()) as u64 + lane_bytes;
+        fixed += crate::profile::write(dir, namer, &tree.finish(), &heap, fine)?;
+        fixed += span_levels.iter().sum::<usize>() as u64 * SPAN_BYTES as u64;
+        // Per source line: pcs named once.
+        let mut pcs = Vec::new();
+        let mut by_src: BTreeMap<(String, String, u32), PcStat> = BTreeMap::new();
+        for (i, pc) in b.pc_list.iter().enumerate() {
+            let c = namer.code(*pc);
+            pcs.push(json!([c.function, c.file, c.line]));
+            let st = &b.pc_stats[i];
+            let e = by_src.entry((c.file, c.function, c.line)).or_default();
+            memlens_analysis::add_fields!(e, st; loads, stores, bytes, shared, misses, mem);
+            e.threads |= st.threads;
+        }
+        let source: Vec<Value> = by_src
+            .into_iter()
+            .map(|((file, function, line), s)| {
+                json!({"file": file, "function": function, "line": line, "loads": s.loads,
+                    "stores": s.stores, "bytes": s.bytes, "shared": s.shared, "misses": s.misses,
+                    "mem_misses": s.mem, "threads": s.threads.count_ones()})
+            })
+            .collect();
+        // Every variable: per access when named so, else from the per-line counters;
+        // the table keeps the top rows, `variables.json` all (the diff of two traces).
+        let all_vars = match &var_names {
+            Some(names) => b.vars.top(names, usize::MAX),
+            None => crate::vars::from_lines(b.line_stats.iter().map(|ls| {
+                (b.names.var_list[ls.var as usize].1.as_str(), ls.loads, ls.stores, ls.threads)
+            })),
+        };
+        fixed += crate::vars::write_all(dir, &all_vars)?;
+        let top_vars: Vec<Value> = all_vars.into_iter().take(opts.top).collect();
+        let ropts = RenderOpts::top(opts.top);
+        let tables = json!({
+            "variables": top_vars,
+            "sharing": sharing.render(namer, &ropts).to_json(),
+            "false_sharing": false_sharing.render(namer, &ropts).to_json(),
+            "heap": heap.render(namer, &ropts).to_json(),
+        });
+        let mut meta = json!({
+            "version": crate::INDEX_VERSION,
+            "trace": trace.display().to_string(),
+            "ops": end,
+            "events": total_events,
+            "line": opts.line,
+            "max_age": opts.max_age,
+            "max_rows": b.max_rows,
+            "distinct_lines": b.line_addrs.len(),
+            "levels": level_meta,
+            "span_levels": span_levels,
+            "level_factor": LEVEL_FACTOR,
+            "max_depth": max_depth,
+            "lanes": lanes,
+            "time": time,
+            "threads": b.threads.iter().collect::<BTreeMap<_, _>>().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
+            "functions": b.func_list,
+            "function_files": b.func_files,
+            "pcs": pcs,
+            "vars": b.names.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+            "bands": bands,
+            "source": source,
+            "cachesim": has_annotation,
+            "tables": tables,
+        });
+        // The size budget: the finest levels (then window sums) go first.
+        fixed += serde_json::to_vec(&meta).map_or(0, |t| t.len() as u64);
+        let mut level_meta = std::mem::take(&mut meta["levels"]);
+        if let Some(lm) = level_meta.as_array_mut() {
+            crate::sparse::fit(dir, lm, &sizes, budget.saturating_sub(fixed))
+                .map_err(|e| io("write", dir, e))?;
+        }
+        meta["levels"] = level_meta;
+        let p = dir.join("meta.json");
+        let text = serde_json::to_vec(&meta).map_err(|e| Error::Io(e.to_string()))?;
+        std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
+        Ok(meta)
+    })
 }
 
 /// Where a cachesim annotation for `trace` is looked for (`TRACE.cachesim`).

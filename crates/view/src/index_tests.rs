@@ -73,7 +73,8 @@ fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
     let (_, w) = ix.window(0, 11, u64::MAX).unwrap().unwrap();
     assert_eq!(w[0].1.loads, 11);
     // The drawing columns: bucket 4's rows and flags as in the raw cells.
-    let soa = ix.tiles_soa(0, 4, 5, false, 0..u32::MAX, crate::TileFields::Draw).unwrap();
+    let soa =
+        ix.tiles_soa_parts(0, 4, 5, false, 0..u32::MAX, crate::TileFields::Draw).unwrap().concat();
     let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
     assert_eq!((u(0), u(1), u(2), u(3)), (1, 4, 0, 4), "1 bucket (4) of 4 cells");
     assert_eq!([u(4), u(5), u(6), u(7)], [0, 1, 2, 3], "rows");

@@ -38,9 +38,9 @@ mod store;
 mod vars;
 
 pub use diff::{serve_diff, Diff, DiffRow, DiffTable, DiffTotals};
-pub use index::{annotation_path, BuildOptions, DEFAULT_SLACK};
+pub use index::{annotation_path, build, BuildOptions, DEFAULT_SLACK};
 pub use live::{serve_live, LiveBackend};
-pub use place::{build, clean, size_of_dir};
+pub use place::{clean, size_of_dir};
 pub use serve::{serve, ServeOptions};
 pub use store::{Index, PcWindow, TileFields, WindowSums};
 

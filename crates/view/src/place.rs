@@ -1,30 +1,23 @@
 //! Building an index in place: into a fresh sibling directory of ours, moved over
 //! `TRACE.mlview/` when complete, so nothing planted there is written through.
 
-use crate::index::BuildOptions;
 use crate::Error;
-use memlens_analysis::Namer;
-use memlens_format::TraceReader;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Builds the index of `r` into `dir` (replacing an older index there).
-/// `progress(done, total)` gets event counts.
-pub fn build(
-    r: &TraceReader,
-    trace: &Path,
+/// Runs `write` on a fresh sibling directory of `dir` and, when it succeeds, moves
+/// that over `dir` (replacing an older one); on failure removes it.
+pub(crate) fn replace_dir(
     dir: &Path,
-    namer: &dyn Namer,
-    opts: BuildOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    write: impl FnOnce(&Path) -> Result<Value, Error>,
 ) -> Result<Value, Error> {
-    // Built in a fresh directory of ours and moved into place: a link planted at
+    // Written in a fresh directory of ours and moved into place: a link planted at
     // `dir` or inside it is never written through.
     if let Some(why) = crate::not_a_real_dir(dir) {
         return Err(Error::Io(why));
     }
     let tmp = fresh_sibling_dir(dir)?;
-    let meta = match crate::index::build_in(r, trace, &tmp, namer, opts, progress) {
+    let meta = match write(&tmp) {
         Ok(m) => m,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);

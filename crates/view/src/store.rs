@@ -40,7 +40,7 @@ pub struct PcWindow {
 /// The level a window was summed at, and per code address its sums (sorted by pc id).
 pub type WindowSums = (usize, Vec<(u32, PcWindow)>);
 
-/// Which tile fields a [`Index::tiles_soa`] answer carries.
+/// Which tile fields a [`Index::tiles_soa_parts`] answer carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TileFields {
     /// What drawing needs: row, line rank, bytes used, age, flags (11 bytes per cell).
@@ -314,21 +314,9 @@ impl Index {
     /// (`u32` each), then per field one column over all cells. [`TileFields::Draw`]:
     /// `row u32, rank u32, used u8, age u8, flags u8` (bit 0 touched, bit 1 stored).
     /// [`TileFields::Detail`]: `addr_lo u32, addr_hi u32, pc u32, name u32, loads u16,
-    /// stores u16, thread u8, offset u8`. Columns start 4-byte aligned.
-    pub fn tiles_soa(
-        &self,
-        level: usize,
-        b0: u64,
-        b1: u64,
-        by_address: bool,
-        rows: std::ops::Range<u32>,
-        fields: TileFields,
-    ) -> Result<Vec<u8>, Error> {
-        Ok(self.tiles_soa_parts(level, b0, b1, by_address, rows, fields)?.concat())
-    }
-
-    /// [`Index::tiles_soa`] in pieces (the header, then each column padded to 4
-    /// bytes), so a server can send them without copying them into one buffer.
+    /// stores u16, thread u8, offset u8`. Columns start 4-byte aligned. Returned in
+    /// pieces (the header, then each column padded to 4 bytes), so a server can send
+    /// them without copying them into one buffer.
     pub fn tiles_soa_parts(
         &self,
         level: usize,
@@ -667,7 +655,8 @@ mod tests {
         assert!(f.iter().all(|(_, c)| c.len() == 5 * CELL_BYTES));
         // Drawing columns across block boundaries: rows and ranks as in the cells.
         let (b0, b1) = (1000, 40000);
-        let soa = ix.tiles_soa(0, b0, b1, false, 0..u32::MAX, TileFields::Draw).unwrap();
+        let soa =
+            ix.tiles_soa_parts(0, b0, b1, false, 0..u32::MAX, TileFields::Draw).unwrap().concat();
         let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
         let nbk = (b1 - b0) as usize;
         assert_eq!(u(0) as usize, nbk);

@@ -68,12 +68,7 @@ impl LevelStats {
 
 impl AddAssign<&LevelStats> for LevelStats {
     fn add_assign(&mut self, o: &LevelStats) {
-        self.reads += o.reads;
-        self.writes += o.writes;
-        self.read_misses += o.read_misses;
-        self.write_misses += o.write_misses;
-        self.invalidations += o.invalidations;
-        self.back_invalidations += o.back_invalidations;
-        self.writebacks += o.writebacks;
+        crate::add_fields!(self, o; reads, writes, read_misses, write_misses, invalidations,
+            back_invalidations, writebacks);
     }
 }
