@@ -401,7 +401,7 @@ fn enter_in_extent(st: &ThreadState) -> bool {
 pub(crate) fn stamp_time(st: &ThreadState) {
     let now = crate::sys::monotonic_ns();
     // SAFETY: owner, guard held; a stamp takes at most MAX_ACCESS_LEN bytes.
-    unsafe { write_ev(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.time(p, now)) };
+    unsafe { write_unstamped(st, MAX_ACCESS_LEN, class::OTHER, |e, p| e.time(p, now)) };
     st.stamp_at.set((st.pos.load(Relaxed) & !BUSY) + state::STAMP_BYTES);
 }
 
@@ -664,6 +664,22 @@ pub(crate) fn flush_pending(st: &ThreadState) {
 /// Writes an event through the general path: makes room (handing the buffer over
 /// when full), then encodes. Guard held. False if it had to be dropped.
 unsafe fn write_ev(
+    st: &ThreadState,
+    need: usize,
+    class: usize,
+    f: impl FnOnce(&mut Encoder, *mut u8) -> *mut u8,
+) -> bool {
+    // One call can write several events (the frames closed at a thread's exit, a
+    // longjmp's skipped frames): each keeps the stamp promise. 0: not started.
+    let at = st.stamp_at.get();
+    if at != 0 && st.pos.load(Relaxed) & !BUSY >= at {
+        stamp_time(st);
+    }
+    write_unstamped(st, need, class, f)
+}
+
+/// [`write_ev`] without the stamp check (the stamp itself).
+unsafe fn write_unstamped(
     st: &ThreadState,
     need: usize,
     class: usize,

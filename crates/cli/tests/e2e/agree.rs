@@ -141,3 +141,48 @@ fn every_command_names_variables_like_report_on_threads() {
         assert!(!shared.contains(&"priv".to_string()), "{cc:?}: {shared:?}");
     }
 }
+
+/// The benchmark suite's C and C++ programs (bench/programs, at sizes below the
+/// suite's `small` ones): loops over arrays, a linked list, std::map, a hash
+/// table, sorting, allocation churn and four threads sharing data.
+#[test]
+fn every_command_names_variables_like_report_on_the_bench_suite() {
+    require_runtime();
+    let bench = programs().join("../../bench/programs");
+    let suite: [(&str, &[&str]); 8] = [
+        ("matmul.c", &["40"]),
+        ("stencil.c", &["64", "4"]),
+        ("llist.c", &["5000", "3"]),
+        ("tree.cpp", &["2000"]),
+        ("hashtab.c", &["10000"]),
+        ("sort.c", &["5000"]),
+        ("alloc.c", &["3000"]),
+        ("mt.c", &["5000", "2"]),
+    ];
+    let dir = scratch("agree-suite");
+    for (src, args) in suite {
+        let name = src.split('.').next().unwrap();
+        let exe = dir.join(name);
+        let driver = if src.ends_with(".cpp") { "c++" } else { "cc" };
+        let out = Command::new(memlens())
+            .args([driver, "-O2", "-g", "-pthread"])
+            .arg(bench.join(src))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lm")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{src}: {}", stderr(&out));
+        let trace = dir.join(format!("{name}.trace"));
+        let out = record(&exe, &trace, args);
+        assert!(out.status.success(), "{src}: {}", stderr(&out));
+        let shared = check_agreement(&trace);
+        if name == "mt" {
+            // the mutex-protected histogram and the atomic counter are what the four
+            // threads share
+            for v in ["histogram", "events"] {
+                assert!(shared.iter().any(|s| s == v), "{src}: {v} not shared: {shared:?}");
+            }
+        }
+    }
+}
