@@ -883,7 +883,7 @@
     st.view = v;
     changed();
     document.querySelectorAll("#views button").forEach((b) => b.classList.toggle("on", b.dataset.view === v));
-    $("source").hidden = $("tables").hidden = v !== "source";
+    $("source").hidden = $("tables").hidden = $("split-src").hidden = v !== "source";
     $("calltree").hidden = v !== "calls";
     $("heapview").hidden = v !== "heap";
     if (v === "calls" && hooks.callTree && !hooks.callTree.shown) { hooks.callTree.shown = true; await hooks.callTree.show("top"); }

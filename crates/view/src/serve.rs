@@ -21,6 +21,7 @@ const APP_JS: &str = include_str!("../assets/app.js");
 const LANES_JS: &str = include_str!("../assets/lanes.js");
 const CALLTREE_JS: &str = include_str!("../assets/calltree.js");
 const HEAP_JS: &str = include_str!("../assets/heap.js");
+const LAYOUT_JS: &str = include_str!("../assets/layout.js");
 const NAV_JS: &str = include_str!("../assets/nav.js");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
 
@@ -75,6 +76,7 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
         .route("/lanes.js", get(|| async { asset(LANES_JS, "text/javascript") }))
         .route("/calltree.js", get(|| async { asset(CALLTREE_JS, "text/javascript") }))
         .route("/heap.js", get(|| async { asset(HEAP_JS, "text/javascript") }))
+        .route("/layout.js", get(|| async { asset(LAYOUT_JS, "text/javascript") }))
         .route("/nav.js", get(|| async { asset(NAV_JS, "text/javascript") }))
         .route("/style.css", get(|| async { asset(STYLE_CSS, "text/css") }))
         .route("/api/meta", get(meta))
