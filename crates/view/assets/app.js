@@ -677,7 +677,10 @@
     }
     buildTree();
     if (st.file) showFile(st.file);
+    // the heap chart follows the selection
+    const follow = st.view === "heap" && hooks.heapView ? hooks.heapView.show() : null;
     await redraw();
+    if (follow) await follow;
   }
   hooks.setRange = setRange;
 

@@ -312,7 +312,7 @@ impl Profile {
 }
 
 /// The time of merged operation `op`, linear between the stamps around it.
-fn op_to_ns(c: &[(u64, u64)], op: u64) -> u64 {
+pub(crate) fn op_to_ns(c: &[(u64, u64)], op: u64) -> u64 {
     let i = c.partition_point(|s| s.0 <= op);
     match (i.checked_sub(1).and_then(|j| c.get(j)), c.get(i)) {
         (Some(a), Some(b)) if b.0 > a.0 => {

@@ -263,8 +263,9 @@ async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response 
     .await
 }
 
-/// The heap over time in `n` bins of `x0..x1`: `axis=time` (ns, when the trace has
-/// stamps) or `order` (merged memory operations); with the peak, the sites live at
+/// The heap over time in `n` bins of `x0..x1` (or of the merged operations
+/// `op0..op1` mapped to the axis): `axis=time` (ns, when the trace has stamps) or
+/// `order` (merged memory operations); with the whole run's peak, the sites live at
 /// it and the sites live at exit (`analyze heap`'s `at_peak` and `leaks`).
 async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     let go = move |s: &AppState| -> Result<Value, String> {
@@ -282,8 +283,23 @@ async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Res
         } else {
             (0, meta["ops"].as_u64().unwrap_or(0).max(1))
         };
-        let x0 = num(&p, "x0", lo)?;
-        let x1 = num(&p, "x1", hi)?;
+        let (mut x0, mut x1) = (num(&p, "x0", lo)?, num(&p, "x1", hi)?);
+        // `op0`, `op1`: the range as merged operations (the page's selection), mapped
+        // to the axis
+        if p.contains_key("op0") || p.contains_key("op1") {
+            let (o0, o1) = (num(&p, "op0", 0)?, num(&p, "op1", u64::MAX)?);
+            if o0 >= o1 {
+                return Err(format!("empty range: op0 {o0} ≥ op1 {o1}"));
+            }
+            let ops = meta["ops"].as_u64().unwrap_or(0).max(1);
+            let (o0, o1) = (o0.min(ops), o1.min(ops));
+            (x0, x1) = if time {
+                let c = s.index.clock();
+                (crate::profile::op_to_ns(c, o0), crate::profile::op_to_ns(c, o1))
+            } else {
+                (o0, o1)
+            };
+        }
         let n = num(&p, "n", 512)?.min(4096) as usize;
         let mut v = s.index.profile().heap(time.then(|| s.index.clock()), x0, x1, n);
         let h = &meta["tables"]["heap"];

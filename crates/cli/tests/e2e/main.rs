@@ -41,5 +41,6 @@ mod view_calls;
 mod view_diff;
 mod view_index;
 mod view_layout;
+mod view_range;
 mod view_time;
 mod view_ux;
