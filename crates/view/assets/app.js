@@ -677,10 +677,11 @@
     }
     buildTree();
     if (st.file) showFile(st.file);
-    // the heap chart follows the selection
-    const follow = st.view === "heap" && hooks.heapView ? hooks.heapView.show() : null;
+    // the heap chart and the call tree follow the selection
+    const follow = st.view === "heap" && hooks.heapView ? hooks.heapView.show() : st.view === "calls" && hooks.callTree && hooks.callTree.shown ? hooks.callTree.show(hooks.callTree.mode()) : null;
     await redraw();
-    if (follow) await follow;
+    // a range's tree is computed by the server: its failure is shown, the rest stays
+    if (follow) await follow.catch((e) => { $("status").textContent = "error: " + e.message; });
   }
   hooks.setRange = setRange;
 
@@ -890,6 +891,7 @@
     $("calltree").hidden = v !== "calls";
     $("heapview").hidden = v !== "heap";
     if (v === "calls" && hooks.callTree && !hooks.callTree.shown) { hooks.callTree.shown = true; await hooks.callTree.show("top"); }
+    else if (v === "calls" && hooks.callTree && hooks.callTree.stale()) await hooks.callTree.show(hooks.callTree.mode());
     if (v === "heap" && hooks.heapView) await hooks.heapView.show();
   }
   hooks.showView = showView;

@@ -55,6 +55,8 @@ struct AppState {
     files: HashSet<String>,
     meta: Bytes,
     heavy: Arc<Semaphore>,
+    /// The call trees of time ranges (computed from the trace on request).
+    ranges: std::sync::Mutex<crate::rangetree::Ranges>,
 }
 
 pub(crate) type Params = Query<HashMap<String, String>>;
@@ -69,6 +71,7 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
         token: token.clone(),
         files: opts.sources,
         heavy: Arc::new(Semaphore::new(HEAVY)),
+        ranges: Default::default(),
     });
     let app = Router::new()
         .route("/", get(|State(s): State<Arc<AppState>>| async move { page(INDEX_HTML, &s.token) }))
@@ -237,11 +240,28 @@ async fn lanes(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
 
 /// The call tree: `view=top&node=N` (node N and its children), `view=bottom&path=F,G`
 /// (the inverted tree under function F called by G ...) or `view=function&function=F`
-/// (F with its callers and callees). Function ids index the answer's names.
+/// (F with its callers and callees). Function ids index the answer's names. With
+/// `x0` and `x1`: the tree of the merged operations `x0..x1` only (node ids are
+/// that tree's; see [`crate::rangetree`]).
 async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     let go = move |s: &AppState| -> Result<Value, String> {
-        let prof = s.index.profile();
-        match p.get("view").map_or("top", String::as_str) {
+        let mut ranged: Option<Arc<crate::profile::Profile>> = None;
+        let mut range = None;
+        let prof = if p.contains_key("x0") || p.contains_key("x1") {
+            let ops = s.index.meta()["ops"].as_u64().unwrap_or(0);
+            let (x0, x1) = (num(&p, "x0", 0)?, num(&p, "x1", ops)?.min(ops));
+            if x0 >= x1 {
+                return Err(format!(
+                    "empty range: x0 {x0} ≥ x1 {x1} (the run has {ops} operations)"
+                ));
+            }
+            let mut r = s.ranges.lock().map_err(|_| "a range request failed".to_string())?;
+            range = Some([x0, x1]);
+            &**ranged.insert(r.profile(&s.index, x0, x1)?)
+        } else {
+            s.index.profile()
+        };
+        let mut v = match p.get("view").map_or("top", String::as_str) {
             "top" => prof.top_down(num(&p, "node", 0)?.min(u32::MAX as u64) as u32),
             "bottom" => {
                 let path = p.get("path").map_or("", String::as_str);
@@ -255,7 +275,11 @@ async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response 
             }
             "function" => prof.function(num(&p, "function", 0)?),
             v => Err(format!("bad view: {v} (top, bottom or function)")),
+        }?;
+        if let Some(r) = range {
+            v["range"] = json!(r);
         }
+        Ok(v)
     };
     heavy(&s.heavy, &s, "application/json", move |s| {
         Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])

@@ -56,8 +56,11 @@ fn all_inside(v: &Viewer) {
 /// and mouseup events.
 fn drag(v: &Viewer, id: &str, dx: i64, dy: i64) {
     v.b.js(&format!("document.getElementById('{id}').scrollIntoView({{block: 'center'}})"));
-    let e =
-        v.b.cmd("POST", "/element", Some(json!({"using": "css selector", "value": format!("#{id}")})));
+    let e = v.b.cmd(
+        "POST",
+        "/element",
+        Some(json!({"using": "css selector", "value": format!("#{id}")})),
+    );
     let eid = e.as_object().unwrap().values().next().unwrap().clone();
     let origin = json!({"element-6066-11e4-a52e-4f735466cecf": eid});
     let acts = json!([
@@ -141,7 +144,10 @@ fn view_layout_splitters_resize_the_panes_and_go_into_the_url() {
     v.b.js("document.getElementById('split-tree').focus()");
     let acts: Vec<Value> = (0..3)
         .flat_map(|_| {
-            [json!({"type": "keyDown", "value": "\u{E014}"}), json!({"type": "keyUp", "value": "\u{E014}"})]
+            [
+                json!({"type": "keyDown", "value": "\u{E014}"}),
+                json!({"type": "keyUp", "value": "\u{E014}"}),
+            ]
         })
         .collect();
     v.b.cmd(
@@ -152,7 +158,11 @@ fn view_layout_splitters_resize_the_panes_and_go_into_the_url() {
     v.wait_for("memlens.layout.sizes().tw === 39");
     let tree1 = rect(&v, "tree");
     assert!(tree1[2] > tree0[2], "{tree0:?} → {tree1:?}");
-    assert_eq!(v.b.js("return [memlens.st.t0, memlens.st.t1]")[0], 0, "arrows moved the splitter only");
+    assert_eq!(
+        v.b.js("return [memlens.st.t0, memlens.st.t1]")[0],
+        0,
+        "arrows moved the splitter only"
+    );
     all_inside(&v);
     shot(&v, &dir, "layout-resized.png");
 
