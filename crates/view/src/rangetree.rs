@@ -8,14 +8,17 @@
 //! start counts on the calls open then; the walk stops at the first access past the
 //! range, so chunks after it are never read. The trace has no merged position per
 //! chunk (a position depends on every thread's earlier events), so chunks before the
-//! range are decoded. Paths with neither cost nor calls in the range are left out.
+//! range are decoded. A one-thread trace is read in batches in its own order (the
+//! merged one); several threads go through [`Merged`]. Paths with neither cost nor
+//! calls in the range are left out.
 
 use crate::profile::Profile;
 use crate::Error;
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::calltree::{CallTree, CallTreeReport, Cost};
 use memlens_analysis::{Kernel, Merged, Namer};
-use memlens_format::{Event, TraceReader};
+use memlens_format::reader::BATCH;
+use memlens_format::{Event, ThreadId, TraceReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,12 +32,11 @@ pub(crate) fn range_tree(
 ) -> Result<CallTreeReport, Error> {
     let mut tree = CallTree::new(namer).with_annotation(annotation);
     let (mut op, mut counting) = (0u64, true);
-    for ev in Merged::new(r)? {
-        let ev = ev?;
-        let access =
-            matches!(ev.event, Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. });
+    // One event in the merged order; false once past the range.
+    let mut step = |t: ThreadId, ev: &Event| {
+        let access = matches!(ev, Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. });
         if access && op >= x1 {
-            break;
+            return false;
         }
         // an entry at `op` comes before access `op`: it belongs where that access does
         let inside = x0 <= op && op < x1;
@@ -42,8 +44,29 @@ pub(crate) fn range_tree(
             tree.set_counting(inside);
             counting = inside;
         }
-        tree.process(ev.thread, &ev.event);
+        tree.process(t, ev);
         op += u64::from(access);
+        true
+    };
+    if let [s] = r.streams() {
+        // one thread: its own order is the merged one, read in batches
+        let mut events = r.events(s.thread);
+        let mut batch = Vec::with_capacity(BATCH);
+        'run: while events.next_batch(&mut batch, BATCH).map_err(memlens_analysis::Error::from)? > 0
+        {
+            for ev in &batch {
+                if !step(s.thread, ev) {
+                    break 'run;
+                }
+            }
+        }
+    } else {
+        for ev in Merged::new(r)? {
+            let ev = ev?;
+            if !step(ev.thread, &ev.event) {
+                break;
+            }
+        }
     }
     Ok(prune(tree.finish()))
 }
