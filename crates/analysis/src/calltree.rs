@@ -87,6 +87,7 @@ pub struct CallTree<'n> {
     accesses: HashMap<ThreadId, u64>,
     nodes: Vec<Node>,
     children: FxHashMap<(u32, u64), u32>,
+    counting: bool,
 }
 
 impl<'n> CallTree<'n> {
@@ -100,6 +101,7 @@ impl<'n> CallTree<'n> {
             accesses: HashMap::new(),
             nodes: vec![Node::default()],
             children: FxHashMap::default(),
+            counting: true,
         }
     }
 
@@ -107,6 +109,14 @@ impl<'n> CallTree<'n> {
     pub fn with_annotation(mut self, a: Option<&'n Annotation>) -> Self {
         self.annotation = a;
         self
+    }
+
+    /// Whether accesses add to the costs and entries to the calls (on by default).
+    /// Off, the kernel still follows every thread's calls (and its place in the
+    /// annotation), so the tree of a range of the trace starts from the calls open
+    /// at the range's start (the viewer's `/api/calltree?x0=&x1=`).
+    pub fn set_counting(&mut self, on: bool) {
+        self.counting = on;
     }
 
     fn fstart(&mut self, pc: Pc) -> u64 {
@@ -130,6 +140,9 @@ impl<'n> CallTree<'n> {
             let k = self.accesses.entry(t).or_insert(0);
             misses = u64::from(a.thread(t).and_then(|s| s.get(*k)).is_some_and(|l| l > 0));
             *k += 1;
+        }
+        if !self.counting {
+            return;
         }
         let c = &mut self.nodes[node as usize].exclusive;
         c.loads += loads;
@@ -163,7 +176,7 @@ impl Kernel for CallTree<'_> {
                 st.unwind_below(frame.0, |_, _| {});
                 let parent = st.last().map_or(0, |f| f.node);
                 let node = self.child(parent, if fstart != 0 { fstart } else { pc.0 }, pc);
-                self.nodes[node as usize].calls += 1;
+                self.nodes[node as usize].calls += u64::from(self.counting);
                 let st = self.stacks.entry(t).or_default();
                 st.enter(Frame { node, fp: frame.0, fstart }, |_, _| {});
             }

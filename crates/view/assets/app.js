@@ -677,7 +677,11 @@
     }
     buildTree();
     if (st.file) showFile(st.file);
+    // the heap chart and the call tree follow the selection
+    const follow = st.view === "heap" && hooks.heapView ? hooks.heapView.show() : st.view === "calls" && hooks.callTree && hooks.callTree.shown ? hooks.callTree.show(hooks.callTree.mode()) : null;
     await redraw();
+    // a range's tree is computed by the server: its failure is shown, the rest stays
+    if (follow) await follow.catch((e) => { $("status").textContent = "error: " + e.message; });
   }
   hooks.setRange = setRange;
 
@@ -883,10 +887,11 @@
     st.view = v;
     changed();
     document.querySelectorAll("#views button").forEach((b) => b.classList.toggle("on", b.dataset.view === v));
-    $("source").hidden = $("tables").hidden = v !== "source";
+    $("source").hidden = $("tables").hidden = $("split-src").hidden = v !== "source";
     $("calltree").hidden = v !== "calls";
     $("heapview").hidden = v !== "heap";
     if (v === "calls" && hooks.callTree && !hooks.callTree.shown) { hooks.callTree.shown = true; await hooks.callTree.show("top"); }
+    else if (v === "calls" && hooks.callTree && hooks.callTree.stale()) await hooks.callTree.show(hooks.callTree.mode());
     if (v === "heap" && hooks.heapView) await hooks.heapView.show();
   }
   hooks.showView = showView;

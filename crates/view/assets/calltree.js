@@ -22,13 +22,31 @@
   function wait() { if (H() && H().ready) init(); else setTimeout(wait, 30); }
 
   function init() {
-    H().callTree = { show, mode: () => C.mode, fn: () => C.fn, rows: () => C.rendered, names: () => C.names.slice(), expand, loads: () => C.loads, data: () => C.data };
+    H().callTree = { show, stale: () => !sameRange(C.range, H().st.range), range: () => C.range, mode: () => C.mode, fn: () => C.fn, rows: () => C.rendered, names: () => C.names.slice(), expand, loads: () => C.loads, data: () => C.data };
     $("ctmode").addEventListener("change", (e) => show(e.target.value));
   }
 
+  // With a time range selected, every request of one tree asks for that range's
+  // tree (x0, x1: merged operations), the one show() started with.
   function get(params) {
     C.loads++;
+    if (C.range) params = Object.assign({ x0: C.range.t0, x1: C.range.t1 }, params);
     return H().api("api/calltree", params).then((r) => r.json());
+  }
+  const sameRange = (a, b) => (!a && !b) || (a && b && a.t0 === b.t0 && a.t1 === b.t1);
+  // Above the tree: which part of the run it counts.
+  function note() {
+    const el = $("ctnote");
+    el.replaceChildren();
+    el.hidden = !C.range;
+    if (!C.range) return;
+    const t = document.createElement("span");
+    t.textContent = "call tree of the selected range: operations " + H().fmt(C.range.t0) + " .. " + H().fmt(C.range.t1) +
+      " (costs inside it; calls: entered in it) ";
+    const b = document.createElement("button");
+    b.textContent = "clear selection: whole run";
+    b.addEventListener("click", () => $("clearsel").click());
+    el.append(t, b);
   }
 
   // One row of the model: {key, name, fid, calls, incl, excl, kids: null (not fetched) | [], open, more, fetch}
@@ -37,6 +55,9 @@
   }
 
   async function show(mode, arg) {
+    const r = H().st.range;
+    C.range = r ? { t0: r.t0, t1: r.t1 } : null;
+    note();
     C.mode = mode;
     $("ctmode").value = mode;
     C.roots = [];

@@ -12,7 +12,7 @@
   function wait() { if (H() && H().ready) init(); else setTimeout(wait, 30); }
 
   function init() {
-    H().heapView = { show, data: () => P.data, draws: () => P.draws };
+    H().heapView = { show, data: () => P.data, draws: () => P.draws, query: () => P.query, note: () => ($("heapnote").hidden ? "" : $("heapnote").textContent) };
     window.addEventListener("resize", () => { if (P.data && !$("heapview").hidden) draw(); });
     $("heapchart").addEventListener("mousemove", hover);
     $("heapchart").addEventListener("mouseleave", () => { $("tip").hidden = true; });
@@ -25,14 +25,47 @@
     return "op " + H().fmt(Math.round(x));
   }
 
+  // The page's time selection, on the chart's axis: a range selected on the
+  // wall-clock lanes keeps its ns; one from the flame chart or the URL is merged
+  // operations (the server maps them to ns on the time axis).
+  function selection(time) {
+    const st = H().st, r = st.range;
+    if (!r) return null;
+    const ls = H().lanes && H().lanes.selection;
+    if (time && ls && ls.g0 === r.t0 && ls.g1 === r.t1) return { x0: Math.floor(ls.t0), x1: Math.ceil(ls.t1) };
+    return { op0: r.t0, op1: r.t1 };
+  }
+
+  let seq = 0;
   async function show() {
-    const meta = H().meta;
+    const meta = H().meta, my = ++seq;
     const time = $("xmode").value === "time" && meta.time && meta.lanes && meta.lanes.length;
     const W = Math.max(100, $("heapchart").clientWidth - GUT);
-    const r = await (await H().api("api/heap", { axis: time ? "time" : "order", n: Math.min(4096, Math.round(W)) })).json();
+    const q = { axis: time ? "time" : "order", n: Math.min(4096, Math.round(W)) };
+    const sel = selection(time);
+    if (sel) Object.assign(q, sel);
+    const r = await (await H().api("api/heap", q)).json();
+    if (my !== seq) return; // a newer selection asked again
     P.data = r;
+    P.query = q;
+    P.range = !!sel;
+    note(r);
     draw();
     tables(r);
+  }
+
+  // Above the chart: which part of the run it shows.
+  function note(r) {
+    const el = $("heapnote");
+    el.replaceChildren();
+    el.hidden = !P.range;
+    if (!P.range) return;
+    const t = document.createElement("span");
+    t.textContent = "showing the selected range " + xLabel(r.x0) + " .. " + xLabel(r.x1) + " (the tables: whole run) ";
+    const b = document.createElement("button");
+    b.textContent = "clear selection: whole run";
+    b.addEventListener("click", () => $("clearsel").click());
+    el.append(t, b);
   }
 
   function draw() {
@@ -67,13 +100,19 @@
       g.fillStyle = "rgba(160,160,180,0.5)"; g.fillRect(x0, rateY + rateH - f, x1 - x0, Math.max(0, f - a));
     }
     // the peak
-    const px = xOf(d.axis === "time" ? d.peak.ns : d.peak.op);
-    g.strokeStyle = "#ff5d5d"; g.setLineDash([4, 3]);
-    g.beginPath(); g.moveTo(px, top - 2); g.lineTo(px, rateY + rateH); g.stroke();
-    g.setLineDash([]);
+    // the whole run's peak, where it falls inside the shown range
+    const pk = d.axis === "time" ? d.peak.ns : d.peak.op;
+    const px = xOf(pk);
     g.fillStyle = "#ff8080";
-    const label = "peak " + bytes(d.peak.bytes) + " at " + xLabel(d.axis === "time" ? d.peak.ns : d.peak.op);
-    g.fillText(label, Math.min(Math.max(GUT, px + 4), w - g.measureText(label).width - 4), top - 3);
+    if (pk >= d.x0 && pk <= d.x1) {
+      g.strokeStyle = "#ff5d5d"; g.setLineDash([4, 3]);
+      g.beginPath(); g.moveTo(px, top - 2); g.lineTo(px, rateY + rateH); g.stroke();
+      g.setLineDash([]);
+      const label = "peak " + bytes(d.peak.bytes) + " at " + xLabel(pk);
+      g.fillText(label, Math.min(Math.max(GUT, px + 4), w - g.measureText(label).width - 4), top - 3);
+    } else {
+      g.fillText("the whole run's peak (" + bytes(d.peak.bytes) + " at " + xLabel(pk) + ") is outside this range", GUT, top - 3);
+    }
     // axes
     g.fillStyle = "#999";
     g.fillText(bytes(maxLive), 2, top + 8);
@@ -87,6 +126,8 @@
     P.draws++;
     cv.dataset.peak = d.peak.bytes;
     cv.dataset.axis = d.axis;
+    cv.dataset.x0 = d.x0;
+    cv.dataset.x1 = d.x1;
   }
 
   function hover(e) {
@@ -108,7 +149,7 @@
     const s = r.summary || {};
     const sum = document.createElement("div");
     sum.className = "hsum";
-    sum.textContent = "peak " + bytes(r.peak.bytes) + " (t-gmax) · " + H().fmt(s.blocks || 0) + " blocks, " + bytes(s.bytes || 0) + " allocated · leaked at exit " + bytes(s.leaked_bytes || 0);
+    sum.textContent = (P.range ? "whole run: " : "") + "peak " + bytes(r.peak.bytes) + " (t-gmax) · " + H().fmt(s.blocks || 0) + " blocks, " + bytes(s.bytes || 0) + " allocated · leaked at exit " + bytes(s.leaked_bytes || 0);
     el.appendChild(sum);
     const one = (title, rows, bk, nk, id) => {
       const h = document.createElement("div");
@@ -139,8 +180,9 @@
       }
       el.appendChild(tbl);
     };
-    one("live at the peak", r.at_peak, "at_peak_bytes", "at_peak_blocks", "hpeak");
-    one("live at exit (leaks)", r.leaks, "live_bytes_at_end", "live_at_end", "hleaks");
+    const whole = P.range ? " — whole run" : "";
+    one("live at the peak" + whole, r.at_peak, "at_peak_bytes", "at_peak_blocks", "hpeak");
+    one("live at exit (leaks)" + whole, r.leaks, "live_bytes_at_end", "live_at_end", "hleaks");
   }
 
   wait();

@@ -12,13 +12,14 @@
   function wait() {
     const h = H();
     // lanes.js and calltree.js hook in after app.js is ready: restore after them.
-    if (h && h.ready && h.lanes && h.callTree) init(); else setTimeout(wait, 30);
+    if (h && h.ready && h.lanes && h.callTree && h.layout) init(); else setTimeout(wait, 30);
   }
 
   // ---------- the URL ----------
   // #t0=&t1= (operations on screen) &r0=&r1= (the selected range) &file=&line= &view=
   // &tab= &x= (time or order) &q= (the search text) &lib=1 (library frames hidden)
   // &ct= (the call tree's mode: bottom or function; top when absent) &ctf= (its function)
+  // &mh= &sw= &tw= (pane sizes: the map's height, the source's and the file tree's share)
   function stateParams() {
     const h = H(), st = h.st, p = new URLSearchParams();
     p.set("t0", String(Math.round(st.t0)));
@@ -38,6 +39,7 @@
     p.set("x", $("xmode").value);
     if ($("search").value) p.set("q", $("search").value);
     if (st.hideLib) p.set("lib", "1");
+    for (const [k, v] of h.layout.params()) p.set(k, v);
     return p;
   }
   function write() {
@@ -82,6 +84,9 @@
     const q = p.get("q");
     if (q !== null) out.q = q.slice(0, 200);
     if (p.get("lib") === "1") out.lib = true;
+    // pane sizes: layout.js clamps them to its limits
+    out.layout = {};
+    for (const k of ["mh", "sw", "tw"]) { const v = int(k); if (v !== null) out.layout[k] = v; }
     return out;
   }
 
@@ -96,6 +101,7 @@
         }
       }
       if (s.lib) h.setHideLib(true);
+      h.layout.restore(s.layout);
       if (s.t0 !== undefined) { st.t0 = s.t0; st.t1 = s.t1; }
       if (s.r0 !== undefined) await h.setRange(s.r0, s.r1);
       else if (s.t0 !== undefined) await h.redraw();
@@ -273,6 +279,7 @@
     h.stateChanged = changed;
     h.search = (q) => { $("search").value = q; showHits(); return hits.map((it) => [it.kind, it.label]); };
     h.writeHash = write;
+    h.layout.onChange(changed);
     $("search").addEventListener("input", () => { showHits(); changed(); });
     $("search").addEventListener("focus", () => { if ($("search").value) showHits(); });
     $("search").addEventListener("blur", closeHits);

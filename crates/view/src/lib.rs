@@ -32,6 +32,7 @@ mod lanes;
 mod live;
 mod place;
 mod profile;
+mod rangetree;
 mod serve;
 mod sparse;
 mod store;

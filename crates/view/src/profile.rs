@@ -171,6 +171,28 @@ impl Profile {
         Ok(Profile { tree, names, heap })
     }
 
+    /// The profile of another tree of the same trace (a range's, see
+    /// [`crate::rangetree`]): its nodes named by `namer` and keyed by this
+    /// profile's function ids, so rows of both name functions alike.
+    pub(crate) fn for_tree(&self, tree: CallTreeReport, namer: &dyn Namer) -> Profile {
+        let mut names = self.names.clone();
+        let mut ids: HashMap<String, u64> =
+            names.iter().enumerate().skip(1).map(|(i, n)| (n.clone(), i as u64)).collect();
+        let mut of_func: HashMap<u64, u64> = HashMap::new();
+        let mut nodes = tree.nodes;
+        for n in nodes.iter_mut().skip(1) {
+            n.func = *of_func.entry(n.func).or_insert_with(|| {
+                let name = namer.code(n.pc).function;
+                *ids.entry(name.clone()).or_insert_with(|| {
+                    names.push(name);
+                    names.len() as u64 - 1
+                })
+            });
+        }
+        let tree = CallTreeReport::from_nodes(nodes, tree.has_misses);
+        Profile { tree, names, heap: HeapLine::default() }
+    }
+
     fn name(&self, f: u64) -> &str {
         self.names.get(f as usize).map_or("?", String::as_str)
     }
@@ -312,7 +334,7 @@ impl Profile {
 }
 
 /// The time of merged operation `op`, linear between the stamps around it.
-fn op_to_ns(c: &[(u64, u64)], op: u64) -> u64 {
+pub(crate) fn op_to_ns(c: &[(u64, u64)], op: u64) -> u64 {
     let i = c.partition_point(|s| s.0 <= op);
     match (i.checked_sub(1).and_then(|j| c.get(j)), c.get(i)) {
         (Some(a), Some(b)) if b.0 > a.0 => {

@@ -21,6 +21,7 @@ const APP_JS: &str = include_str!("../assets/app.js");
 const LANES_JS: &str = include_str!("../assets/lanes.js");
 const CALLTREE_JS: &str = include_str!("../assets/calltree.js");
 const HEAP_JS: &str = include_str!("../assets/heap.js");
+const LAYOUT_JS: &str = include_str!("../assets/layout.js");
 const NAV_JS: &str = include_str!("../assets/nav.js");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
 
@@ -54,6 +55,8 @@ struct AppState {
     files: HashSet<String>,
     meta: Bytes,
     heavy: Arc<Semaphore>,
+    /// The call trees of time ranges (computed from the trace on request).
+    ranges: std::sync::Mutex<crate::rangetree::Ranges>,
 }
 
 pub(crate) type Params = Query<HashMap<String, String>>;
@@ -68,6 +71,7 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
         token: token.clone(),
         files: opts.sources,
         heavy: Arc::new(Semaphore::new(HEAVY)),
+        ranges: Default::default(),
     });
     let app = Router::new()
         .route("/", get(|State(s): State<Arc<AppState>>| async move { page(INDEX_HTML, &s.token) }))
@@ -75,6 +79,7 @@ pub fn serve(index: Index, opts: ServeOptions, ready: impl FnOnce(&str)) -> Resu
         .route("/lanes.js", get(|| async { asset(LANES_JS, "text/javascript") }))
         .route("/calltree.js", get(|| async { asset(CALLTREE_JS, "text/javascript") }))
         .route("/heap.js", get(|| async { asset(HEAP_JS, "text/javascript") }))
+        .route("/layout.js", get(|| async { asset(LAYOUT_JS, "text/javascript") }))
         .route("/nav.js", get(|| async { asset(NAV_JS, "text/javascript") }))
         .route("/style.css", get(|| async { asset(STYLE_CSS, "text/css") }))
         .route("/api/meta", get(meta))
@@ -235,11 +240,28 @@ async fn lanes(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
 
 /// The call tree: `view=top&node=N` (node N and its children), `view=bottom&path=F,G`
 /// (the inverted tree under function F called by G ...) or `view=function&function=F`
-/// (F with its callers and callees). Function ids index the answer's names.
+/// (F with its callers and callees). Function ids index the answer's names. With
+/// `x0` and `x1`: the tree of the merged operations `x0..x1` only (node ids are
+/// that tree's; see [`crate::rangetree`]).
 async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     let go = move |s: &AppState| -> Result<Value, String> {
-        let prof = s.index.profile();
-        match p.get("view").map_or("top", String::as_str) {
+        let mut ranged: Option<Arc<crate::profile::Profile>> = None;
+        let mut range = None;
+        let prof = if p.contains_key("x0") || p.contains_key("x1") {
+            let ops = s.index.meta()["ops"].as_u64().unwrap_or(0);
+            let (x0, x1) = (num(&p, "x0", 0)?, num(&p, "x1", ops)?.min(ops));
+            if x0 >= x1 {
+                return Err(format!(
+                    "empty range: x0 {x0} ≥ x1 {x1} (the run has {ops} operations)"
+                ));
+            }
+            let mut r = s.ranges.lock().map_err(|_| "a range request failed".to_string())?;
+            range = Some([x0, x1]);
+            &**ranged.insert(r.profile(&s.index, x0, x1)?)
+        } else {
+            s.index.profile()
+        };
+        let mut v = match p.get("view").map_or("top", String::as_str) {
             "top" => prof.top_down(num(&p, "node", 0)?.min(u32::MAX as u64) as u32),
             "bottom" => {
                 let path = p.get("path").map_or("", String::as_str);
@@ -253,7 +275,11 @@ async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response 
             }
             "function" => prof.function(num(&p, "function", 0)?),
             v => Err(format!("bad view: {v} (top, bottom or function)")),
+        }?;
+        if let Some(r) = range {
+            v["range"] = json!(r);
         }
+        Ok(v)
     };
     heavy(&s.heavy, &s, "application/json", move |s| {
         Ok(vec![json_bytes(&go(s).map_err(bad_request)?)])
@@ -261,8 +287,9 @@ async fn calltree(State(s): State<Arc<AppState>>, Query(p): Params) -> Response 
     .await
 }
 
-/// The heap over time in `n` bins of `x0..x1`: `axis=time` (ns, when the trace has
-/// stamps) or `order` (merged memory operations); with the peak, the sites live at
+/// The heap over time in `n` bins of `x0..x1` (or of the merged operations
+/// `op0..op1` mapped to the axis): `axis=time` (ns, when the trace has stamps) or
+/// `order` (merged memory operations); with the whole run's peak, the sites live at
 /// it and the sites live at exit (`analyze heap`'s `at_peak` and `leaks`).
 async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
     let go = move |s: &AppState| -> Result<Value, String> {
@@ -280,8 +307,23 @@ async fn heap_over_time(State(s): State<Arc<AppState>>, Query(p): Params) -> Res
         } else {
             (0, meta["ops"].as_u64().unwrap_or(0).max(1))
         };
-        let x0 = num(&p, "x0", lo)?;
-        let x1 = num(&p, "x1", hi)?;
+        let (mut x0, mut x1) = (num(&p, "x0", lo)?, num(&p, "x1", hi)?);
+        // `op0`, `op1`: the range as merged operations (the page's selection), mapped
+        // to the axis
+        if p.contains_key("op0") || p.contains_key("op1") {
+            let (o0, o1) = (num(&p, "op0", 0)?, num(&p, "op1", u64::MAX)?);
+            if o0 >= o1 {
+                return Err(format!("empty range: op0 {o0} ≥ op1 {o1}"));
+            }
+            let ops = meta["ops"].as_u64().unwrap_or(0).max(1);
+            let (o0, o1) = (o0.min(ops), o1.min(ops));
+            (x0, x1) = if time {
+                let c = s.index.clock();
+                (crate::profile::op_to_ns(c, o0), crate::profile::op_to_ns(c, o1))
+            } else {
+                (o0, o1)
+            };
+        }
         let n = num(&p, "n", 512)?.min(4096) as usize;
         let mut v = s.index.profile().heap(time.then(|| s.index.clock()), x0, x1, n);
         let h = &meta["tables"]["heap"];

@@ -40,5 +40,7 @@ mod view;
 mod view_calls;
 mod view_diff;
 mod view_index;
+mod view_layout;
+mod view_range;
 mod view_time;
 mod view_ux;
