@@ -114,6 +114,31 @@ pub struct ChunkHeader {
 pub const FLAG_LAST: u16 = 1;
 
 impl ChunkHeader {
+    /// The header of an event chunk before framing: stream, sequence number, flags,
+    /// event counts and the clock at its start (lengths, codec and CRC are filled in
+    /// by [`ChunkEncoder::encode_events`] or [`crate::stored_event_frame`]).
+    pub fn events(
+        stream: u32,
+        seq: u32,
+        flags: u16,
+        counts: ChunkCounts,
+        first_clock: u64,
+    ) -> Self {
+        ChunkHeader {
+            kind: ChunkKind::Events,
+            codec: Codec::None,
+            flags,
+            stream,
+            seq,
+            raw_len: 0,
+            payload_len: 0,
+            split: 0,
+            counts,
+            first_clock,
+            payload_crc: 0,
+        }
+    }
+
     /// Serialises the header (computing its own CRC).
     pub fn encode(&self) -> [u8; CHUNK_HEADER_SIZE] {
         let mut b = [0u8; CHUNK_HEADER_SIZE];
@@ -405,51 +430,22 @@ impl ChunkEncoder {
     }
 
     /// Frames one event chunk made of an op and a side stream into `out` (cleared
-    /// first): header, then `varint(ops.len())`, the ops' frame and the side's.
+    /// first) under `head` ([`ChunkHeader::events`]; its lengths, codec and CRC are
+    /// filled in): header, then `varint(ops.len())`, the ops' frame and the side's.
     /// At zstd's positive levels repeated loop iterations are folded first
     /// ([`crate::codec::Folder`]); the fast levels a writer that falls behind
     /// switches to skip that.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode_events(
-        &mut self,
-        stream: u32,
-        seq: u32,
-        flags: u16,
-        counts: ChunkCounts,
-        first_clock: u64,
-        ops: &[u8],
-        side: &[u8],
-        out: &mut Vec<u8>,
-    ) {
-        let parts = EventParts::Streams { ops, side };
-        self.encode_event_parts(stream, seq, flags, counts, first_clock, parts, out);
+    pub fn encode_events(&mut self, head: ChunkHeader, ops: &[u8], side: &[u8], out: &mut Vec<u8>) {
+        self.encode_event_parts(head, EventParts::Streams { ops, side }, out);
     }
 
     /// [`ChunkEncoder::encode_events`] of the streams as [`EventParts`] gives them.
-    #[allow(clippy::too_many_arguments)]
     pub fn encode_event_parts(
         &mut self,
-        stream: u32,
-        seq: u32,
-        flags: u16,
-        counts: ChunkCounts,
-        first_clock: u64,
+        head: ChunkHeader,
         parts: EventParts<'_>,
         out: &mut Vec<u8>,
     ) {
-        let head = ChunkHeader {
-            kind: ChunkKind::Events,
-            codec: Codec::None,
-            flags,
-            stream,
-            seq,
-            raw_len: 0,
-            payload_len: 0,
-            split: 0,
-            counts,
-            first_clock,
-            payload_crc: 0,
-        };
         let fold = self.fold && self.level > 0;
         let mut folder = if fold { self.folder.take() } else { None };
         if fold && folder.is_none() {
@@ -722,7 +718,8 @@ mod tests {
             assert_eq!(enc.level(), level);
             let mut out = Vec::new();
             let (ops, side) = raw.split_at(300_000);
-            enc.encode_events(0, 0, 0, ChunkCounts::default(), 0, ops, side, &mut out);
+            let head = ChunkHeader::events(0, 0, 0, ChunkCounts::default(), 0);
+            enc.encode_events(head, ops, side, &mut out);
             let h = ChunkHeader::decode(out[..CHUNK_HEADER_SIZE].try_into().unwrap(), 0).unwrap();
             let want = if level == 0 { Codec::None } else { Codec::Zstd };
             assert_eq!(h.codec, want, "level {level}");

@@ -254,15 +254,10 @@ impl FileCore {
 }
 
 /// The header and op-length prefix of an uncompressed event chunk over `ops` and
-/// `side`, built without allocating (a crash handler writes `header, prefix[..n],
+/// `side` under `head` ([`ChunkHeader::events`]), built without allocating (a crash handler writes `header, prefix[..n],
 /// ops, side`): the same frame [`ChunkEncoder`] writes at level 0.
-#[allow(clippy::too_many_arguments)]
 pub fn stored_event_frame(
-    stream: u32,
-    seq: u32,
-    flags: u16,
-    counts: ChunkCounts,
-    first_clock: u64,
+    head: ChunkHeader,
     ops: &[u8],
     side: &[u8],
     prefix: &mut [u8; 10],
@@ -276,17 +271,12 @@ pub fn stored_event_frame(
     }
     let len = (k + ops.len() + side.len()) as u32;
     let h = ChunkHeader {
-        kind: ChunkKind::Events,
         codec: Codec::None,
-        flags,
-        stream,
-        seq,
         raw_len: len,
         payload_len: len,
-        counts,
-        first_clock,
         split: (k + ops.len()) as u32,
         payload_crc: crc.finalize(),
+        ..head
     };
     (h.encode(), k)
 }
@@ -374,7 +364,8 @@ impl<W: Write + Seek> TraceWriter<W> {
         let seq = self.next_seq(stream);
         self.core.note_stream(stream);
         let flags = if last { FLAG_LAST } else { 0 };
-        self.enc.encode_events(stream, seq, flags, counts, first_clock, ops, side, &mut self.frame);
+        let head = ChunkHeader::events(stream, seq, flags, counts, first_clock);
+        self.enc.encode_events(head, ops, side, &mut self.frame);
         self.put(counts.events)
     }
 
@@ -439,8 +430,12 @@ mod tests {
         }
         let (raw, counts) = b.take();
         let mut out = Vec::new();
-        ChunkEncoder::new(0)
-            .encode_events(stream, seq, 0, counts, 0, &raw.ops, &raw.side, &mut out);
+        ChunkEncoder::new(0).encode_events(
+            ChunkHeader::events(stream, seq, 0, counts, 0),
+            &raw.ops,
+            &raw.side,
+            &mut out,
+        );
         (out, n)
     }
 
@@ -500,10 +495,15 @@ mod tests {
         }
         let (raw, counts) = b.take();
         let mut want = Vec::new();
-        ChunkEncoder::new(0)
-            .encode_events(3, 9, FLAG_LAST, counts, 42, &raw.ops, &raw.side, &mut want);
+        ChunkEncoder::new(0).encode_events(
+            ChunkHeader::events(3, 9, FLAG_LAST, counts, 42),
+            &raw.ops,
+            &raw.side,
+            &mut want,
+        );
         let mut pre = [0u8; 10];
-        let (h, k) = stored_event_frame(3, 9, FLAG_LAST, counts, 42, &raw.ops, &raw.side, &mut pre);
+        let head = ChunkHeader::events(3, 9, FLAG_LAST, counts, 42);
+        let (h, k) = stored_event_frame(head, &raw.ops, &raw.side, &mut pre);
         let got = [&h[..], &pre[..k], &raw.ops, &raw.side].concat();
         assert_eq!(got, want);
     }

@@ -18,8 +18,8 @@ use crossbeam_queue::ArrayQueue;
 use libc::{c_int, c_void};
 use memlens_format::codec::{MAX_SIDE_LEN, SIDE_PER_OP};
 use memlens_format::{
-    stored_event_frame, Append, ChunkCounts, ChunkEncoder, ChunkSink, EndStatus, EventParts,
-    FileCore, FileHeader, MetaRecord, Module, FLAG_LAST,
+    stored_event_frame, Append, ChunkCounts, ChunkEncoder, ChunkHeader, ChunkSink, EndStatus,
+    EventParts, FileCore, FileHeader, MetaRecord, Module, FLAG_LAST,
 };
 use std::sync::Mutex;
 
@@ -413,13 +413,14 @@ impl Session {
                 ops: 0..job.len,
                 side: job.cap..job.cap + side_len,
             };
-            enc.encode_event_parts(s, q, flags, c, t, parts, out);
+            enc.encode_event_parts(ChunkHeader::events(s, q, flags, c, t), parts, out);
             self.write_chunk(&[out], events, false, timeout);
         } else {
             // no allocation here (crash path): the frame's header and prefix on the stack
             let mut pre = [0u8; 10];
             let (s, q, c, t) = (job.stream, job.seq, job.counts, job.clock);
-            let (h, k) = stored_event_frame(s, q, flags, c, t, ops, side, &mut pre);
+            let head = ChunkHeader::events(s, q, flags, c, t);
+            let (h, k) = stored_event_frame(head, ops, side, &mut pre);
             self.write_chunk(&[&h, &pre[..k], ops, side], events, false, timeout);
         }
         if job.recycle {

@@ -457,8 +457,11 @@
     schedulePrefetch();
     hooks.lastRedrawMs = tf - t; hooks.draws++;
     changed();
-    $("status").textContent = "level " + hooks.level + " (" + fmt(meta.levels[hooks.level].bucket) + " ops/bucket), redraw " + hooks.lastRedrawMs.toFixed(0) + " ms" +
-      (st.range ? ", filtered to ops " + fmt(st.range.t0) + ".." + fmt(st.range.t1) : "");
+    // What the user is looking at, in their terms (the index level and redraw time
+    // are in window.memlens for tests and bench/perf.py).
+    const on = Math.max(0, Math.round(st.t0)), off = Math.min(meta.ops, Math.round(st.t1));
+    $("status").textContent = "on screen: operations " + fmt(on) + " .. " + fmt(off) + " of " + fmt(meta.ops) +
+      (st.range ? " · selected: " + fmt(Math.round(st.range.t0)) + " .. " + fmt(Math.round(st.range.t1)) + " (the source and tables count these)" : "");
   }
 
   // ---------- hover / click ----------
@@ -797,9 +800,19 @@
   // ---------- tables ----------
   function tableSections() {
     const out = [["variables", "top variables", meta.tables.variables]];
+    // the kernels' JSON sections under the names a reader looks for
+    const TITLES = {
+      "sharing.by_address": "shared cache lines", "sharing.by_variable": "shared variables",
+      "false_sharing.cache_lines": "false sharing: lines", "false_sharing.predicted": "false sharing: predicted",
+      "heap.at_peak": "heap: live at the peak", "heap.leaks": "heap: leaked at exit",
+      "heap.sites": "heap: allocation sites", "heap.summary": "heap: summary",
+    };
     const add = (key, title) => {
       const t = meta.tables[key] || {};
-      for (const sec of Object.keys(t)) out.push([key + "." + sec, title + " / " + sec, t[sec]]);
+      for (const sec of Object.keys(t)) {
+        const k = key + "." + sec;
+        out.push([k, TITLES[k] || title + ": " + sec.replace(/_/g, " "), t[sec]]);
+      }
     };
     add("sharing", "sharing"); add("false_sharing", "false sharing"); add("heap", "heap sites");
     return out;
@@ -822,7 +835,7 @@
     const cols = Object.keys(rows[0]).filter((c) => c !== "var");
     const tbl = document.createElement("table");
     const hr = document.createElement("tr");
-    for (const c of cols) { const th = document.createElement("th"); th.className = "t"; th.textContent = c; hr.appendChild(th); }
+    for (const c of cols) { const th = document.createElement("th"); th.className = "t"; th.textContent = c.replace(/_/g, " "); hr.appendChild(th); }
     tbl.appendChild(hr);
     for (const r of rows) {
       const tr = document.createElement("tr");
