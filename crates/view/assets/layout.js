@@ -30,7 +30,9 @@
   }
   const clamp = (k, v) => Math.round(Math.min(hi(k), Math.max(LIM[k][0], v)));
   const fit = () => clamp("mh", FIT * room().both);
-  const mh = () => (L.mh === null ? fit() : L.mh);
+  // A height from the URL is kept as asked (within LIM) but shown at most as high as
+  // the window allows now: the lanes and the flame chart settle after the restore.
+  const mh = () => (L.mh === null ? fit() : clamp("mh", L.mh));
 
   function apply() {
     // The panes below (flex: 1) shrink as the map grows: the page keeps its height.
@@ -100,10 +102,10 @@
     splitter("split-src", "sw", (dx, dy, start) => pct(dx, start), 2);
     splitter("split-tree", "tw", (dx, dy, start) => pct(dx, start), 2);
     apply();
-    // While the map fits the window, it follows the window and the timeline above it
-    // (the lanes and the flame chart settle their heights after their first fetch).
+    // The map follows the window and the timeline above it (the lanes and the flame
+    // chart settle their heights after their first fetch).
     let last = mh();
-    const refit = () => { if (L.mh === null && fit() !== last) changed(); last = mh(); };
+    const refit = () => { const m = mh(); if (m !== last) { last = m; changed(); } };
     window.addEventListener("resize", refit);
     if (window.ResizeObserver) {
       const ro = new ResizeObserver(refit);
@@ -112,7 +114,11 @@
     H().layout = {
       // nav.js: the non-default sizes for the URL, and the restored ones
       params: () => Object.keys(L).filter((k) => L[k] !== DEF[k]).map((k) => [k, String(L[k])]),
-      restore: (s) => { let any = false; for (const k of Object.keys(DEF)) if (Number.isInteger(s[k])) { L[k] = clamp(k, s[k]); any = true; } if (any) changed(); },
+      restore: (s) => {
+        let any = false;
+        for (const k of Object.keys(DEF)) if (Number.isInteger(s[k])) { L[k] = Math.min(LIM[k][1], Math.max(LIM[k][0], s[k])); any = true; }
+        if (any) changed();
+      },
       set, sizes: () => Object.assign({}, L, { mh: mh() }), defaults: () => Object.assign({}, DEF, { mh: fit() }),
       fits: () => L.mh === null, maxMh: () => hi("mh"),
       onChange: (f) => { notify = f; },

@@ -36,17 +36,17 @@ fn rect(v: &Viewer, id: &str) -> [f64; 4] {
 /// window, and every pane lies inside it as it stands (nothing scrolled into view) and
 /// is not squeezed to nothing.
 fn fits(v: &Viewer) {
-    let r = v.b.js(
-        "return [document.documentElement.scrollHeight, innerHeight, scrollY, \
-         document.documentElement.scrollWidth, innerWidth]",
-    );
+    let r = v.b.js("return [document.documentElement.scrollHeight, innerHeight, scrollY, \
+         document.documentElement.scrollWidth, innerWidth]");
     let n = |k: usize| r[k].as_f64().unwrap();
     assert!(n(1) <= 900.0 && n(4) <= 1600.0, "window {r}");
     assert!(n(0) <= n(1), "the page scrolls: scrollHeight {} > innerHeight {}", n(0), n(1));
     assert!(n(3) <= n(4), "the page scrolls sideways: {r}");
     assert_eq!(n(2), 0.0, "scrolled: {r}");
     let mut panes = vec!["map", "flame", "tree", "code", "tables"];
-    if v.b.js("return !document.getElementById('timelanes').classList.contains('off')") == json!(true) {
+    if v.b.js("return !document.getElementById('timelanes').classList.contains('off')")
+        == json!(true)
+    {
         panes.push("lanesbox");
     }
     for id in panes {
@@ -70,9 +70,13 @@ fn fits(v: &Viewer) {
 /// Opens `trace` in a 1600x900 window and waits until the page settled at that size.
 fn open_1600x900(trace: &Path) -> Viewer {
     let v = Viewer::open(trace);
+    // the window's frame (if any) outside the 1600x900 viewport
     v.b.cmd("POST", "/window/rect", Some(json!({"width": 1600, "height": 900})));
+    let f = v.b.js("return [outerWidth - innerWidth, outerHeight - innerHeight]");
+    let (fw, fh) = (f[0].as_i64().unwrap().max(0), f[1].as_i64().unwrap().max(0));
+    v.b.cmd("POST", "/window/rect", Some(json!({"width": 1600 + fw, "height": 900 + fh})));
     v.wait_for("memlens.restored");
-    v.wait_for("innerWidth <= 1600 && innerHeight <= 900");
+    v.wait_for("innerWidth === 1600 && innerHeight === 900");
     // the map fits what the lanes and the flame chart leave once they drew at this size
     v.wait_for(
         "(() => { const d = memlens.layout.defaults().mh; \
@@ -203,6 +207,7 @@ fn view_layout_splitters_resize_the_panes_and_go_into_the_url() {
     let h = wait_hash(&v, &format!("sw={sw}"));
     assert!(h.contains(&format!("mh={mh1}")) && h.contains("tw=39"), "{h}");
     reload(&v, &format!("{}{h}", page_url(&v)));
+    v.wait_for(&format!("memlens.layout.sizes().mh === {mh1}"));
     assert_eq!(sizes(&v), json!({"mh": mh1, "sw": sw, "tw": 39}));
     v.wait_for(&format!("document.getElementById('map').getBoundingClientRect().height === {mh1}"));
     assert_eq!(rect(&v, "tables")[2], tables1[2]);
@@ -216,9 +221,11 @@ fn view_layout_splitters_resize_the_panes_and_go_into_the_url() {
     assert_eq!(rect(&v, "map")[3], map0[3]);
     // a map too high for the window: as high as leaves the panes below their minimum
     reload(&v, &format!("{}#mh=99999&sw=1&tw=abc", page_url(&v)));
+    v.wait_for(&format!("memlens.layout.sizes().mh === {max}"));
     assert_eq!(sizes(&v), json!({"mh": max, "sw": 15, "tw": 33}));
     fits(&v);
     reload(&v, &page_url(&v));
+    v.wait_for(&format!("memlens.layout.sizes().mh === {mh0}"));
     assert_eq!(sizes(&v), def);
     fits(&v);
     shot(&v, &dir, "layout-default.png");
