@@ -386,12 +386,14 @@
 
   const funcColor = (f) => "hsl(" + ((f * 67) % 360) + ",45%,42%)";
   // One lane per thread, max_depth + 1 frames high; the canvas grows to show every lane
-  // (up to 480 px), then the frames get thinner.
+  // (up to 18 % of the window, at least 140 px, at most 480: the page fits the window),
+  // then the frames get thinner.
   let LANE = 15;
   function laneTop(k) { return k * ((meta.max_depth + 1) * LANE + 6); }
   function fitLanes(cv) {
     const n = Math.max(1, meta.threads.length), need = n * ((meta.max_depth + 1) * 15 + 6);
-    const h = Math.max(140, Math.min(480, need));
+    const cap = Math.max(140, Math.min(480, Math.round(0.18 * window.innerHeight)));
+    const h = Math.max(140, Math.min(cap, need));
     if (cv.style.height !== h + "px") cv.style.height = h + "px";
     LANE = need <= h ? 15 : Math.max(2, (h / n - 6) / (meta.max_depth + 1));
   }

@@ -8,24 +8,41 @@
   const H = () => window.memlens;
   const $ = (id) => document.getElementById(id);
   // Defaults and limits: the map's height in CSS px, the source pane's and the file
-  // tree's share in percent of their row.
-  const DEF = { mh: 360, sw: 60, tw: 33 };
+  // tree's share in percent of their row. The map's default is "fit": FIT of the height
+  // the map and the panes below share (the page is one window high, style.css), so
+  // mh leaves the URL while it fits; its upper limit leaves the panes below their
+  // min-height, so dragging never makes the page scroll.
+  const DEF = { mh: null, sw: 60, tw: 33 };
   const LIM = { mh: [80, 1200], sw: [15, 85], tw: [10, 70] };
+  const FIT = 0.4;
   const L = Object.assign({}, DEF);
   let notify = null;
 
-  const clamp = (k, v) => Math.round(Math.min(LIM[k][1], Math.max(LIM[k][0], v)));
+  // The height the map and the panes below share, and the least the panes keep.
+  function room() {
+    const b = $("bottom");
+    return { both: $("map").getBoundingClientRect().height + b.getBoundingClientRect().height, min: parseFloat(getComputedStyle(b).minHeight) || 0 };
+  }
+  function hi(k) {
+    if (k !== "mh") return LIM[k][1];
+    const r = room();
+    return Math.max(LIM.mh[0], Math.min(LIM.mh[1], r.both - r.min));
+  }
+  const clamp = (k, v) => Math.round(Math.min(hi(k), Math.max(LIM[k][0], v)));
+  const fit = () => clamp("mh", FIT * room().both);
+  // A height from the URL is kept as asked (within LIM) but shown at most as high as
+  // the window allows now: the lanes and the flame chart settle after the restore.
+  const mh = () => (L.mh === null ? fit() : clamp("mh", L.mh));
 
   function apply() {
-    const map = $("map"), bottom = $("bottom");
-    map.style.height = L.mh + "px";
-    // The panes below shrink as the map grows: the page keeps its height.
-    bottom.style.height = "calc(100vh - " + (600 + L.mh - DEF.mh) + "px)";
+    // The panes below (flex: 1) shrink as the map grows: the page keeps its height.
+    $("map").style.height = mh() + "px";
     $("source").style.flex = L.sw + " 1 0";
     $("tables").style.flex = 100 - L.sw + " 1 0";
     $("tree").style.flex = L.tw + " 1 0";
     $("code").style.flex = 100 - L.tw + " 1 0";
-    for (const k of Object.keys(L)) document.body.dataset[k] = L[k];
+    const d = document.body.dataset;
+    d.mh = mh(); d.sw = L.sw; d.tw = L.tw; d.fit = L.mh === null ? "1" : "0";
   }
 
   // Redraws at most once per frame while dragging (the map, lanes and heap chart
@@ -39,8 +56,9 @@
     if (h) h.layoutChanges = (h.layoutChanges || 0) + 1;
   }
 
+  // set(k, null) resets k to its default (for mh: fit the window again).
   function set(k, v) {
-    const c = clamp(k, v);
+    const c = v === null ? DEF[k] : clamp(k, v);
     if (c === L[k]) return false;
     L[k] = c;
     changed();
@@ -54,7 +72,7 @@
     s.setAttribute("role", "separator");
     s.addEventListener("mousedown", (e) => {
       e.preventDefault();
-      const start = { x: e.clientX, y: e.clientY, v: L[k], box: s.parentElement.getBoundingClientRect() };
+      const start = { x: e.clientX, y: e.clientY, v: k === "mh" ? mh() : L[k], box: s.parentElement.getBoundingClientRect() };
       s.classList.add("drag");
       const move = (ev) => set(k, toValue(ev.clientX - start.x, ev.clientY - start.y, start));
       const up = () => {
@@ -65,13 +83,13 @@
       window.addEventListener("mousemove", move, true);
       window.addEventListener("mouseup", up, true);
     });
-    s.addEventListener("dblclick", () => set(k, DEF[k]));
+    s.addEventListener("dblclick", () => set(k, null));
     s.addEventListener("keydown", (e) => {
       const horiz = s.classList.contains("h");
       const dir = { ArrowUp: horiz ? -1 : 0, ArrowDown: horiz ? 1 : 0, ArrowLeft: horiz ? 0 : -1, ArrowRight: horiz ? 0 : 1 }[e.key];
-      if (e.key === "Home" || e.key === "Enter") { set(k, DEF[k]); e.preventDefault(); e.stopPropagation(); return; }
+      if (e.key === "Home" || e.key === "Enter") { set(k, null); e.preventDefault(); e.stopPropagation(); return; }
       if (!dir) return;
-      set(k, L[k] + dir * step);
+      set(k, (k === "mh" ? mh() : L[k]) + dir * step);
       e.preventDefault();
       e.stopPropagation(); // not the page's keys
     });
@@ -84,11 +102,25 @@
     splitter("split-src", "sw", (dx, dy, start) => pct(dx, start), 2);
     splitter("split-tree", "tw", (dx, dy, start) => pct(dx, start), 2);
     apply();
+    // The map follows the window and the timeline above it (the lanes and the flame
+    // chart settle their heights after their first fetch).
+    let last = mh();
+    const refit = () => { const m = mh(); if (m !== last) { last = m; changed(); } };
+    window.addEventListener("resize", refit);
+    if (window.ResizeObserver) {
+      const ro = new ResizeObserver(refit);
+      for (const id of ["timelanes", "flame", "bottom"]) ro.observe($(id));
+    }
     H().layout = {
       // nav.js: the non-default sizes for the URL, and the restored ones
       params: () => Object.keys(L).filter((k) => L[k] !== DEF[k]).map((k) => [k, String(L[k])]),
-      restore: (s) => { let any = false; for (const k of Object.keys(DEF)) if (Number.isInteger(s[k])) { L[k] = clamp(k, s[k]); any = true; } if (any) changed(); },
-      set, sizes: () => Object.assign({}, L), defaults: () => Object.assign({}, DEF),
+      restore: (s) => {
+        let any = false;
+        for (const k of Object.keys(DEF)) if (Number.isInteger(s[k])) { L[k] = Math.min(LIM[k][1], Math.max(LIM[k][0], s[k])); any = true; }
+        if (any) changed();
+      },
+      set, sizes: () => Object.assign({}, L, { mh: mh() }), defaults: () => Object.assign({}, DEF, { mh: fit() }),
+      fits: () => L.mh === null, maxMh: () => hi("mh"),
       onChange: (f) => { notify = f; },
     };
   }

@@ -17,9 +17,8 @@ pub(crate) fn recorded(name: &str, src: &str) -> (PathBuf, PathBuf) {
     (dir, trace)
 }
 
-/// A screenshot with the bottom panes scrolled into view.
+/// A screenshot of the window as it is (the page fits it: nothing to scroll).
 fn shot(v: &Viewer, dir: &Path, name: &str) {
-    v.b.js("document.getElementById('bottom').scrollIntoView({block: 'end'})");
     let d = std::env::var_os("MEMLENS_VIEW_SHOTS").map_or(dir.to_path_buf(), PathBuf::from);
     v.b.screenshot(&d.join(name));
 }
@@ -33,23 +32,58 @@ fn rect(v: &Viewer, id: &str) -> [f64; 4] {
     [n(0), n(1), n(2), n(3)]
 }
 
-/// Every pane lies inside the 1600x900 window once scrolled into view, and is not
-/// squeezed to nothing.
-fn all_inside(v: &Viewer) {
-    for id in ["map", "flame", "tree", "code", "tables"] {
+/// The page fits the 1600x900 window (issue #22): the document is no taller than the
+/// window, and every pane lies inside it as it stands (nothing scrolled into view) and
+/// is not squeezed to nothing.
+fn fits(v: &Viewer) {
+    let r = v.b.js("return [document.documentElement.scrollHeight, innerHeight, scrollY, \
+         document.documentElement.scrollWidth, innerWidth]");
+    let n = |k: usize| r[k].as_f64().unwrap();
+    assert!(n(1) <= 900.0 && n(4) <= 1600.0, "window {r}");
+    assert!(n(0) <= n(1), "the page scrolls: scrollHeight {} > innerHeight {}", n(0), n(1));
+    assert!(n(3) <= n(4), "the page scrolls sideways: {r}");
+    assert_eq!(n(2), 0.0, "scrolled: {r}");
+    let mut panes = vec!["map", "flame", "tree", "code", "tables"];
+    if v.b.js("return !document.getElementById('timelanes').classList.contains('off')")
+        == json!(true)
+    {
+        panes.push("lanesbox");
+    }
+    for id in panes {
         let r = v.b.js(&format!(
-            "const e = document.getElementById('{id}'); e.scrollIntoView({{block: 'nearest', inline: 'nearest'}}); \
-             const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom, innerWidth, innerHeight];"
+            "const r = document.getElementById('{id}').getBoundingClientRect(); \
+             return [r.left, r.top, r.right, r.bottom, innerWidth, innerHeight];"
         ));
         let n = |k: usize| r[k].as_f64().unwrap();
-        assert!(n(4) <= 1600.0 && n(5) <= 900.0, "window {r}");
         assert!(
             n(0) >= 0.0 && n(1) >= 0.0 && n(2) <= n(4) + 0.5 && n(3) <= n(5) + 0.5,
             "{id} outside the window: {r}"
         );
-        assert!(n(2) - n(0) >= 40.0 && n(3) - n(1) >= 40.0, "{id} squeezed: {r}");
+        let min_h = if id == "map" { 80.0 } else { 40.0 };
+        assert!(n(2) - n(0) >= 40.0 && n(3) - n(1) >= min_h, "{id} squeezed: {r}");
     }
-    v.b.js("window.scrollTo(0, 0)");
+    // the code and the tables keep room for several lines; they scroll inside
+    let b = rect(v, "bottom");
+    assert!(b[3] >= 120.0, "the panes below the map: {b:?}");
+}
+
+/// Opens `trace` in a 1600x900 window and waits until the page settled at that size.
+fn open_1600x900(trace: &Path) -> Viewer {
+    let v = Viewer::open(trace);
+    // the window's frame (if any) outside the 1600x900 viewport
+    v.b.cmd("POST", "/window/rect", Some(json!({"width": 1600, "height": 900})));
+    let f = v.b.js("return [outerWidth - innerWidth, outerHeight - innerHeight]");
+    let (fw, fh) = (f[0].as_i64().unwrap().max(0), f[1].as_i64().unwrap().max(0));
+    v.b.cmd("POST", "/window/rect", Some(json!({"width": 1600 + fw, "height": 900 + fh})));
+    v.wait_for("memlens.restored");
+    v.wait_for("innerWidth === 1600 && innerHeight === 900");
+    // the map fits what the lanes and the flame chart leave once they drew at this size
+    v.wait_for(
+        "(() => { const d = memlens.layout.defaults().mh; \
+         return memlens.layout.sizes().mh === d && document.getElementById('map').getBoundingClientRect().height === d; })()",
+    );
+    v.idle();
+    v
 }
 
 /// Drags element `id` by (dx, dy) with WebDriver's mouse: real mousedown, mousemove
@@ -115,24 +149,26 @@ fn view_layout_splitters_resize_the_panes_and_go_into_the_url() {
         return;
     }
     let (dir, trace) = recorded("view-layout", "calltree.c");
-    let v = Viewer::open(&trace);
-    v.b.cmd("POST", "/window/rect", Some(json!({"width": 1600, "height": 900})));
-    v.wait_for("memlens.restored");
-    v.wait_for("innerWidth <= 1600 && innerHeight <= 900");
-    all_inside(&v);
+    let v = open_1600x900(&trace);
+    fits(&v);
     let def = sizes(&v);
-    assert_eq!(def, json!({"mh": 360, "sw": 60, "tw": 33}));
-    let (map0, tables0) = (rect(&v, "map"), rect(&v, "tables"));
-    assert_eq!(map0[3], 360.0);
+    let mh0 = def["mh"].as_u64().unwrap();
+    assert_eq!(def, json!({"mh": mh0, "sw": 60, "tw": 33}));
+    let (map0, tables0, bottom0) = (rect(&v, "map"), rect(&v, "tables"), rect(&v, "bottom"));
+    assert_eq!(map0[3], mh0 as f64);
+    let max = v.b.js("return memlens.layout.maxMh()").as_u64().unwrap();
+    assert!(mh0 + 60 <= max, "room to drag: {mh0} + 60 > {max}");
 
     // the splitter under the timeline: the map grows by the drag, the panes below
     // give the same, the map's canvas redraws at the new size
     let draws = v.b.js("return memlens.draws").as_u64().unwrap();
     drag(&v, "split-main", 0, 60);
-    v.wait_for("memlens.layout.sizes().mh === 420");
-    assert_eq!(rect(&v, "map")[3], 420.0);
+    let mh1 = mh0 + 60;
+    v.wait_for(&format!("memlens.layout.sizes().mh === {mh1}"));
+    assert_eq!(rect(&v, "map")[3], mh1 as f64);
+    assert!((rect(&v, "bottom")[3] - (bottom0[3] - 60.0)).abs() < 1.0, "{bottom0:?}");
     v.wait_for(&format!(
-        "memlens.draws > {draws} && document.getElementById('map').height === Math.round(420 * (devicePixelRatio || 1))"
+        "memlens.draws > {draws} && document.getElementById('map').height === Math.round({mh1} * (devicePixelRatio || 1))"
     ));
     // the source / tables splitter: dragged 160 px left, the tables get wider
     drag(&v, "split-src", -160, 0);
@@ -163,29 +199,86 @@ fn view_layout_splitters_resize_the_panes_and_go_into_the_url() {
         0,
         "arrows moved the splitter only"
     );
-    all_inside(&v);
+    fits(&v);
     shot(&v, &dir, "layout-resized.png");
 
     // the sizes go into the URL; the same URL reopens the same layout
     let sw = sizes(&v)["sw"].as_u64().unwrap();
     let h = wait_hash(&v, &format!("sw={sw}"));
-    assert!(h.contains("mh=420") && h.contains("tw=39"), "{h}");
+    assert!(h.contains(&format!("mh={mh1}")) && h.contains("tw=39"), "{h}");
     reload(&v, &format!("{}{h}", page_url(&v)));
-    assert_eq!(sizes(&v), json!({"mh": 420, "sw": sw, "tw": 39}));
-    v.wait_for("document.getElementById('map').getBoundingClientRect().height === 420");
+    v.wait_for(&format!("memlens.layout.sizes().mh === {mh1}"));
+    assert_eq!(sizes(&v), json!({"mh": mh1, "sw": sw, "tw": 39}));
+    v.wait_for(&format!("document.getElementById('map').getBoundingClientRect().height === {mh1}"));
     assert_eq!(rect(&v, "tables")[2], tables1[2]);
     assert_eq!(hash(&v), h, "the restored page wrote another state");
 
     // a double-click resets a splitter (and its key leaves the URL); sizes out of
     // bounds in a URL are clamped
     v.b.js("document.getElementById('split-main').dispatchEvent(new MouseEvent('dblclick', {bubbles: true}))");
-    v.wait_for("memlens.layout.sizes().mh === 360");
+    v.wait_for(&format!("memlens.layout.sizes().mh === {mh0} && memlens.layout.fits()"));
     v.wait_for("!location.hash.includes('mh=')");
     assert_eq!(rect(&v, "map")[3], map0[3]);
+    // a map too high for the window: as high as leaves the panes below their minimum
     reload(&v, &format!("{}#mh=99999&sw=1&tw=abc", page_url(&v)));
-    assert_eq!(sizes(&v), json!({"mh": 1200, "sw": 15, "tw": 33}));
+    v.wait_for(&format!("memlens.layout.sizes().mh === {max}"));
+    assert_eq!(sizes(&v), json!({"mh": max, "sw": 15, "tw": 33}));
+    fits(&v);
     reload(&v, &page_url(&v));
+    v.wait_for(&format!("memlens.layout.sizes().mh === {mh0}"));
     assert_eq!(sizes(&v), def);
-    all_inside(&v);
+    fits(&v);
     shot(&v, &dir, "layout-default.png");
+}
+
+/// Issue #22: at 1600x900 the map, the lanes, the flame chart, the source and the tables
+/// are all on screen without scrolling, on the bundled example (five threads) and on a
+/// five-thread test program, at the default layout and with the map dragged 100 px
+/// higher.
+#[test]
+fn view_layout_fits_1600x900_without_scrolling() {
+    if !browser_available() {
+        return;
+    }
+    let dir = scratch("view-fit");
+    let exe = dir.join("hotspots");
+    let out = std::process::Command::new(memlens())
+        .args(["cc", "-O2", "-pthread"])
+        .arg(programs().join("../../examples/hotspots.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let example = dir.join("hotspots.trace");
+    let out = record(&exe, &example, &[]);
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    let (_, threads) = recorded("view-fit-threads", "threads.c");
+    for (name, trace) in [("hotspots", &example), ("threads", &threads)] {
+        let v = open_1600x900(trace);
+        let lanes = v.b.js("return memlens.meta.lanes.length").as_u64().unwrap();
+        assert_eq!(lanes, 5, "{name}: main and four workers");
+        fits(&v);
+        shot(&v, &dir, &format!("fit-{name}-default.png"));
+        let mh0 = sizes(&v)["mh"].as_u64().unwrap();
+        let bottom0 = rect(&v, "bottom");
+        // the top splitter dragged down: the map takes 100 px from the panes below
+        drag(&v, "split-main", 0, 100);
+        v.wait_for(&format!("memlens.layout.sizes().mh === {}", mh0 + 100));
+        v.idle();
+        assert_eq!(rect(&v, "map")[3], (mh0 + 100) as f64, "{name}");
+        assert!((rect(&v, "bottom")[3] - (bottom0[3] - 100.0)).abs() < 1.0, "{name}: {bottom0:?}");
+        fits(&v);
+        shot(&v, &dir, &format!("fit-{name}-dragged.png"));
+        // dragged far past the room left: the map stops where the panes below keep
+        // their minimum, and the page still does not scroll
+        let s = rect(&v, "split-main");
+        let ih = v.b.js("return innerHeight").as_f64().unwrap();
+        drag(&v, "split-main", 0, (ih - s[1] - s[3] / 2.0 - 2.0) as i64);
+        let max = v.b.js("return memlens.layout.maxMh()").as_u64().unwrap();
+        v.wait_for(&format!("memlens.layout.sizes().mh === {max}"));
+        v.idle();
+        fits(&v);
+    }
+    eprintln!("screenshots in {}", dir.display());
 }
