@@ -636,7 +636,7 @@ pub(crate) fn span_level(dur: u64) -> usize {
 
 /// Builds the index of `r` into `dir` (replacing an older index there).
 /// `progress(done, total)` gets event counts. It is built in a fresh directory and
-/// moved into place ([`crate::place::replace_dir`]), so a link planted at `dir` or
+/// moved into place (`place::replace_dir`), so a link planted at `dir` or
 /// inside it is never written through.
 pub fn build(
     r: &TraceReader,
