@@ -8,7 +8,20 @@
   const $ = (id) => document.getElementById(id);
   const GUT = 160; // label gutter
   const BAR = 24, FR = 5, LH = BAR + 3 * FR + 8;
-  const L = { t0: 0, t1: 1, data: null, spans: [], sel: null, drag: null, byThread: new Map() };
+  // A collapsed lane keeps its name and a thin activity bar (Perfetto's collapsed track).
+  const CBAR = 6, CLH = 18;
+  const L = { t0: 0, t1: 1, data: null, spans: [], sel: null, drag: null, byThread: new Map(), collapsed: new Set() };
+  // Lane k's top and height, collapsed lanes being short.
+  function laneBoxes() {
+    let y = 2;
+    return meta.lanes.map((ln) => {
+      const hgt = L.collapsed.has(ln.thread) ? CLH : LH;
+      const b = { top: y, height: hgt - 2, collapsed: hgt === CLH };
+      y += hgt;
+      return b;
+    });
+  }
+  const laneAt = (y) => laneBoxes().findIndex((b) => y >= b.top - 2 && y < b.top + b.height);
   let meta = null, T0 = 0, TEND = 1, offset = null, gen = 0;
 
   function wait() { if (H() && H().ready) init(); else setTimeout(wait, 30); }
@@ -85,7 +98,8 @@
   function draw() {
     const cv = $("lanes");
     const lanes = meta.lanes, W = plotW();
-    const h = lanes.length * LH + 4;
+    const boxes = laneBoxes();
+    const h = boxes.reduce((s, b) => s + b.height + 2, 0) + 4;
     if (cv.style.height !== h + "px") cv.style.height = h + "px";
     const dpr = window.devicePixelRatio || 1;
     cv.width = Math.round(cv.clientWidth * dpr); cv.height = Math.round(h * dpr);
@@ -118,38 +132,40 @@
     const drawn = [];
     g.font = "11px sans-serif";
     lanes.forEach((ln, k) => {
-      const y = k * LH + 2, c = cols[k];
+      const { top: y, height: lh, collapsed } = boxes[k], c = cols[k], bar = collapsed ? CBAR : BAR;
       g.fillStyle = k % 2 ? "#15151d" : "#101017";
-      g.fillRect(0, y, cv.clientWidth, LH - 2);
+      g.fillRect(0, y, cv.clientWidth, lh);
       g.fillStyle = "#ddd";
-      g.fillText(ln.name || "thread", 6, y + 13);
-      g.fillStyle = "#999";
-      g.fillText("tid " + ln.tid + " · T" + ln.thread, 6, y + 27);
+      g.fillText((collapsed ? "▸ " : "▾ ") + (ln.name || "thread") + (collapsed ? " · T" + ln.thread : ""), 6, y + 13);
+      if (!collapsed) {
+        g.fillStyle = "#999";
+        g.fillText("tid " + ln.tid + " · T" + ln.thread, 6, y + 27);
+      }
       let first = -1, last = -1;
       for (let p = 0; p < W; p++) {
         if (c[p] <= 0) continue;
         if (first < 0) first = p;
         last = p;
-        const hh = Math.max(1, Math.min(1, c[p] / max) * BAR);
+        const hh = Math.max(1, Math.min(1, c[p] / max) * bar);
         g.fillStyle = c[p] > max ? "#8fe0b0" : "#4fa07a";
-        g.fillRect(GUT + p, y + BAR - hh, 1, hh);
+        g.fillRect(GUT + p, y + (collapsed ? lh - 2 : bar) - hh, 1, hh);
       }
       // the thread's active time: from the first stamp after which it did operations
       // to the stamp that ends its last such segment
       const S = L.byThread.get(ln.thread) || [];
       let a0 = null, a1 = null;
       for (let i = 0; i + 1 < S.length; i++) if (S[i + 1][2] > S[i][2]) { if (a0 === null) a0 = S[i][0]; a1 = S[i + 1][0]; }
-      drawn.push({ thread: ln.thread, tid: ln.tid, name: ln.name, top: y, height: LH - 2, x0: first < 0 ? null : GUT + first, x1: last < 0 ? null : GUT + last + 1, active: a0 === null ? null : [a0, a1], ops: c.reduce((s, v) => s + v, 0) });
+      drawn.push({ thread: ln.thread, tid: ln.tid, name: ln.name, top: y, height: lh, collapsed, x0: first < 0 ? null : GUT + first, x1: last < 0 ? null : GUT + last + 1, active: a0 === null ? null : [a0, a1], ops: c.reduce((s, v) => s + v, 0) });
     });
     const laneOf = new Map(lanes.map((ln, k) => [ln.thread, k]));
     const names = new Set();
     for (const [s, e, f, th, d] of L.spans) {
       const k = laneOf.get(th), S = L.byThread.get(th);
-      if (k === undefined || !S || !S.length) continue;
+      if (k === undefined || !S || !S.length || boxes[k].collapsed) continue;
       const x0 = Math.max(GUT, xOf(interp(S, 1, s, 0))), x1 = Math.min(GUT + W, xOf(interp(S, 1, e, 0)));
       if (x1 < GUT || x0 > GUT + W) continue;
       g.fillStyle = H().funcColor(f);
-      g.fillRect(x0, k * LH + 2 + BAR + 2 + d * FR, Math.max(1, x1 - x0), FR - 1);
+      g.fillRect(x0, boxes[k].top + BAR + 2 + d * FR, Math.max(1, x1 - x0), FR - 1);
       names.add(meta.functions[f]);
     }
     const band = (a, b, colour) => { g.fillStyle = colour; g.fillRect(Math.min(a, b), 0, Math.abs(b - a), h); };
@@ -173,8 +189,14 @@
   }
 
   function hover(e) {
-    const tip = $("tip"), k = Math.floor(e.offsetY / LH), ln = meta.lanes[k];
-    if (!ln || e.offsetX < GUT) { tip.hidden = true; return; }
+    const tip = $("tip"), k = laneAt(e.offsetY), ln = meta.lanes[k];
+    if (ln && e.offsetX < GUT) {
+      tip.hidden = false;
+      tip.textContent = (ln.name || "thread") + " (tid " + ln.tid + ", T" + ln.thread + "): click to " + (L.collapsed.has(ln.thread) ? "expand" : "collapse") + " the lane";
+      tip.style.left = e.clientX + 14 + "px"; tip.style.top = e.clientY + 14 + "px";
+      return;
+    }
+    if (!ln) { tip.hidden = true; return; }
     const t = tOf(e.offsetX), S = L.byThread.get(ln.thread) || [];
     const ns = (L.t1 - L.t0) / plotW();
     const ops = interp(S, 0, t + ns / 2, 2) - interp(S, 0, t - ns / 2, 2);
@@ -203,9 +225,26 @@
     await H().setRange(a, b);
   }
 
+  // Collapses or expands thread `t`'s lane; the set is kept in the URL (`cl`).
+  function toggleLane(t, on) {
+    const c = on === undefined ? !L.collapsed.has(t) : on;
+    if (c) L.collapsed.add(t); else L.collapsed.delete(t);
+    H().lanes.collapsed = [...L.collapsed].sort((a, b) => a - b);
+    draw();
+    if (H().stateChanged) H().stateChanged();
+    window.dispatchEvent(new Event("resize"));
+  }
+
   function setup() {
+    H().lanesToggle = toggleLane;
+    H().lanes.collapsed = [];
     const cv = $("lanes");
-    cv.addEventListener("mousedown", (e) => { if (e.offsetX >= GUT) L.drag = { x0: e.offsetX, x: e.offsetX, moved: false }; });
+    cv.addEventListener("mousedown", (e) => {
+      if (e.offsetX >= GUT) { L.drag = { x0: e.offsetX, x: e.offsetX, moved: false }; return; }
+      // the label gutter: collapse or expand the lane
+      const ln = meta.lanes[laneAt(e.offsetY)];
+      if (ln) toggleLane(ln.thread);
+    });
     cv.addEventListener("mousemove", (e) => {
       if (L.drag) { L.drag.x = e.offsetX; if (Math.abs(L.drag.x - L.drag.x0) > 3) L.drag.moved = true; draw(); return; }
       hover(e);

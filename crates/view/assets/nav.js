@@ -20,6 +20,7 @@
   // &tab= &x= (time or order) &q= (the search text) &lib=1 (library frames hidden)
   // &ct= (the call tree's mode: bottom or function; top when absent) &ctf= (its function)
   // &mh= &sw= &tw= (pane sizes: the map's height, the source's and the file tree's share)
+  // &cl= (collapsed thread lanes, comma-separated thread numbers)
   function stateParams() {
     const h = H(), st = h.st, p = new URLSearchParams();
     p.set("t0", String(Math.round(st.t0)));
@@ -39,6 +40,8 @@
     p.set("x", $("xmode").value);
     if ($("search").value) p.set("q", $("search").value);
     if (st.hideLib) p.set("lib", "1");
+    const cl = h.lanes && h.lanes.collapsed;
+    if (cl && cl.length) p.set("cl", cl.join(","));
     for (const [k, v] of h.layout.params()) p.set(k, v);
     return p;
   }
@@ -84,6 +87,8 @@
     const q = p.get("q");
     if (q !== null) out.q = q.slice(0, 200);
     if (p.get("lib") === "1") out.lib = true;
+    const cl = p.get("cl");
+    if (cl) out.cl = cl.split(",").slice(0, 4096).map(Number).filter((n) => Number.isInteger(n) && n >= 0);
     // pane sizes: layout.js clamps them to its limits
     out.layout = {};
     for (const k of ["mh", "sw", "tw"]) { const v = int(k); if (v !== null) out.layout[k] = v; }
@@ -101,6 +106,7 @@
         }
       }
       if (s.lib) h.setHideLib(true);
+      if (s.cl && h.lanesToggle) for (const t of s.cl) if (h.meta.lanes && h.meta.lanes.some((l) => l.thread === t)) h.lanesToggle(t, true);
       h.layout.restore(s.layout);
       if (s.t0 !== undefined) { st.t0 = s.t0; st.t1 = s.t1; }
       if (s.r0 !== undefined) await h.setRange(s.r0, s.r1);

@@ -282,3 +282,64 @@ fn view_layout_fits_1600x900_without_scrolling() {
     }
     eprintln!("screenshots in {}", dir.display());
 }
+
+/// Clicks at (x, y) inside element `id` (CSS pixels from its top left corner).
+fn click_at(v: &Viewer, id: &str, x: f64, y: f64) {
+    let r = rect(v, id);
+    let e = v.b.cmd(
+        "POST",
+        "/element",
+        Some(json!({"using": "css selector", "value": format!("#{id}")})),
+    );
+    let eid = e.as_object().unwrap().values().next().unwrap().clone();
+    let origin = json!({"element-6066-11e4-a52e-4f735466cecf": eid});
+    // WebDriver's element origin is the element's centre
+    let (dx, dy) = ((x - r[2] / 2.0) as i64, (y - r[3] / 2.0) as i64);
+    let acts = json!([
+        {"type": "pointerMove", "duration": 0, "origin": origin, "x": dx, "y": dy},
+        {"type": "pointerDown", "button": 0},
+        {"type": "pointerUp", "button": 0},
+    ]);
+    v.b.cmd(
+        "POST",
+        "/actions",
+        Some(json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}, "actions": acts}]})),
+    );
+    v.b.cmd("DELETE", "/actions", None);
+}
+
+#[test]
+fn view_layout_thread_lanes_collapse_from_their_label_and_the_url_keeps_them() {
+    if !browser_available() {
+        return;
+    }
+    let (_, trace) = recorded("view-lanes-collapse", "threads.c");
+    let v = open_1600x900(&trace);
+    v.wait_for("memlens.lanes && memlens.lanes.drawn.length === 5");
+    let drawn = v.b.js("return memlens.lanes.drawn");
+    let full = drawn[1]["height"].as_f64().unwrap();
+    let top = drawn[1]["top"].as_f64().unwrap();
+    v.b.js("document.getElementById('lanes').scrollIntoView({block: 'center'})");
+    // a click on thread 1's label collapses its lane to a thin one
+    click_at(&v, "lanes", 20.0, top + 5.0);
+    v.wait_for("memlens.lanes.drawn[1].collapsed === true");
+    let d = v.b.js("return memlens.lanes.drawn");
+    assert_eq!(v.b.js("return memlens.lanes.collapsed"), json!([1]));
+    assert!(d[1]["height"].as_f64().unwrap() < full / 2.0, "{d}");
+    // the lanes below move up by what it gave
+    let shift = full - d[1]["height"].as_f64().unwrap();
+    assert_eq!(d[2]["top"].as_f64().unwrap(), drawn[2]["top"].as_f64().unwrap() - shift, "{d}");
+    assert_eq!(d[0]["height"], drawn[0]["height"]);
+    let h = wait_hash(&v, "cl=1");
+    fits(&v);
+    // the link reopens with the lane collapsed
+    reload(&v, &format!("{}{h}", page_url(&v)));
+    v.wait_for("memlens.lanes && memlens.lanes.drawn.length === 5 && memlens.lanes.drawn[1].collapsed === true");
+    // clicked again, it expands
+    let top = v.b.js("return memlens.lanes.drawn[1].top").as_f64().unwrap();
+    v.b.js("document.getElementById('lanes').scrollIntoView({block: 'center'})");
+    click_at(&v, "lanes", 20.0, top + 5.0);
+    v.wait_for("memlens.lanes.drawn[1].collapsed === false");
+    assert_eq!(v.b.js("return memlens.lanes.drawn[1].height").as_f64().unwrap(), full);
+    v.wait_for("!location.hash.includes('cl=')");
+}
