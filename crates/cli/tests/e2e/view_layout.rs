@@ -86,17 +86,32 @@ fn open_1600x900(trace: &Path) -> Viewer {
     v
 }
 
-/// Drags element `id` by (dx, dy) with WebDriver's mouse: real mousedown, mousemove
-/// and mouseup events.
-fn drag(v: &Viewer, id: &str, dx: i64, dy: i64) {
-    v.b.js(&format!("document.getElementById('{id}').scrollIntoView({{block: 'center'}})"));
+/// Element `id` as a WebDriver pointer origin (its centre).
+fn element_origin(v: &Viewer, id: &str) -> Value {
     let e = v.b.cmd(
         "POST",
         "/element",
         Some(json!({"using": "css selector", "value": format!("#{id}")})),
     );
     let eid = e.as_object().unwrap().values().next().unwrap().clone();
-    let origin = json!({"element-6066-11e4-a52e-4f735466cecf": eid});
+    json!({"element-6066-11e4-a52e-4f735466cecf": eid})
+}
+
+/// Performs one sequence of WebDriver mouse actions, then releases the buttons.
+fn mouse(v: &Viewer, acts: Value) {
+    v.b.cmd(
+        "POST",
+        "/actions",
+        Some(json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}, "actions": acts}]})),
+    );
+    v.b.cmd("DELETE", "/actions", None);
+}
+
+/// Drags element `id` by (dx, dy) with WebDriver's mouse: real mousedown, mousemove
+/// and mouseup events.
+fn drag(v: &Viewer, id: &str, dx: i64, dy: i64) {
+    v.b.js(&format!("document.getElementById('{id}').scrollIntoView({{block: 'center'}})"));
+    let origin = element_origin(v, id);
     let acts = json!([
         {"type": "pointerMove", "duration": 0, "origin": origin, "x": 0, "y": 0},
         {"type": "pointerDown", "button": 0},
@@ -104,12 +119,7 @@ fn drag(v: &Viewer, id: &str, dx: i64, dy: i64) {
         {"type": "pointerMove", "duration": 50, "origin": "pointer", "x": dx - dx / 2, "y": dy - dy / 2},
         {"type": "pointerUp", "button": 0},
     ]);
-    v.b.cmd(
-        "POST",
-        "/actions",
-        Some(json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}, "actions": acts}]})),
-    );
-    v.b.cmd("DELETE", "/actions", None);
+    mouse(v, acts);
 }
 
 fn hash(v: &Viewer) -> String {
@@ -286,13 +296,7 @@ fn view_layout_fits_1600x900_without_scrolling() {
 /// Clicks at (x, y) inside element `id` (CSS pixels from its top left corner).
 fn click_at(v: &Viewer, id: &str, x: f64, y: f64) {
     let r = rect(v, id);
-    let e = v.b.cmd(
-        "POST",
-        "/element",
-        Some(json!({"using": "css selector", "value": format!("#{id}")})),
-    );
-    let eid = e.as_object().unwrap().values().next().unwrap().clone();
-    let origin = json!({"element-6066-11e4-a52e-4f735466cecf": eid});
+    let origin = element_origin(v, id);
     // WebDriver's element origin is the element's centre
     let (dx, dy) = ((x - r[2] / 2.0) as i64, (y - r[3] / 2.0) as i64);
     let acts = json!([
@@ -300,12 +304,7 @@ fn click_at(v: &Viewer, id: &str, x: f64, y: f64) {
         {"type": "pointerDown", "button": 0},
         {"type": "pointerUp", "button": 0},
     ]);
-    v.b.cmd(
-        "POST",
-        "/actions",
-        Some(json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}, "actions": acts}]})),
-    );
-    v.b.cmd("DELETE", "/actions", None);
+    mouse(v, acts);
 }
 
 #[test]
