@@ -51,7 +51,7 @@ fn rust_annotations_register_name_and_bound_the_roi() {
     // Everything recorded: 2 × 100 stores outside, 2 × 500 inside.
     let all = dir.join("all.trace");
     let out = record(&exe, &all, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(stdout(&out), "runtime=true\n");
     let rows = report(&all, "line");
     assert_eq!(at_line(&rows, f, l("out"), "stores"), 200);
@@ -68,7 +68,7 @@ fn rust_annotations_register_name_and_bound_the_roi() {
         "--",
         exe.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let rows = report(&roi, "line");
     assert_eq!(at_line(&rows, f, l("out"), "stores"), 0);
     assert_eq!(at_line(&rows, f, l("in"), "stores"), 1000);
@@ -104,6 +104,6 @@ fn rust_annotations_register_name_and_bound_the_roi() {
     assert!(out.status.success(), "cargo build failed:\n{}", stderr(&out));
     let plain = proj.join("target/release/rsannotate");
     let out = Command::new(&plain).output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(stdout(&out), "runtime=false\n");
 }

@@ -294,7 +294,7 @@ fn functions_of_rust_programs_are_traced() {
     std::fs::write(&list, "rs_mix\nrs_sum\n").unwrap();
     let trace = dir.join("t.trace");
     let out = record_calls(&list, &trace, &exe, "5");
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(stdout(&out), "mix 555 sum 15\n");
     let got = calls(&amt(&trace));
     let seq: Vec<(&str, &str, u64)> =

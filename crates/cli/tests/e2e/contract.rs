@@ -147,7 +147,7 @@ fn both_recorders_see_every_entry_point_alike() {
 
     let t_compiled = dir.join("compiled.trace");
     let out = record(&compiled, &t_compiled, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let (base_c, sum_c) = slots_line(&stdout(&out));
     let t_dbi = dir.join("dbi.trace");
     let out = record_ok(&plain, &t_dbi, &[], &[]);

@@ -22,7 +22,7 @@ fn recorded(name: &str) -> (PathBuf, PathBuf) {
         .env("MEMLENS_BUFFER_KB", "64")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     (dir, trace)
 }
 

@@ -71,7 +71,7 @@ pub(crate) fn setup(name: &str, src: Src, extra: &[&str]) -> Option<(PathBuf, Pa
 /// `record_dbi` that must succeed.
 pub(crate) fn record_ok(exe: &Path, trace: &Path, args: &[&str], extra: &[&str]) -> Output {
     let out = record_dbi(exe, trace, args, extra);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     out
 }
 
@@ -430,7 +430,7 @@ fn build_with_stub(dir: &Path, src: &Path, name: &str) -> PathBuf {
         .arg(&stub)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rt/include");
     let exe = dir.join(name);
     let out = Command::new("gcc")
@@ -444,7 +444,7 @@ fn build_with_stub(dir: &Path, src: &Path, name: &str) -> PathBuf {
         .arg("-lmlstub")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     exe
 }
 

@@ -19,7 +19,7 @@ fn traced_with(cc: Cc, src: &str, name: &str) -> (PathBuf, PathBuf) {
     let exe = build(cc, src, &dir, &[]);
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     (dir, trace)
 }
 
@@ -508,7 +508,7 @@ fn threads_get_their_own_tracks_and_bad_input_is_one_line() {
         .current_dir(&dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert!(dir.join("dhat.json").is_file());
     let out = run_memlens(&["export", "--format", "spall", "-o", "-", trace.to_str().unwrap()]);
     assert!(out.status.success());

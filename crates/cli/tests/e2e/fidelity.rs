@@ -81,7 +81,7 @@ fn under_dbi(cc: Cc, dir: &Path, opts: &[&str]) -> Option<Lines> {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let trace = dir.join(format!("plain-{cc:?}.trace"));
     crate::dbi::record_ok(&exe, &trace, &[], &[]);
     Some(per_line(&trace))
@@ -185,7 +185,7 @@ fn cxx_with_clang_records_the_same_bytes_as_c() {
         .env("MEMLENS_CXX", "clang++-22")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let trace = dir.join("cxx.trace");
     assert!(record(&exe, &trace, &[]).status.success());
     assert_eq!(per_line(&trace), c);

@@ -28,7 +28,7 @@ pub(crate) fn build_project(cc: Cc, dir: &Path) -> PathBuf {
         .env(var, compiler)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     dir.join("prog")
 }
 
@@ -140,7 +140,7 @@ fn a_filter_matching_nothing_warns_once_and_a_bad_glob_is_refused() {
     let exe = build_project(Cc::Gcc, &dir);
     let t = dir.join("t.trace");
     let out = record_with(&exe, &t, &["--files", "src/*.cpp,nothing/*.c", "--functions", "nofn"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(
         stderr(&out),
         format!(

@@ -20,7 +20,7 @@ fn traced(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let exe = build(Cc::Gcc, "counts.c", &dir, &[]);
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     (dir, trace)
 }
 
@@ -122,7 +122,7 @@ fn a_filter_selecting_nothing_is_refused() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
 }
 
 #[test]
@@ -138,7 +138,7 @@ fn an_empty_trace_claims_no_naming() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(info(&trace)["loads"], 0);
     let text = stdout(&run_memlens(&["info", trace.to_str().unwrap()]));
     let named: Vec<&str> = text.lines().filter(|l| l.starts_with("named")).collect();
@@ -166,7 +166,7 @@ fn cc_resets_the_language_after_dash_x() {
     let check = |exe: &Path| {
         let trace = dir.join("x.trace");
         let out = record(exe, &trace, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
         assert!(info(&trace)["stores"].as_u64().unwrap() >= 8);
     };
     let exe = dir.join("from_txt");
@@ -178,7 +178,7 @@ fn cc_resets_the_language_after_dash_x() {
         .env("MEMLENS_CC", "clang-22")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     check(&exe);
     let exe = dir.join("from_stdin");
     let mut child = Command::new(memlens())
@@ -192,7 +192,7 @@ fn cc_resets_the_language_after_dash_x() {
     use std::io::Write;
     child.stdin.take().unwrap().write_all(src.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     check(&exe);
 }
 
@@ -233,7 +233,7 @@ fn follow_is_not_fooled_by_a_reused_pid() {
     let _ = other.wait();
     let out = follow.wait_with_output().unwrap();
     assert!(status.is_some(), "still waiting for pid {} after 20 s", h.pid);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert!(stderr(&out).contains("gone"), "{}", stderr(&out));
     assert!(!stdout(&out).is_empty());
 }

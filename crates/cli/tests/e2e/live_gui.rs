@@ -32,6 +32,9 @@ struct Gui {
     port: u16,
     token: String,
     target: i32,
+    /// A pidfd of the target: the kill at the end reaches it and never a process
+    /// that took its pid after it exited (a driven program exits early).
+    target_fd: i32,
 }
 
 impl Gui {
@@ -78,7 +81,9 @@ impl Gui {
         let rest = url.strip_prefix("http://127.0.0.1:").expect("not bound to 127.0.0.1");
         let port = rest.split('/').next().unwrap().parse().unwrap();
         let token = rest.split("token=").nth(1).unwrap().to_owned();
-        Gui { child: Some(child), port, token, target }
+        // SAFETY: pidfd_open takes a pid and flags and returns a descriptor or -1.
+        let target_fd = unsafe { libc::syscall(libc::SYS_pidfd_open, target, 0) } as i32;
+        Gui { child: Some(child), port, token, target, target_fd }
     }
 
     fn url(&self) -> String {
@@ -110,8 +115,13 @@ impl Drop for Gui {
             let _ = c.kill();
             let _ = c.wait();
         }
-        // SAFETY: plain kill of the launched ticker (it outlives a killed collector).
-        unsafe { libc::kill(self.target, libc::SIGKILL) };
+        // The launched program outlives a killed collector. SAFETY: a pidfd of ours.
+        if self.target_fd >= 0 {
+            unsafe {
+                libc::syscall(libc::SYS_pidfd_send_signal, self.target_fd, libc::SIGKILL, 0, 0);
+                libc::close(self.target_fd);
+            }
+        }
     }
 }
 
@@ -415,7 +425,7 @@ fn a_module_of_another_abi_version_is_refused_in_one_line() {
     let so = dir.join("libv2.so");
     let out =
         Command::new("gcc").args(["-shared", "-fPIC"]).arg(&c).arg("-o").arg(&so).output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let none = dir.join("libnone.so");
     std::fs::write(&c, "int nothing(void) { return 0; }\n").unwrap();
     let out = Command::new("gcc")
@@ -425,7 +435,7 @@ fn a_module_of_another_abi_version_is_refused_in_one_line() {
         .arg(&none)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     for (lib, want) in [
         (&so, "probe module ABI version 2, this memlens speaks version 1: rebuild the module against this memlens"),
         (&none, "not a memlens probe module (it exports no `memlens_probe_module`)"),

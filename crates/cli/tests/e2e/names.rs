@@ -202,7 +202,7 @@ fn rust_box_and_vec_blocks_are_named_after_their_element_type() {
     let (dir, exe) = memlens_cargo_build("rsnames");
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(stdout(&out), "6 52\n");
     let rows = variables(&trace, "field");
     // Box<Point>: one object; the volatile store to b.y, b.x + b.y loaded once.

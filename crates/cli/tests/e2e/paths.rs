@@ -89,7 +89,7 @@ fn outputs_replace_planted_links_and_never_write_through_them() {
     let trace = dir.join("t.trace");
     plant(&trace);
     let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     regular(&trace);
     assert!(info(&trace)["stores"].as_u64().unwrap() > 0);
     let t = trace.to_str().unwrap();
@@ -98,12 +98,12 @@ fn outputs_replace_planted_links_and_never_write_through_them() {
     plant(&exported);
     let out =
         run_memlens(&["export", "--format", "speedscope", "-o", exported.to_str().unwrap(), t]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     regular(&exported);
     let ann = dir.join("ann.bin");
     plant(&ann);
     let out = run_memlens(&["analyze", "cachesim", "--annotate", ann.to_str().unwrap(), t]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     regular(&ann);
     // a device is never replaced (as root a rename would succeed): refused for a
     // trace, written directly by an export
@@ -113,7 +113,7 @@ fn outputs_replace_planted_links_and_never_write_through_them() {
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
     let out = run_memlens(&["export", "--format", "speedscope", "-o", "/dev/stdout", t]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert!(stdout(&out).starts_with("{\"$schema\""), "{}", stdout(&out));
     // nothing temporary is left next to the outputs
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -202,7 +202,7 @@ fn the_viewer_index_is_never_written_through_links() {
         std::os::unix::fs::symlink(&victim, index.join(f)).unwrap();
     }
     let out = run_memlens(&["view", "--no-serve", "--reindex", t]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     for f in ["meta.json", "cells0.bin", "lines.bin"] {
         let m = std::fs::symlink_metadata(index.join(f)).unwrap();

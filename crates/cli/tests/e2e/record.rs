@@ -196,7 +196,7 @@ fn filters_limit_what_is_recorded() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let rows = report(&trace, "line");
     let src = "counts.c";
     assert_eq!(at_line(&rows, src, line_of(src, "store-g"), "stores"), 1000);
@@ -281,7 +281,7 @@ fn dinamite_filter_file_blacklists_functions() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let rows = report(&trace, "line");
     let src = "counts.c";
     assert_eq!(at_line(&rows, src, line_of(src, "store-g"), "stores"), 1000);
@@ -302,6 +302,6 @@ fn memlens_cc_works_under_its_own_name_for_cmake_and_make() {
         .env("MEMLENS_CC", "gcc")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert!(record(&exe, &dir.join("t.trace"), &[]).status.success());
 }

@@ -7,7 +7,7 @@ fn cargo_project_is_instrumented_and_recorded() {
     let (dir, exe) = memlens_cargo_build("rsprog");
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert_eq!(stdout(&out), "s=999000 boxed=57 counter=4000\n");
     let rows = report(&trace, "line");
     let f = "rsprog/src/main.rs";
@@ -41,7 +41,7 @@ fn inlined_entries_nest_in_their_callers_frame() {
     let (dir, exe) = memlens_cargo_build("rsinline");
     let trace = dir.join("t.trace");
     let out = record(&exe, &trace, &["5000"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert!(stdout(&out).starts_with("rsinline 5000 97 "), "{}", stdout(&out));
     let events = dump(&trace);
     let (mut enters, mut exits, mut synthesized, mut nested) = (0, 0, 0, 0);

@@ -122,7 +122,7 @@ fn every_json_output_follows_its_schema() {
     let t = dir.join("calls.trace");
     let (l, ts, e) = (list.to_str().unwrap(), t.to_str().unwrap(), exe.to_str().unwrap());
     let out = run_memlens(&["record", "-q", "--trace-calls", l, "-o", ts, "--", e]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     trace_outputs(&mut c, &t);
     let events: BTreeSet<String> =
         dump(&t).iter().map(|e| e["event"].as_str().unwrap().to_string()).collect();

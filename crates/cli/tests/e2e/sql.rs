@@ -134,7 +134,7 @@ fn sql_tables_and_several_traces() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&a.trace, dir.join("a.trace")).unwrap();
     let out = record(&a.exe, &dir.join("b.trace"), &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let per =
         pairs(&sql(&[&dir], "SELECT trace, count(*) n FROM accesses GROUP BY trace"), "trace", "n");
     for name in ["a.trace", "b.trace"] {

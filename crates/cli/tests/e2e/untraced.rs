@@ -196,7 +196,7 @@ fn values_of_stores_before_an_unlock_are_the_stored_ones() {
                 "8",
                 "2000",
             ]);
-            assert!(out.status.success(), "{}", stderr(&out));
+            assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
             let text = stdout(&out);
             let addr: u64 =
                 text.lines().next().unwrap().strip_prefix("counter ").unwrap().parse().unwrap();

@@ -220,7 +220,7 @@ fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
     // an index whose variables file is gone: one line naming it, nothing served
     let (at, bt) = (a.to_str().unwrap(), b.to_str().unwrap());
     let out = run_memlens(&["view", "--no-serve", at, bt]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     std::fs::remove_file(dir.join("b.trace.mlview/variables.json")).unwrap();
     let mut child = std::process::Command::new(memlens())
         .args(["view", "--port", "0", at, bt])

@@ -17,7 +17,7 @@ type Cell = [u64; 9];
 /// `(thread, addr, len, loads, stores)`.
 fn operations(trace: &Path) -> Vec<(u64, u64, u64, u64, u64)> {
     let out = run_memlens(&["dump", "--merged", "--format", "json", trace.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let hex = |v: &Value| u64::from_str_radix(&v.as_str().unwrap()[2..], 16).unwrap();
     stdout(&out)
         .lines()
@@ -139,7 +139,7 @@ fn view_index_is_small_serves_the_working_set_and_clean_removes_it() {
     assert!(out.status.success(), "record failed: {}", stderr(&out));
     let t = trace.to_str().unwrap();
     let out = run_memlens(&["view", "--no-serve", t]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let index = dir.join("t.trace.mlview");
     let size: u64 =
         std::fs::read_dir(&index).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
@@ -183,7 +183,7 @@ fn view_index_is_small_serves_the_working_set_and_clean_removes_it() {
 
     // --clean removes it, and says so; a second time there is nothing to remove.
     let out = run_memlens(&["view", "--clean", t]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     assert!(stderr(&out).contains("removed"), "{}", stderr(&out));
     assert!(!index.exists());
     let out = run_memlens(&["view", "--clean", t]);

@@ -259,7 +259,7 @@ fn view_layout_fits_1600x900_without_scrolling() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let example = dir.join("hotspots.trace");
     let out = record(&exe, &example, &[]);
     assert!(out.status.success(), "record failed: {}", stderr(&out));

@@ -255,7 +255,7 @@ fn a_trace_without_time_stamps_views_in_merged_order_with_a_note() {
     without_time(&trace, &old);
     assert!(dump(&old).iter().all(|e| e["event"] != "time"));
     let out = run_memlens(&["view", "--no-serve", old.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
     let meta: Value =
         serde_json::from_slice(&std::fs::read(dir.join("old.trace.mlview/meta.json")).unwrap())
             .unwrap();
