@@ -28,12 +28,21 @@
     ["a_loads", "A loads", "grp-a"], ["a_stores", "A stores", "grp-a"],
     ["b_loads", "B loads", "grp-b"], ["b_stores", "B stores", "grp-b"], ["delta", "Δ", ""],
   ];
+  // Lines and functions also have bytes and, with a cache simulation, misses
+  // (added once the summary says whether either trace has them).
+  const BYTES = [["delta_bytes", "Δ bytes", ""]];
+  const MISSES = [["a_misses", "A misses", "grp-a"], ["b_misses", "B misses", "grp-b"], ["delta_misses", "Δ misses", ""]];
   const tables = {
-    lines: { cols: [["name", "source line", "t"], ["function", "function", "t"]].concat(NUM) },
-    functions: { cols: [["name", "function", "t"]].concat(NUM) },
+    lines: { cols: [["name", "source line", "t"], ["function", "function", "t"]].concat(NUM, BYTES) },
+    functions: { cols: [["name", "function", "t"]].concat(NUM, BYTES) },
     variables: { cols: [["name", "variable", "t"]].concat(NUM) },
+    // heaptrack --diff: per allocation site, bytes allocated, the site's peak and leaks
+    heap: { cols: [["name", "allocation site", "t"], ["a_bytes", "A bytes", "grp-a"], ["b_bytes", "B bytes", "grp-b"],
+      ["delta", "Δ bytes", ""], ["a_peak", "A peak", "grp-a"], ["b_peak", "B peak", "grp-b"], ["delta_peak", "Δ peak", ""],
+      ["delta_leaked", "Δ leaked", ""]] },
   };
   for (const t of Object.values(tables)) Object.assign(t, { rows: [], total: 0, sort: { key: null, desc: true } });
+  const isDelta = (key) => key === "delta" || key.startsWith("delta_");
 
   // The server's order (largest |Δ| first) until a header is clicked.
   function sorted(t) {
@@ -48,6 +57,7 @@
   }
   function label(name, r, key) {
     if (key === "name" && name === "lines") return base(r.file) + ":" + r.line;
+    if (key === "name" && name === "heap" && r.file) return base(r.file) + ":" + r.line + " (" + r.function + ")";
     return r[key] === undefined ? "" : String(r[key]);
   }
   function draw(name) {
@@ -69,12 +79,13 @@
       tr.dataset.name = r.name;
       for (const [key, , c] of t.cols) {
         let td;
-        if (key === "delta") td = el("td", cls(r.delta), signed(r.delta));
-        else if (c === "t") { td = el("td", "t", label(name, r, key)); td.title = r[key] || ""; }
+        if (isDelta(key)) td = el("td", cls(r[key]), signed(r[key]));
+        else if (c === "t") { td = el("td", "t", label(name, r, key)); td.title = td.title || r[key] || ""; }
         else td = el("td", c, fmt(r[key]));
         td.dataset.key = key;
         tr.appendChild(td);
       }
+      if (name === "heap") tr.title = "A: " + r.a_blocks + " blocks, " + r.a_leaked + " bytes leaked\nB: " + r.b_blocks + " blocks, " + r.b_leaked + " bytes leaked";
       tr.addEventListener("click", () => {
         box.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
         tr.classList.add("sel");
@@ -148,7 +159,9 @@
 
   // ---------- start ----------
   function totals(s) {
-    const keys = [["events", "events"], ["ops", "memory operations"], ["loads", "loads"], ["stores", "stores"], ["accesses", "accesses"], ["threads", "threads"]];
+    const keys = [["events", "events"], ["ops", "memory operations"], ["loads", "loads"], ["stores", "stores"], ["accesses", "accesses"], ["bytes", "bytes"]];
+    if (s.a.cachesim || s.b.cachesim) keys.push(["misses", "simulated misses"]);
+    keys.push(["threads", "threads"], ["heap.bytes", "heap bytes allocated"], ["heap.peak", "heap peak"], ["heap.leaked", "leaked at exit"]);
     const tbl = el("table");
     const hr = el("tr");
     hr.appendChild(el("th", "t", ""));
@@ -159,7 +172,7 @@
       tr.dataset.side = side;
       tr.appendChild(el("td", "t", tag));
       for (const [k] of keys) {
-        const v = s[side][k];
+        const v = k.split(".").reduce((o, p) => o[p], s[side]);
         const td = side === "delta" ? el("td", cls(v), signed(v)) : el("td", "grp-" + side, fmt(v));
         td.dataset.key = k;
         tr.appendChild(td);
@@ -178,6 +191,7 @@
       $(id).title = t;
     }
     totals(s);
+    if (s.a.cachesim || s.b.cachesim) for (const n of ["lines", "functions"]) tables[n].cols = tables[n].cols.concat(MISSES);
     const sel = $("file");
     for (const f of s.files) {
       const o = el("option", "", (base(f.file) || "(no source)") + "  Δ " + signed(f.delta));

@@ -928,7 +928,12 @@ pub fn build(
                 (b.names.var_list[ls.var as usize].1.as_str(), ls.loads, ls.stores, ls.threads)
             })),
         };
-        fixed += crate::vars::write_all(dir, &all_vars)?;
+        fixed += crate::vars::write_json(dir, crate::vars::VARIABLES_FILE, &all_vars)?;
+        fixed += crate::vars::write_json(
+            dir,
+            crate::diff::HEAP_FILE,
+            &crate::diff::heap_json(namer, &heap),
+        )?;
         let top_vars: Vec<Value> = all_vars.into_iter().take(opts.top).collect();
         let ropts = RenderOpts::top(opts.top);
         let tables = json!({

@@ -38,7 +38,9 @@ mod sparse;
 mod store;
 mod vars;
 
-pub use diff::{serve_diff, Diff, DiffRow, DiffTable, DiffTotals};
+pub use diff::{
+    serve_diff, Cost, Diff, DiffRow, DiffTable, DiffTotals, HeapCost, HeapRow, IndexParts,
+};
 pub use index::{annotation_path, build, BuildOptions, DEFAULT_SLACK};
 pub use live::{serve_live, LiveBackend};
 pub use place::{clean, size_of_dir};
@@ -48,7 +50,7 @@ pub use store::{Index, PcWindow, TileFields, WindowSums};
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the index layout changes; older indexes are rebuilt.
-pub const INDEX_VERSION: u32 = 5;
+pub const INDEX_VERSION: u32 = 6;
 /// Bytes per map cell in `cellsN.bin` and in tile responses.
 pub const CELL_BYTES: usize = 32;
 /// Bytes per flame span in `spansN.bin`.

@@ -110,18 +110,22 @@ pub(crate) fn from_lines<'a>(lines: impl Iterator<Item = (&'a str, u64, u64, u64
 /// The index file with every variable's row (`meta.json` keeps only the top ones).
 pub(crate) const VARIABLES_FILE: &str = "variables.json";
 
-/// Writes every variable's row into `dir`; returns the bytes written.
-pub(crate) fn write_all(dir: &Path, rows: &[Value]) -> Result<u64, Error> {
-    let p = dir.join(VARIABLES_FILE);
-    let text = serde_json::to_vec(rows).map_err(|e| Error::Io(e.to_string()))?;
+/// Writes `value` as the index file `name` in `dir`; returns the bytes written.
+pub(crate) fn write_json(
+    dir: &Path,
+    name: &str,
+    value: &impl serde::Serialize,
+) -> Result<u64, Error> {
+    let p = dir.join(name);
+    let text = serde_json::to_vec(value).map_err(|e| Error::Io(e.to_string()))?;
     std::fs::write(&p, &text)
         .map_err(|e| Error::Io(format!("cannot write {}: {e}", p.display())))?;
     Ok(text.len() as u64)
 }
 
-/// Reads every variable's row back from the index in `dir`.
-pub(crate) fn read_all(dir: &Path) -> Result<Vec<Value>, Error> {
-    let p = dir.join(VARIABLES_FILE);
+/// Reads the index file `name` in `dir` back.
+pub(crate) fn read_json(dir: &Path, name: &str) -> Result<Value, Error> {
+    let p = dir.join(name);
     let b = std::fs::read(&p).map_err(|e| {
         Error::BadIndex(format!(
             "cannot read {}: {e} (memlens view --reindex rebuilds the index)",
@@ -134,4 +138,15 @@ pub(crate) fn read_all(dir: &Path) -> Result<Vec<Value>, Error> {
             p.display()
         ))
     })
+}
+
+/// Reads every variable's row back from the index in `dir`.
+pub(crate) fn read_all(dir: &Path) -> Result<Vec<Value>, Error> {
+    match read_json(dir, VARIABLES_FILE)? {
+        Value::Array(rows) => Ok(rows),
+        _ => Err(Error::BadIndex(format!(
+            "damaged index file {} (memlens view --reindex rebuilds it): not a list",
+            dir.join(VARIABLES_FILE).display()
+        ))),
+    }
 }

@@ -168,6 +168,67 @@ fn view_diff_rows_are_the_programs_changes_and_reports_differences() {
     );
     assert_eq!(s["files"][0]["name"], src);
 
+    // Bytes: every access of diffprog is a long; the totals are the lines' sums.
+    let bytes = |r: &Value, side: &str| n(r, &format!("{side}_bytes"));
+    let srow = |line: u64| lrows.iter().find(|r| r["name"] == format!("{src}:{line}")).unwrap();
+    assert_eq!(
+        (bytes(srow(scan), "a"), bytes(srow(scan), "b")),
+        (8 * 64 * A_ROUNDS, 8 * 64 * B_ROUNDS)
+    );
+    assert_eq!(srow(extra)["delta_bytes"], json!(8 * 16));
+    for side in ["a", "b"] {
+        let sum: u64 = lrows.iter().map(|r| bytes(r, side)).sum();
+        assert_eq!(s[side]["bytes"], json!(sum), "{side}: bytes are the lines' sum");
+        assert_eq!(s[side]["cachesim"], json!(false));
+    }
+
+    // Allocation sites (heaptrack --diff): each trace's figures are `analyze heap`'s.
+    let heap = api(port, &token, "/api/diff/heap");
+    let hrows = heap["rows"].as_array().unwrap();
+    assert_eq!(heap["total"].as_u64().unwrap(), hrows.len() as u64);
+    assert_eq!(s["rows"]["heap"], heap["total"]);
+    let site = |line: u64| format!("{src}:{line} (heap)");
+    let hrow = |name: &str| {
+        hrows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name}: {heap}"))
+    };
+    let (hs, hx) =
+        (hrow(&site(line_of(SRC, "heap-scan"))), hrow(&site(line_of(SRC, "heap-extra"))));
+    let fig = |r: &Value, side: &str| {
+        ["blocks", "bytes", "peak", "leaked"].map(|k| n(r, &format!("{side}_{k}")))
+    };
+    assert_eq!(fig(hs, "a"), [1, 100 * A_ROUNDS, 100 * A_ROUNDS, 0]);
+    assert_eq!(fig(hs, "b"), [1, 100 * B_ROUNDS, 100 * B_ROUNDS, 0]);
+    assert_eq!(fig(hx, "a"), [1, 24, 24, 0]);
+    assert_eq!(fig(hx, "b"), [1, 1000, 1000, 1000]);
+    assert_eq!((&hx["delta"], &hx["delta_leaked"]), (&json!(976), &json!(1000)));
+    assert_eq!(
+        hrows[0]["name"],
+        site(line_of(SRC, "heap-extra")),
+        "the largest change in bytes first"
+    );
+    for (side, t) in [("a", &a), ("b", &b)] {
+        let h = json(&["analyze", "heap", "--top", "0", "--format", "json", t.to_str().unwrap()]);
+        let mut want: BTreeMap<String, [u64; 4]> = BTreeMap::new();
+        for r in h["sites"].as_array().unwrap() {
+            let e = want.entry(r["site"].as_str().unwrap().to_string()).or_default();
+            for (i, k) in
+                ["blocks", "bytes", "max_live_bytes", "live_bytes_at_end"].iter().enumerate()
+            {
+                e[i] += n(r, k);
+            }
+        }
+        let got: BTreeMap<String, [u64; 4]> = hrows
+            .iter()
+            .filter(|r| n(r, &format!("{side}_blocks")) > 0)
+            .map(|r| (r["name"].as_str().unwrap().to_string(), fig(r, side)))
+            .collect();
+        assert_eq!(got, want, "{side}: the sites of analyze heap");
+        let sum = h["summary"][0].clone();
+        assert_eq!(s[side]["heap"]["peak"], sum["max_live_bytes"], "{side}: the heap's peak");
+        assert_eq!(s[side]["heap"]["leaked"], sum["leaked_bytes"], "{side}: leaked");
+        assert_eq!(s[side]["heap"]["bytes"], sum["bytes"], "{side}: bytes allocated");
+    }
+
     // limit and file=; the source of a file the traces' DWARF names, no other.
     let top = api(port, &token, "/api/diff/functions?limit=2");
     assert_eq!(top["rows"].as_array().unwrap().len(), 2);
@@ -313,6 +374,12 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     assert_eq!(
         br.js("return memlens.rows('variables').slice(0, 2)"),
         json!(["table", "extra_buf"])
+    );
+    // allocation sites: the leaked block's site first, its file named as text
+    let hx = line_of(SRC, "heap-extra");
+    assert_eq!(
+        br.js("return [...document.querySelectorAll('#t-heap tr.row')[0].children].map(e => e.textContent)"),
+        json!([format!("{HOSTILE}:{hx} (heap)"), "24", "1000", "+976", "24", "1000", "+976", "+1000"])
     );
     // sorting: by function name, then the other way
     br.click("#t-functions th[data-key=name]");
