@@ -21,7 +21,8 @@
 //!   events, appended), [`ChunkDecoder::decode_columns`] (a whole chunk, `seq` =
 //!   index in the stream) and [`ChunkDecoder::for_columns`] (a chunk in batches of
 //!   [`COLUMN_BATCH`]); [`codec::Columns::to_events`] merges them back into events.
-//!   About 1.5× faster than [`codec::Decoder::next_batch`] (docs/PERFORMANCE.md).
+//!   About 1.5× faster than [`codec::Decoder::next_batch`] (docs/PERFORMANCE-history.md,
+//!   "Decoder (session 10)"; current figures in docs/PERFORMANCE.md).
 //! - [`TraceWriter`] and [`TraceReader`]: files.
 //! - [`MetaRecord`]: process, [`Module`] map, options, end status.
 //! - [`CallStack`]: a thread's open calls rebuilt from its entries and exits, by the
