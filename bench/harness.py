@@ -600,6 +600,22 @@ def bench_program(p, exe_native, exe_ml, tools, args, argmap):
     return rec
 
 
+def agree_check(p, exe_ml, tools, argmap):
+    """bench/agree.py on the program's small input; raises RuntimeError on a difference."""
+    from agree import agree_program
+
+    small = [argmap.get(a, a) for a in p["small"]]
+    trace = OUT / "traces" / f"{p['name']}.agree.trace"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    dt, rc, so, se = timed([tools.memlens, "record", "--quiet", "-o", trace, "--", exe_ml, *small])
+    if rc != 0:
+        raise RuntimeError(f"agree: record failed ({rc}): {se.decode()[-1000:]}")
+    n, bad = agree_program(tools.memlens, trace)
+    if bad:
+        raise RuntimeError(f"agree: {len(bad)} variables named differently: " + "; ".join(bad[:5]))
+    log(f"  [{p['name']}] agree: {n} variables, report = cachesim = viewer = sharing")
+
+
 def run_variants(p, exe_ml, full, tools, args, trace):
     """Where the time goes: the instrumented binary with the runtime inactive (no
     MEMLENS_OUTPUT: callbacks only), and recordings without compression and/or to tmpfs."""
@@ -825,6 +841,10 @@ def main():
                     help="also record with --zstd-level 0 and to tmpfs (where the time goes)")
     ap.add_argument("--dbi", action="store_true",
                     help="also run the native binaries under `memlens record --dbi` (QEMU)")
+    ap.add_argument("--agree", action="store_true",
+                    help="instead of timing: check that report, cachesim, the viewer and sharing name "
+                         "every variable's accesses alike on each program's small input "
+                         "(bench/agree.py); non-zero exit on a difference")
     ap.add_argument("--keep-traces", action="store_true", help="keep bench/out/traces/*.trace")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compiles")
     ap.add_argument("--json", default=str(OUT / "results.json"), help="where to write the JSON")
@@ -889,12 +909,26 @@ def main():
             except BuildError as e:
                 log(f"  memlens build failed: {e}")
                 failed[p["name"]] = f"memlens build: {str(e)[:2000]}"
+        if args.agree and exe_m is not None:
+            try:
+                agree_check(p, exe_m, tools, argmap)
+            except RuntimeError as e:
+                log(f"  {e}")
+                failed[p["name"]] = str(e)
+            continue
         log(f"== {p['name']}: run")
         try:
             results.append(bench_program(p, exe_n, exe_m, tools, args, argmap))
         except RuntimeError as e:
             log(f"  failed: {e}")
             failed[p["name"]] = str(e)
+
+    if args.agree:
+        # no timings: results.json (a benchmark's) is left as it is
+        for k, v in failed.items():
+            print(f"- {k}: FAILED: {v.splitlines()[0]}")
+        print(f"agree: {len(suite) - len(failed)} of {len(suite)} programs name every variable alike")
+        return 1 if failed else 0
 
     s = summary(results)
     doc = {
@@ -935,7 +969,7 @@ def main():
                or (s["memlens_slowdown_p90"] or 99) > 10
                or (s["bytes_per_access_median"] or 99) > 1.5)
         return 1 if bad or failed else 0
-    return 1 if failed and args.quick else 0
+    return 1 if failed and (args.quick or args.agree) else 0
 
 
 if __name__ == "__main__":
