@@ -353,15 +353,19 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 pos += ops;
                 spos += n2;
                 pc = pc.wrapping_add(unzigzag(dpc) as u64);
+                // the new address kept in a register: the column stores below
+                // may alias `last` for the compiler, which reloaded the slot
+                // after them (a stall on the store just made: a fifth of sort's decode)
                 let s = &mut last[slot(pc)];
-                *s = s.wrapping_add(unzigzag(da) as u64);
+                let addr = s.wrapping_add(unzigzag(da) as u64);
+                *s = addr;
                 // SAFETY: k < max (see above). The tag goes in the kind column;
                 // the pass below derives kind and size from it, out of this
                 // loop, which keeps its pointers in registers (a range's length,
                 // which the tag does not give, is written here).
                 unsafe {
                     pcs.add(k).write(pc);
-                    addrs.add(k).write(*s);
+                    addrs.add(k).write(addr);
                     kinds.add(k).write(t);
                     seq.add(k).write(first + k as u64 + extra);
                     if let Some(len) = range {
