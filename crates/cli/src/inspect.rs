@@ -31,6 +31,9 @@ pub fn open(path: &Path) -> Result<TraceReader> {
     if let Some(w) = r.completeness().warning() {
         eprintln!("memlens: warning: {w}");
     }
+    for e in memlens_symbols::changed_modules(&r.meta().modules) {
+        eprintln!("memlens: warning: {e}: its code is left unnamed; keep the binary that ran (or its debug file) beside the trace, or record again");
+    }
     Ok(r)
 }
 

@@ -48,6 +48,18 @@ pub enum Error {
         /// The module's path as recorded.
         path: PathBuf,
     },
+    /// The module's file was rebuilt after the trace was recorded: its build-id is
+    /// not the one that ran, so its addresses would be named from another binary
+    /// (and no debug file with the recorded build-id was found).
+    #[error("{} was rebuilt after the trace was recorded (build-id {found}, recorded {recorded})", path.display())]
+    ModuleChanged {
+        /// The module's path as recorded.
+        path: PathBuf,
+        /// The build-id in the trace (hex).
+        recorded: String,
+        /// The build-id of the file now at that path (hex).
+        found: String,
+    },
     /// No module with this id was given to the symbolizer.
     #[error("unknown module id {0}")]
     UnknownModule(u32),

@@ -89,7 +89,7 @@ pub use glob::{glob_match, path_glob_match, split_glob_list, Glob};
 pub use heaptype::{HeapType, TypeSource};
 pub use layout::{MemberPath, TypeLayout};
 pub use memlens_format::{Addr, Module, Pc, Segment};
-pub use module::{DebugSearch, ModuleFiles, ModuleSymbols, StaticVariable};
+pub use module::{changed_modules, DebugSearch, ModuleFiles, ModuleSymbols, StaticVariable};
 pub use select::{CodeFilter, CodeSelection};
 pub use symbolizer::Symbolizer;
 

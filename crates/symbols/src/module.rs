@@ -134,10 +134,31 @@ impl ModuleSymbols {
             }
             None => None,
         };
-        let build_id = ident
-            .as_ref()
-            .and_then(|i| i.build_id.clone())
-            .or_else(|| (!module.build_id.is_empty()).then(|| module.build_id.clone()));
+        // A file rebuilt since the recording names other code: only a debug file
+        // with the recorded build-id can name this module then.
+        let recorded = (!module.build_id.is_empty()).then(|| module.build_id.clone());
+        let changed = match (&recorded, ident.as_ref().and_then(|i| i.build_id.as_ref())) {
+            (Some(r), Some(f)) if r != f => Some(hex(f)),
+            _ => None,
+        };
+        if let Some(found) = changed {
+            return match find_debug_file(&obj_path, recorded.as_deref(), None, search) {
+                Some((p, d)) => {
+                    let files = ModuleFiles {
+                        object: None,
+                        debug: Some((p.as_path(), d.as_slice())),
+                        supplementary: None,
+                    };
+                    ModuleSymbols::from_files(module.clone(), files)
+                }
+                None => Err(Error::ModuleChanged {
+                    path: obj_path,
+                    recorded: module.build_id_hex(),
+                    found,
+                }),
+            };
+        }
+        let build_id = ident.as_ref().and_then(|i| i.build_id.clone()).or(recorded);
         let debug = if ident.as_ref().is_some_and(|i| i.has_dwarf) {
             None
         } else {
@@ -816,6 +837,28 @@ fn function_symbols(raw: &[RawSymbol], bias: u64) -> Vec<FunctionSymbol> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The recorded modules whose file on disk now has another build-id than the one
+/// that ran (rebuilt since the recording): [`ModuleSymbols::load`] does not name their
+/// code from that file. Reads only each file's headers and notes. Modules without a
+/// recorded build-id, and files that are gone, are not listed.
+pub fn changed_modules(modules: &[Module]) -> Vec<Error> {
+    modules
+        .iter()
+        .filter(|m| !m.build_id.is_empty())
+        .filter_map(|m| {
+            let f = std::fs::File::open(&m.path).ok()?;
+            let cache = object::ReadCache::new(f);
+            let obj = object::File::parse(&cache).ok()?;
+            let found = obj.build_id().ok().flatten()?;
+            (found != m.build_id.as_slice()).then(|| Error::ModuleChanged {
+                path: PathBuf::from(&m.path),
+                recorded: m.build_id_hex(),
+                found: hex(found),
+            })
+        })
+        .collect()
 }
 
 fn build_id_path(dir: &Path, id: &[u8]) -> Option<PathBuf> {

@@ -448,3 +448,47 @@ fn argument_strings_are_named_as_the_main_threads_stack() {
         assert_eq!(r["bytes_read"], 20_001 + 8, "{cc:?}");
     }
 }
+
+/// A program rebuilt after its recording: its code is left unnamed (never named
+/// from the new binary) and every command that reads the trace says why, once.
+#[test]
+fn a_program_rebuilt_after_recording_is_not_named_from_the_new_binary() {
+    let dir = scratch("names-rebuilt");
+    let exe = build(Cc::Gcc, "diffprog.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = record(&exe, &trace, &["3", "1"]);
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+    let lines_of = |t: &Path| -> (Vec<String>, String) {
+        let out = run_memlens(&[
+            "report",
+            "--by",
+            "line",
+            "--top",
+            "0",
+            "--format",
+            "json",
+            t.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let files = rows.iter().map(|r| r["file"].as_str().unwrap_or("").to_string()).collect();
+        (files, stderr(&out))
+    };
+    let (files, err) = lines_of(&trace);
+    assert!(files.iter().any(|f| f.ends_with("diffprog.c")), "{files:?}");
+    assert!(err.is_empty(), "{err}");
+    // the same path, other code (-O0 after build's -O2)
+    let again = build(Cc::Gcc, "diffprog.c", &dir, &["-O0"]);
+    assert_eq!(again, exe);
+    let (files, err) = lines_of(&trace);
+    assert!(
+        !files.iter().any(|f| f.ends_with("diffprog.c")),
+        "named from the new binary: {files:?}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("{} was rebuilt after the trace was recorded", exe.display()))
+            && err.contains("record again"),
+        "{err}"
+    );
+}
