@@ -652,7 +652,7 @@ impl Table {
             let group: Vec<(usize, Vec<StreamChunk>)> = it.by_ref().take(per).collect();
             parts.push(Arc::new(Part {
                 data: self.data.clone(),
-                calls: calls,
+                calls,
                 keep: keep.clone(),
                 schema: projected.clone(),
                 units: Arc::new(group),
@@ -661,7 +661,7 @@ impl Table {
         if parts.is_empty() {
             parts.push(Arc::new(Part {
                 data: self.data.clone(),
-                calls: calls,
+                calls,
                 keep,
                 schema: projected.clone(),
                 units: Arc::new(Vec::new()),
