@@ -139,6 +139,41 @@ pub(crate) mod testutil {
         r
     }
 
+    /// The call-stack exporters' common scene: thread 0 nests 0x20 in 0x10, calls
+    /// 0x20 again, has a stray exit and leaves 0x30 open; thread 1 calls 0x20 and is
+    /// renamed inside it. 4 memory operations, 5 calls, 3 functions.
+    pub fn nested_calls() -> TraceReader {
+        trace(&[
+            (
+                0,
+                vec![
+                    start(100, "main"),
+                    enter(0x10),
+                    wr(1, 0x1000),
+                    enter(0x20),
+                    rd(2, 0x1000),
+                    rd(2, 0x1008),
+                    exit(),
+                    enter(0x20),
+                    exit(),
+                    exit(),
+                    exit(), // stray: dropped
+                    enter(0x30),
+                ],
+            ),
+            (
+                1,
+                vec![
+                    start(101, "worker"),
+                    enter(0x20),
+                    wr(3, 0x2000),
+                    Event::ThreadName("renamed".into()),
+                    exit(),
+                ],
+            ),
+        ])
+    }
+
     pub fn enter(pc: u64) -> Event {
         Event::FuncEnter { pc: Pc(pc), call_site: Pc(0), frame: Addr(0) }
     }

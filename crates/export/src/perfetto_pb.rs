@@ -404,37 +404,10 @@ mod tests {
 
     #[test]
     fn slices_per_thread_with_names_interned_once_per_sequence() {
-        let r = trace(&[
-            (
-                0,
-                vec![
-                    start(100, "main"),
-                    enter(0x10),
-                    wr(1, 0x1000),
-                    enter(0x20),
-                    rd(2, 0x1000),
-                    exit(),
-                    enter(0x20),
-                    exit(),
-                    exit(),
-                    exit(), // stray: dropped
-                    enter(0x30),
-                ],
-            ),
-            (
-                1,
-                vec![
-                    start(101, "worker"),
-                    enter(0x20),
-                    wr(3, 0x2000),
-                    Event::ThreadName("renamed".into()),
-                    exit(),
-                ],
-            ),
-        ]);
+        let r = nested_calls();
         let mut out = Vec::new();
         let s = perfetto_pb(&r, &NoNames, &mut out).unwrap();
-        assert_eq!((s.threads, s.calls, s.operations, s.frames), (2, 5, 3, 3));
+        assert_eq!((s.threads, s.calls, s.operations, s.frames), (2, 5, 4, 3));
         let t = Trace::decode(out.as_slice()).unwrap();
         let p = &t.packet;
         let process = p[0].track_descriptor.as_ref().unwrap().process.as_ref().unwrap();
@@ -484,8 +457,8 @@ mod tests {
         assert_eq!(first, HashMap::from([(2, 1), (3, 1)]));
         let d = |tid: i32, name: &str, ts: u64| (tid, name.to_string(), ts);
         assert_eq!(described[&2], [d(100, "T0 main", 0)]);
-        // renamed after its store (3 operations), after its slice began (2000)
-        assert_eq!(described[&3], [d(101, "T1 worker", 2000), d(101, "T1 renamed", 3000)]);
+        // renamed after its store (4 operations), after its slice began (3000)
+        assert_eq!(described[&3], [d(101, "T1 worker", 3000), d(101, "T1 renamed", 4000)]);
         let e = |ts: u64, ty: i32, iid: u64, n: &[&str]| {
             (ts, ty, iid, n.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         };
@@ -494,18 +467,18 @@ mod tests {
             [
                 e(0, TYPE_SLICE_BEGIN, 1, &["0x10"]),
                 e(1000, TYPE_SLICE_BEGIN, 2, &["0x20"]),
-                e(2000, TYPE_SLICE_END, 0, &[]),
-                e(2001, TYPE_SLICE_BEGIN, 2, &[]), // interned already
-                e(2002, TYPE_SLICE_END, 0, &[]),
-                e(2003, TYPE_SLICE_END, 0, &[]),
-                e(2004, TYPE_SLICE_BEGIN, 3, &["0x30"]),
-                e(3000, TYPE_SLICE_END, 0, &[]), // closed at the end
+                e(3000, TYPE_SLICE_END, 0, &[]),
+                e(3001, TYPE_SLICE_BEGIN, 2, &[]), // interned already
+                e(3002, TYPE_SLICE_END, 0, &[]),
+                e(3003, TYPE_SLICE_END, 0, &[]),
+                e(3004, TYPE_SLICE_BEGIN, 3, &["0x30"]),
+                e(4000, TYPE_SLICE_END, 0, &[]), // closed at the end
             ]
         );
         // the other sequence interns 0x20 for itself
         assert_eq!(
             seqs[&3],
-            [e(2000, TYPE_SLICE_BEGIN, 2, &["0x20"]), e(3000, TYPE_SLICE_END, 0, &[])]
+            [e(3000, TYPE_SLICE_BEGIN, 2, &["0x20"]), e(4000, TYPE_SLICE_END, 0, &[])]
         );
     }
 }

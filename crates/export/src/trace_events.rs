@@ -224,27 +224,10 @@ mod tests {
 
     #[test]
     fn nested_calls_on_one_time_axis() {
-        let r = trace(&[
-            (
-                0,
-                vec![
-                    start(100, "main"),
-                    enter(0x10),
-                    wr(1, 0x1000),
-                    enter(0x20),
-                    rd(2, 0x1000),
-                    rd(2, 0x1008),
-                    exit(),
-                    exit(),
-                    exit(), // stray: dropped
-                    enter(0x30),
-                ],
-            ),
-            (1, vec![start(101, "worker"), enter(0x20), wr(3, 0x2000), exit()]),
-        ]);
+        let r = nested_calls();
         let mut out = Vec::new();
         let s = perfetto(&r, &NoNames, &mut out).unwrap();
-        assert_eq!((s.threads, s.calls, s.operations, s.frames), (2, 4, 4, 3));
+        assert_eq!((s.threads, s.calls, s.operations, s.frames), (2, 5, 4, 3));
         assert!(String::from_utf8_lossy(&out).contains(r#""ts":3.001}"#));
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["traceEvents"][0]["args"]["name"], "");
@@ -256,8 +239,10 @@ mod tests {
                 e("B", "0x10", 100, 0),
                 e("B", "0x20", 100, 1000),
                 e("E", "", 100, 3000),
-                e("E", "", 100, 3001), // nudged 1 ns: no two events of a thread share a ts
-                e("B", "0x30", 100, 3002),
+                e("B", "0x20", 100, 3001), // nudged 1 ns: no two events of a thread share a ts
+                e("E", "", 100, 3002),
+                e("E", "", 100, 3003),
+                e("B", "0x30", 100, 3004),
                 e("B", "0x20", 101, 3000),
                 e("E", "", 101, 4000),
                 e("E", "", 100, 4000),
@@ -270,7 +255,7 @@ mod tests {
             .filter(|e| e["name"] == "thread_name")
             .map(|e| e["args"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["T0 main", "T1 worker"]);
+        assert_eq!(names, ["T0 main", "T1 worker", "T1 renamed"]);
 
         let mut out = Vec::new();
         spall(&r, &NoNames, &mut out).unwrap();

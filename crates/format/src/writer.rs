@@ -416,27 +416,33 @@ mod tests {
         }
     }
 
-    fn chunk(stream: u32, seq: u32, n: u64) -> (Vec<u8>, u64) {
-        let mut b = EventBuffer::new();
+    /// Pushes `n` accesses of `size` bytes, one after the other from `base`, by one
+    /// code address; stores carry their index as the value.
+    fn push_accesses(b: &mut EventBuffer, kind: AccessKind, size: u8, base: u64, n: u64) {
         for i in 0..n {
             b.push(&Event::Access {
-                kind: AccessKind::Read,
-                size: 8,
-                addr: Addr(0x1000 + 8 * i),
-                pc: Pc(0x400000),
+                kind,
+                size,
+                addr: Addr(base + u64::from(size) * i),
+                pc: Pc(0x401010),
                 atomic: false,
-                value: None,
+                value: (kind == AccessKind::Write).then_some(i),
             });
         }
-        let (raw, counts) = b.take();
+    }
+
+    /// The chunk the encoder makes of `raw` under `head`.
+    fn encoded(head: ChunkHeader, raw: &Streams) -> Vec<u8> {
         let mut out = Vec::new();
-        ChunkEncoder::new(0).encode_events(
-            ChunkHeader::events(stream, seq, 0, counts, 0),
-            &raw.ops,
-            &raw.side,
-            &mut out,
-        );
-        (out, n)
+        ChunkEncoder::new(0).encode_events(head, &raw.ops, &raw.side, &mut out);
+        out
+    }
+
+    fn chunk(stream: u32, seq: u32, n: u64) -> (Vec<u8>, u64) {
+        let mut b = EventBuffer::new();
+        push_accesses(&mut b, AccessKind::Read, 8, 0x1000, n);
+        let (raw, counts) = b.take();
+        (encoded(ChunkHeader::events(stream, seq, 0, counts, 0), &raw), n)
     }
 
     #[test]
@@ -483,26 +489,11 @@ mod tests {
             call_site: Pc(0x400500),
             frame: Addr(0x7fff0000),
         });
-        for i in 0..300 {
-            b.push(&Event::Access {
-                kind: AccessKind::Write,
-                size: 4,
-                addr: Addr(0x2000 + 4 * i),
-                pc: Pc(0x401010),
-                atomic: false,
-                value: Some(i),
-            });
-        }
+        push_accesses(&mut b, AccessKind::Write, 4, 0x2000, 300);
         let (raw, counts) = b.take();
-        let mut want = Vec::new();
-        ChunkEncoder::new(0).encode_events(
-            ChunkHeader::events(3, 9, FLAG_LAST, counts, 42),
-            &raw.ops,
-            &raw.side,
-            &mut want,
-        );
-        let mut pre = [0u8; 10];
         let head = ChunkHeader::events(3, 9, FLAG_LAST, counts, 42);
+        let want = encoded(head, &raw);
+        let mut pre = [0u8; 10];
         let (h, k) = stored_event_frame(head, &raw.ops, &raw.side, &mut pre);
         let got = [&h[..], &pre[..k], &raw.ops, &raw.side].concat();
         assert_eq!(got, want);

@@ -212,26 +212,14 @@ impl HeapIndex {
     /// starts at or below it; the first (newest start, then newest block) live block of
     /// the accessing thread wins, else the first block of another thread, else the
     /// first of the accessing thread.
-    fn search(
-        &self,
-        addr: Addr,
-        thread: ThreadId,
-        index: u64,
-        span: bool,
-    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+    fn search(&self, addr: Addr, thread: ThreadId, index: u64, span: bool) -> Found {
         match self.search_solo(addr, thread, index) {
             Some(r) => r,
             None => self.search_full(addr, thread, index, span),
         }
     }
 
-    fn search_full(
-        &self,
-        addr: Addr,
-        thread: ThreadId,
-        index: u64,
-        span: bool,
-    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+    fn search_full(&self, addr: Addr, thread: ThreadId, index: u64, span: bool) -> Found {
         let a = addr.0;
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
         let k = self.starts.partition_point(|&s| s <= a);
@@ -380,7 +368,7 @@ impl LastBlock {
         thread: ThreadId,
         index: u64,
         span: bool,
-    ) -> (Option<(usize, u64)>, std::ops::Range<u64>) {
+    ) -> Found {
         if addr.0 >= self.start && addr.0 < self.end {
             return (Some((self.index, addr.0 - self.start)), 0..u64::MAX);
         }

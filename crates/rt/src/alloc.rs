@@ -343,21 +343,16 @@ unsafe extern "C" fn custom_alloc_imp(
 }
 
 /// A user allocator returned (or stored) a block: called by the wrappers the
-/// compiler driver generates from an `alloc.in` description, as
-/// `(num_idx, size_idx, addr_idx, args, retval, pc)`. `args` holds the allocator's
-/// first six integer arguments; an index of -1 means "1 element" for `num_idx` and
-/// "the return value" for `addr_idx`. All six argument registers are taken, so the
-/// trampoline passes the wrapper's frame pointer as a seventh, on the stack.
+/// compiler driver generates from an `alloc.in` description with the first six
+/// arguments of `custom_alloc_imp`, `(num_idx, size_idx, addr_idx, args, retval,
+/// pc)`. `args` holds the allocator's first six integer arguments; an index of -1
+/// means "1 element" for `num_idx` and "the return value" for `addr_idx`. All six
+/// argument registers are taken, so the trampoline passes the wrapper's frame
+/// pointer as a seventh, on the stack. (The asm reads no parameter by name: they
+/// are declared once, on the function it calls.)
 #[unsafe(naked)]
 #[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn __memlens_custom_alloc(
-    num_idx: i64,
-    size_idx: i64,
-    addr_idx: i64,
-    args: *const u64,
-    retval: u64,
-    pc: u64,
-) {
+pub unsafe extern "C" fn __memlens_custom_alloc() {
     // entry rsp = 8 mod 16; one push realigns for the call.
     core::arch::naked_asm!("push rbp", "call {f}", "add rsp, 8", "ret", f = sym custom_alloc_imp)
 }

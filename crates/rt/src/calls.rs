@@ -580,6 +580,32 @@ pub(crate) fn real_return(call_site: u64) -> u64 {
     unsafe { (0..n).rev().map(|i| (*p.add(i)).ret).find(|&r| r != f).unwrap_or(call_site) }
 }
 
+/// The asm of a naked hook that calls into Rust with registers kept: a 16-byte
+/// aligned frame of `$frame` bytes, each listed register spilled at its offset,
+/// the `$call` lines, the registers reloaded from the same offsets, the frame
+/// left. One list gives both the spill and the reload, so they cannot disagree;
+/// it is all made at compile time (the same instructions as written out).
+macro_rules! spilled_call {
+    (frame $frame:literal;
+     gp [$($g:ident @ $go:literal),*];
+     xmm [$($x:ident @ $xo:literal),*];
+     call [$($call:literal),*]) => {
+        concat!(
+            "push rbp\n",
+            "mov rbp, rsp\n",
+            "and rsp, -16\n",
+            "sub rsp, ", $frame, "\n",
+            $("mov [rsp + ", $go, "], ", stringify!($g), "\n",)*
+            $("movdqu [rsp + ", $xo, "], ", stringify!($x), "\n",)*
+            $($call, "\n",)*
+            $("mov ", stringify!($g), ", [rsp + ", $go, "]\n",)*
+            $("movdqu ", stringify!($x), ", [rsp + ", $xo, "]\n",)*
+            "mov rsp, rbp\n",
+            "pop rbp",
+        )
+    };
+}
+
 /// `fentry`: the traced function's pad called it. Saves every argument register
 /// (and rax for varargs, r10 for the static chain, r11), calls [`on_call`] with
 /// the pad's end, the function's return-address slot and the saved registers, and
@@ -587,78 +613,31 @@ pub(crate) fn real_return(call_site: u64) -> u64 {
 #[unsafe(naked)]
 unsafe extern "C" fn fentry() {
     core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "sub rsp, 208",
-        "mov [rsp], rdi",
-        "mov [rsp + 8], rsi",
-        "mov [rsp + 16], rdx",
-        "mov [rsp + 24], rcx",
-        "mov [rsp + 32], r8",
-        "mov [rsp + 40], r9",
-        "mov [rsp + 48], rax",
-        "mov [rsp + 56], r10",
-        "mov [rsp + 64], r11",
-        "movdqu [rsp + 80], xmm0",
-        "movdqu [rsp + 96], xmm1",
-        "movdqu [rsp + 112], xmm2",
-        "movdqu [rsp + 128], xmm3",
-        "movdqu [rsp + 144], xmm4",
-        "movdqu [rsp + 160], xmm5",
-        "movdqu [rsp + 176], xmm6",
-        "movdqu [rsp + 192], xmm7",
-        "mov rdi, [rbp + 8]",
-        "lea rsi, [rbp + 16]",
-        "mov rdx, rsp",
-        "call {on_call}",
-        "mov rdi, [rsp]",
-        "mov rsi, [rsp + 8]",
-        "mov rdx, [rsp + 16]",
-        "mov rcx, [rsp + 24]",
-        "mov r8, [rsp + 32]",
-        "mov r9, [rsp + 40]",
-        "mov rax, [rsp + 48]",
-        "mov r10, [rsp + 56]",
-        "mov r11, [rsp + 64]",
-        "movdqu xmm0, [rsp + 80]",
-        "movdqu xmm1, [rsp + 96]",
-        "movdqu xmm2, [rsp + 112]",
-        "movdqu xmm3, [rsp + 128]",
-        "movdqu xmm4, [rsp + 144]",
-        "movdqu xmm5, [rsp + 160]",
-        "movdqu xmm6, [rsp + 176]",
-        "movdqu xmm7, [rsp + 192]",
-        "mov rsp, rbp",
-        "pop rbp",
+        spilled_call!(
+            frame 208;
+            gp [rdi @ 0, rsi @ 8, rdx @ 16, rcx @ 24, r8 @ 32, r9 @ 40,
+                rax @ 48, r10 @ 56, r11 @ 64];
+            xmm [xmm0 @ 80, xmm1 @ 96, xmm2 @ 112, xmm3 @ 128,
+                 xmm4 @ 144, xmm5 @ 160, xmm6 @ 176, xmm7 @ 192];
+            call ["mov rdi, [rbp + 8]", "lea rsi, [rbp + 16]", "mov rdx, rsp", "call {on_call}"]
+        ),
         "ret",
         on_call = sym on_call,
     )
 }
 
 /// `fret`: a traced function returned here. Saves the return registers (rax, rdx,
-/// xmm0, xmm1), asks [`on_return`] for the original return address and jumps there.
+/// xmm0, xmm1), asks [`on_return`] for the original return address and jumps there
+/// (through r11, which no return value uses).
 #[unsafe(naked)]
 unsafe extern "C" fn fret() {
     core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "sub rsp, 48",
-        "mov [rsp], rax",
-        "mov [rsp + 8], rdx",
-        "movdqu [rsp + 16], xmm0",
-        "movdqu [rsp + 32], xmm1",
-        "lea rdi, [rbp + 8]",
-        "mov rsi, rax",
-        "call {on_return}",
-        "mov r11, rax",
-        "mov rax, [rsp]",
-        "mov rdx, [rsp + 8]",
-        "movdqu xmm0, [rsp + 16]",
-        "movdqu xmm1, [rsp + 32]",
-        "mov rsp, rbp",
-        "pop rbp",
+        spilled_call!(
+            frame 48;
+            gp [rax @ 0, rdx @ 8];
+            xmm [xmm0 @ 16, xmm1 @ 32];
+            call ["lea rdi, [rbp + 8]", "mov rsi, rax", "call {on_return}", "mov r11, rax"]
+        ),
         "jmp r11",
         on_return = sym on_return,
     )

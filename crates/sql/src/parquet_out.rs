@@ -2,7 +2,7 @@
 //! directory per table, Hive-style partitions (`trace=…/thread=…`), zstd.
 
 use crate::dataset::Dataset;
-use crate::tables::{batch_from_chunk, schema, Keep, StreamState};
+use crate::tables::{schema, ChunkRows, Keep, StreamState};
 use crate::Error;
 use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{cast, filter_record_batch, take};
@@ -260,12 +260,13 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
                     let mut st = StreamState::default();
                     let mut rows = 0u64;
                     let mut stop = false;
+                    let rows_of =
+                        ChunkRows { data, trace: *ti, calls: *calls, keep: &keep, schema: &sch };
                     let batches = chunks.iter().map_while(|c| {
                         if stop {
                             return None;
                         }
-                        let (b, w) =
-                            batch_from_chunk(data, *ti, c, *calls, &keep, &sch, &mut dec, &mut st);
+                        let (b, w) = rows_of.batch(c, &mut dec, &mut st);
                         if let Some(w) = w {
                             data.warn(w);
                             stop = true;

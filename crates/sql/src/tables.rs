@@ -150,12 +150,7 @@ pub(crate) fn schema(table: &str) -> SchemaRef {
 
 pub(crate) fn register(ctx: &SessionContext, data: &Arc<Dataset>) -> Result<(), Error> {
     for (t, _) in TABLES {
-        let p: Arc<dyn TableProvider> = match *t {
-            "accesses" => Arc::new(EventTable { data: data.clone(), calls: false }),
-            "calls" => Arc::new(EventTable { data: data.clone(), calls: true }),
-            _ => Arc::new(SmallTable { data: data.clone(), name: t }),
-        };
-        ctx.register_table(*t, p)?;
+        ctx.register_table(*t, Arc::new(Table { data: data.clone(), name: t }))?;
     }
     Ok(())
 }
@@ -256,26 +251,193 @@ pub(crate) struct StreamState {
     depth: u32,
 }
 
-/// Builds the Arrow batch of one chunk of one stream: the one place events become
-/// rows (`accesses` or `calls`), decoded by the trace's own decoder. Returns the
-/// batch (None: no row) and, for a damaged chunk, the rows before the damage and
-/// the reason. Rows are not filtered here: pushed-down filters only skip chunks
-/// (they are `Inexact`, the engine applies them to the rows).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn batch_from_chunk(
-    data: &Dataset,
-    trace: usize,
-    c: &StreamChunk,
-    calls: bool,
-    keep: &Keep,
-    schema: &SchemaRef,
-    dec: &mut ChunkDecoder,
-    st: &mut StreamState,
-) -> (Option<RecordBatch>, Option<String>) {
-    if calls {
-        call_batch(data, trace, c, keep, schema, dec, st)
-    } else {
-        access_batch(data, trace, c, keep, schema, dec)
+/// A chunk's Arrow batch (None: no row) and, for a damaged chunk, the reason (the
+/// batch then holds the rows before the damage).
+pub(crate) type Batch = (Option<RecordBatch>, Option<String>);
+
+/// What turns the chunks of one stream into rows, the same from chunk to chunk.
+pub(crate) struct ChunkRows<'a> {
+    pub data: &'a Dataset,
+    /// Index of the trace in `data`.
+    pub trace: usize,
+    /// `calls` rows, else `accesses`.
+    pub calls: bool,
+    pub keep: &'a Keep,
+    /// The projected schema of the rows.
+    pub schema: &'a SchemaRef,
+}
+
+impl ChunkRows<'_> {
+    /// Builds the Arrow batch of one chunk of the stream: the one place events
+    /// become rows (`accesses` or `calls`), decoded by the trace's own decoder.
+    /// Rows are not filtered here: pushed-down filters only skip chunks (they are
+    /// `Inexact`, the engine applies them to the rows).
+    pub(crate) fn batch(
+        &self,
+        c: &StreamChunk,
+        dec: &mut ChunkDecoder,
+        st: &mut StreamState,
+    ) -> Batch {
+        if self.calls {
+            self.call_batch(c, dec, st)
+        } else {
+            self.access_batch(c, dec)
+        }
+    }
+
+    fn trace(&self) -> &crate::dataset::Trace {
+        &self.data.traces[self.trace]
+    }
+
+    /// The warning of a chunk the decoder stopped in.
+    fn damage<T, E: std::fmt::Display>(&self, res: Result<T, E>) -> Option<String> {
+        let path = self.trace().path.display();
+        res.err().map(|e| format!("{path}: {e}; rows read up to the damage"))
+    }
+
+    /// The batch of `rows` rows in the projected columns: `trace` and `thread`
+    /// made here, the table's own columns by `own` (from their names).
+    fn project(
+        &self,
+        c: &StreamChunk,
+        rows: usize,
+        warning: Option<String>,
+        mut own: impl FnMut(&str) -> ArrayRef,
+    ) -> Batch {
+        let full = schema_for(self.calls);
+        let cols = self
+            .keep
+            .cols
+            .iter()
+            .map(|&i| match full.field(i).name().as_str() {
+                "trace" => trace_col(&self.trace().name, rows),
+                "thread" => Arc::new(UInt32Array::from(vec![c.thread.0; rows])),
+                name => own(name),
+            })
+            .collect();
+        finish(self.schema, cols, rows, warning)
+    }
+
+    /// `accesses` rows of one chunk, through the decoder's column batches: loads,
+    /// stores and ranges arrive as columns that become Arrow arrays without a copy;
+    /// atomic read-modify-writes (rare) are appended from the other events.
+    fn access_batch(&self, c: &StreamChunk, dec: &mut ChunkDecoder) -> Batch {
+        let t = self.trace();
+        let mut cols = Columns::new();
+        let warning = self.damage(dec.decode_columns(&t.reader, c, &mut cols));
+        let full = schema_for(false);
+        let want = |n: &str| self.keep.cols.iter().any(|&i| full.field(i).name() == n);
+        let plain = cols.len();
+        let has_values = !cols.value.is_empty();
+        cols.value.resize(if has_values { plain } else { 0 }, 0);
+        let mut values: Vec<Option<u64>> = Vec::new();
+        if want("value") {
+            values = (0..plain)
+                .map(|i| (cols.kind[i] & Columns::VALUE != 0).then(|| cols.value[i]))
+                .collect();
+        }
+        let mut kind: Vec<i8> =
+            cols.kind.iter().map(|&k| i8::from(k & Columns::WRITE != 0)).collect();
+        let mut atomic: Vec<bool> = Vec::new();
+        if want("atomic") {
+            atomic = cols.kind.iter().map(|&k| k & Columns::ATOMIC != 0).collect();
+        }
+        let first_clock = t.reader.chunks()[c.chunk].header.first_clock;
+        let mut clock =
+            if want("clock") { clocks_of(&cols.seq, first_clock, &cols.other) } else { Vec::new() };
+        let mut rmw_seq = Vec::new();
+        for (n, e) in &cols.other {
+            if let Event::Rmw { pc, addr, size, value, .. } = *e {
+                rmw_seq.push(*n);
+                cols.pc.push(pc.0);
+                cols.addr.push(addr.0);
+                cols.size.push(u64::from(size));
+                kind.push(2);
+                if want("value") {
+                    values.push(value);
+                }
+                if want("atomic") {
+                    atomic.push(true);
+                }
+            }
+        }
+        if want("clock") {
+            clock.extend(clocks_of(&rmw_seq, first_clock, &cols.other));
+        }
+        cols.seq.extend(rmw_seq);
+        let rows = kind.len();
+        if rows == 0 {
+            return (None, warning);
+        }
+        self.project(c, rows, warning, |name| match name {
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
+            "kind" => kind_col(std::mem::take(&mut kind), &ACCESS_KINDS),
+            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.size))),
+            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.addr))),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.pc))),
+            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut values))),
+            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut atomic))),
+            other => unreachable!("accesses has no column {other}"),
+        })
+    }
+
+    /// `calls` rows of one chunk (function entries and exits, with the call depth
+    /// carried from chunk to chunk of the stream).
+    fn call_batch(&self, c: &StreamChunk, dec: &mut ChunkDecoder, st: &mut StreamState) -> Batch {
+        let t = self.trace();
+        let mut seq: Vec<u64> = Vec::new();
+        let mut clock: Vec<u64> = Vec::new();
+        let mut kind: Vec<i8> = Vec::new();
+        let mut site: Vec<Option<u64>> = Vec::new();
+        let mut frame: Vec<u64> = Vec::new();
+        let mut pc: Vec<u64> = Vec::new();
+        let mut depth: Vec<u32> = Vec::new();
+        let mut now = t.reader.chunks()[c.chunk].header.first_clock;
+        let mut index = c.first_index;
+        let res = dec.decode(&t.reader, c, |evs| {
+            for e in evs {
+                let i = index;
+                index += 1;
+                let (k, s, f, p, d) = match *e {
+                    Event::Clock(v) => {
+                        now = v;
+                        continue;
+                    }
+                    Event::FuncEnter { pc, call_site, frame } => {
+                        st.depth += 1;
+                        (0i8, Some(call_site.0), frame.0, pc.0, st.depth - 1)
+                    }
+                    Event::FuncExit { pc } => {
+                        st.depth = st.depth.saturating_sub(1);
+                        (1, None, 0, pc.0, st.depth)
+                    }
+                    _ => continue,
+                };
+                seq.push(i);
+                clock.push(now);
+                kind.push(k);
+                site.push(s);
+                frame.push(f);
+                pc.push(p);
+                depth.push(d);
+            }
+        });
+        let warning = self.damage(res);
+        let rows = kind.len();
+        if rows == 0 {
+            return (None, warning);
+        }
+        self.project(c, rows, warning, |name| match name {
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
+            "kind" => kind_col(std::mem::take(&mut kind), &CALL_KINDS),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut pc))),
+            "call_site" => Arc::new(UInt64Array::from(std::mem::take(&mut site))),
+            "frame" => Arc::new(UInt64Array::from(std::mem::take(&mut frame))),
+            "depth" => Arc::new(UInt32Array::from(std::mem::take(&mut depth))),
+            other => unreachable!("calls has no column {other}"),
+        })
     }
 }
 
@@ -296,92 +458,8 @@ fn clocks_of(seqs: &[u64], first: u64, other: &[(u64, Event)]) -> Vec<u64> {
         .collect()
 }
 
-/// `accesses` rows of one chunk, through the decoder's column batches: loads,
-/// stores and ranges arrive as columns that become Arrow arrays without a copy;
-/// atomic read-modify-writes (rare) are appended from the other events.
-fn access_batch(
-    data: &Dataset,
-    trace: usize,
-    c: &StreamChunk,
-    keep: &Keep,
-    schema: &SchemaRef,
-    dec: &mut ChunkDecoder,
-) -> (Option<RecordBatch>, Option<String>) {
-    let t = &data.traces[trace];
-    let mut cols = Columns::new();
-    let res = dec.decode_columns(&t.reader, c, &mut cols);
-    let warning =
-        res.err().map(|e| format!("{}: {e}; rows read up to the damage", t.path.display()));
-    let full = schema_for(false);
-    let want = |n: &str| keep.cols.iter().any(|&i| full.field(i).name() == n);
-    let plain = cols.len();
-    let has_values = !cols.value.is_empty();
-    cols.value.resize(if has_values { plain } else { 0 }, 0);
-    let mut values: Vec<Option<u64>> = Vec::new();
-    if want("value") {
-        values = (0..plain)
-            .map(|i| (cols.kind[i] & Columns::VALUE != 0).then(|| cols.value[i]))
-            .collect();
-    }
-    let mut kind: Vec<i8> = cols.kind.iter().map(|&k| i8::from(k & Columns::WRITE != 0)).collect();
-    let mut atomic: Vec<bool> = Vec::new();
-    if want("atomic") {
-        atomic = cols.kind.iter().map(|&k| k & Columns::ATOMIC != 0).collect();
-    }
-    let first_clock = t.reader.chunks()[c.chunk].header.first_clock;
-    let mut clock =
-        if want("clock") { clocks_of(&cols.seq, first_clock, &cols.other) } else { Vec::new() };
-    let mut rmw_seq = Vec::new();
-    for (n, e) in &cols.other {
-        if let Event::Rmw { pc, addr, size, value, .. } = *e {
-            rmw_seq.push(*n);
-            cols.pc.push(pc.0);
-            cols.addr.push(addr.0);
-            cols.size.push(u64::from(size));
-            kind.push(2);
-            if want("value") {
-                values.push(value);
-            }
-            if want("atomic") {
-                atomic.push(true);
-            }
-        }
-    }
-    if want("clock") {
-        clock.extend(clocks_of(&rmw_seq, first_clock, &cols.other));
-    }
-    cols.seq.extend(rmw_seq);
-    let rows = kind.len();
-    if rows == 0 {
-        return (None, warning);
-    }
-    let mut out: Vec<ArrayRef> = Vec::with_capacity(keep.cols.len());
-    for &i in &keep.cols {
-        let col: ArrayRef = match full.field(i).name().as_str() {
-            "trace" => trace_col(&t.name, rows),
-            "thread" => Arc::new(UInt32Array::from(vec![c.thread.0; rows])),
-            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.seq))),
-            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
-            "kind" => kind_col(std::mem::take(&mut kind), &ACCESS_KINDS),
-            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.size))),
-            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.addr))),
-            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.pc))),
-            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut values))),
-            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut atomic))),
-            other => unreachable!("accesses has no column {other}"),
-        };
-        out.push(col);
-    }
-    finish(schema, out, rows, warning)
-}
-
 /// The batch of `rows` rows (a query such as `count(*)` projects no column).
-fn finish(
-    schema: &SchemaRef,
-    cols: Vec<ArrayRef>,
-    rows: usize,
-    warning: Option<String>,
-) -> (Option<RecordBatch>, Option<String>) {
+fn finish(schema: &SchemaRef, cols: Vec<ArrayRef>, rows: usize, warning: Option<String>) -> Batch {
     let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
     match RecordBatch::try_new_with_options(schema.clone(), cols, &opts) {
         Ok(b) => (Some(b), warning),
@@ -389,90 +467,16 @@ fn finish(
     }
 }
 
-/// `calls` rows of one chunk (function entries and exits, with the call depth
-/// carried from chunk to chunk of the stream).
-fn call_batch(
-    data: &Dataset,
-    trace: usize,
-    c: &StreamChunk,
-    keep: &Keep,
-    schema: &SchemaRef,
-    dec: &mut ChunkDecoder,
-    st: &mut StreamState,
-) -> (Option<RecordBatch>, Option<String>) {
-    let t = &data.traces[trace];
-    let mut seq: Vec<u64> = Vec::new();
-    let mut clock: Vec<u64> = Vec::new();
-    let mut kind: Vec<i8> = Vec::new();
-    let mut site: Vec<Option<u64>> = Vec::new();
-    let mut frame: Vec<u64> = Vec::new();
-    let mut pc: Vec<u64> = Vec::new();
-    let mut depth: Vec<u32> = Vec::new();
-    let mut now = t.reader.chunks()[c.chunk].header.first_clock;
-    let mut index = c.first_index;
-    let res = dec.decode(&t.reader, c, |evs| {
-        for e in evs {
-            let i = index;
-            index += 1;
-            let (k, s, f, p, d) = match *e {
-                Event::Clock(v) => {
-                    now = v;
-                    continue;
-                }
-                Event::FuncEnter { pc, call_site, frame } => {
-                    st.depth += 1;
-                    (0i8, Some(call_site.0), frame.0, pc.0, st.depth - 1)
-                }
-                Event::FuncExit { pc } => {
-                    st.depth = st.depth.saturating_sub(1);
-                    (1, None, 0, pc.0, st.depth)
-                }
-                _ => continue,
-            };
-            seq.push(i);
-            clock.push(now);
-            kind.push(k);
-            site.push(s);
-            frame.push(f);
-            pc.push(p);
-            depth.push(d);
-        }
-    });
-    let warning =
-        res.err().map(|e| format!("{}: {e}; rows read up to the damage", t.path.display()));
-    let rows = kind.len();
-    if rows == 0 {
-        return (None, warning);
-    }
-    let full = schema_for(true);
-    let mut cols: Vec<ArrayRef> = Vec::with_capacity(keep.cols.len());
-    for &i in &keep.cols {
-        let col: ArrayRef = match full.field(i).name().as_str() {
-            "trace" => trace_col(&t.name, rows),
-            "thread" => Arc::new(UInt32Array::from(vec![c.thread.0; rows])),
-            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut seq))),
-            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
-            "kind" => kind_col(std::mem::take(&mut kind), &CALL_KINDS),
-            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut pc))),
-            "call_site" => Arc::new(UInt64Array::from(std::mem::take(&mut site))),
-            "frame" => Arc::new(UInt64Array::from(std::mem::take(&mut frame))),
-            "depth" => Arc::new(UInt32Array::from(std::mem::take(&mut depth))),
-            other => unreachable!("calls has no column {other}"),
-        };
-        cols.push(col);
-    }
-    finish(schema, cols, rows, warning)
-}
-
 fn schema_for(calls: bool) -> SchemaRef {
     schema(if calls { "calls" } else { "accesses" })
 }
 
-/// `accesses` or `calls`.
+/// A table: `accesses` and `calls` are scanned chunk by chunk, the others are
+/// built whole when a query reads them.
 #[derive(Debug)]
-struct EventTable {
+struct Table {
     data: Arc<Dataset>,
-    calls: bool,
+    name: &'static str,
 }
 
 impl std::fmt::Debug for Dataset {
@@ -547,32 +551,24 @@ fn pushed(calls: bool, e: &Expr) -> Option<Keep> {
     None
 }
 
-#[async_trait]
-impl TableProvider for EventTable {
-    fn schema(&self) -> SchemaRef {
-        schema_for(self.calls)
+impl Table {
+    /// `Some(calls)` for the tables scanned chunk by chunk: `calls` or `accesses`.
+    fn streamed(&self) -> Option<bool> {
+        match self.name {
+            "accesses" => Some(false),
+            "calls" => Some(true),
+            _ => None,
+        }
     }
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-    fn supports_filters_pushdown(&self, f: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        // Inexact: chunks are skipped, the engine still filters the rows.
-        Ok(f.iter()
-            .map(|e| {
-                if pushed(self.calls, e).is_some() {
-                    TableProviderFilterPushDown::Inexact
-                } else {
-                    TableProviderFilterPushDown::Unsupported
-                }
-            })
-            .collect())
-    }
-    async fn scan(
+
+    /// The plan of `accesses` or `calls`: the chunks the pushed filters rule out
+    /// are skipped, the others split into partitions.
+    fn scan_chunks(
         &self,
+        calls: bool,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let full = self.schema();
         let mut keep = Keep {
@@ -580,7 +576,7 @@ impl TableProvider for EventTable {
             ..Keep::default()
         };
         for f in filters {
-            if let Some(k) = pushed(self.calls, f) {
+            if let Some(k) = pushed(calls, f) {
                 if let Some(t) = k.threads {
                     keep.threads = Some(match keep.threads.take() {
                         Some(old) => old.intersection(&t).copied().collect(),
@@ -615,13 +611,13 @@ impl TableProvider for EventTable {
                 let outside = |w: Option<(u64, u64)>, lo: u64, hi: u64| {
                     w.is_some_and(|(a, b)| b < lo || a > hi || a > b)
                 };
-                if !self.calls
+                if !calls
                     && (outside(keep.seq, c.first_index, last_seq)
                         || outside(keep.clock, h.first_clock, last_clock))
                 {
                     continue;
                 }
-                if !self.calls {
+                if !calls {
                     if let Some(k) = keep.kinds {
                         // loads/stores counters: skip chunks that hold no access of a wanted kind
                         let has = (k[0] && h.counts.loads > 0)
@@ -640,7 +636,7 @@ impl TableProvider for EventTable {
                 }
             }
             for (_, chunks) in by_stream {
-                if self.calls {
+                if calls {
                     units.push((ti, chunks));
                 } else {
                     units.extend(chunks.into_iter().map(|c| (ti, vec![c])));
@@ -656,7 +652,7 @@ impl TableProvider for EventTable {
             let group: Vec<(usize, Vec<StreamChunk>)> = it.by_ref().take(per).collect();
             parts.push(Arc::new(Part {
                 data: self.data.clone(),
-                calls: self.calls,
+                calls,
                 keep: keep.clone(),
                 schema: projected.clone(),
                 units: Arc::new(group),
@@ -665,7 +661,7 @@ impl TableProvider for EventTable {
         if parts.is_empty() {
             parts.push(Arc::new(Part {
                 data: self.data.clone(),
-                calls: self.calls,
+                calls,
                 keep,
                 schema: projected.clone(),
                 units: Arc::new(Vec::new()),
@@ -713,7 +709,9 @@ impl PartitionStream for Part {
                 continue;
             };
             *k += 1;
-            let (b, w) = batch_from_chunk(&data, *trace, c, calls, &keep, &schema, &mut dec, st);
+            let rows =
+                ChunkRows { data: &data, trace: *trace, calls, keep: &keep, schema: &schema };
+            let (b, w) = rows.batch(c, &mut dec, st);
             if let Some(w) = w {
                 data.warn(w);
                 // the rest of a damaged stream cannot be trusted for depths; accesses go on
@@ -729,20 +727,22 @@ impl PartitionStream for Part {
     }
 }
 
-/// A table built whole when a query reads it.
-#[derive(Debug)]
-struct SmallTable {
-    data: Arc<Dataset>,
-    name: &'static str,
-}
-
 #[async_trait]
-impl TableProvider for SmallTable {
+impl TableProvider for Table {
     fn schema(&self) -> SchemaRef {
         schema(self.name)
     }
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+    fn supports_filters_pushdown(&self, f: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Inexact: chunks are skipped, the engine still filters the rows.
+        Ok(f.iter()
+            .map(|e| match self.streamed() {
+                Some(calls) if pushed(calls, e).is_some() => TableProviderFilterPushDown::Inexact,
+                _ => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
     }
     async fn scan(
         &self,
@@ -751,6 +751,9 @@ impl TableProvider for SmallTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if let Some(calls) = self.streamed() {
+            return self.scan_chunks(calls, state, projection, filters);
+        }
         let b = crate::small::build(&self.data, self.name)?;
         MemTable::try_new(self.schema(), vec![vec![b]])?
             .scan(state, projection, filters, limit)

@@ -1,6 +1,7 @@
 //! Tests of the index builder.
 
 use super::*;
+use crate::TileQuery;
 use memlens_analysis::NoNames;
 use memlens_format::{EventBuffer, TraceWriter};
 
@@ -40,7 +41,7 @@ fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
     assert_eq!(meta["max_rows"], 4);
     let ix = crate::Index::open(&dir).unwrap();
     assert_eq!(ix.bucket_size(0), Some(1));
-    let tiles = ix.tiles(0, 0, 11, false, 0..u32::MAX).unwrap();
+    let tiles = ix.tiles(&TileQuery::all(0, 0..11)).unwrap();
     let rows = |b: usize| -> Vec<(u64, u32, bool)> {
         tiles[b]
             .1
@@ -74,7 +75,7 @@ fn lines_enter_in_address_order_and_leave_when_their_age_runs_out() {
     assert_eq!(w[0].1.loads, 11);
     // The drawing columns: bucket 4's rows and flags as in the raw cells.
     let soa =
-        ix.tiles_soa_parts(0, 4, 5, false, 0..u32::MAX, crate::TileFields::Draw).unwrap().concat();
+        ix.tiles_soa_parts(&TileQuery::all(0, 4..5), crate::TileFields::Draw).unwrap().concat();
     let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
     assert_eq!((u(0), u(1), u(2), u(3)), (1, 4, 0, 4), "1 bucket (4) of 4 cells");
     assert_eq!([u(4), u(5), u(6), u(7)], [0, 1, 2, 3], "rows");
@@ -118,8 +119,8 @@ fn a_size_budget_leaves_out_the_finest_levels() {
         assert_eq!(small["levels"][l]["bucket"], full["levels"][lf]["bucket"]);
         let n = small["levels"][l]["buckets"].as_u64().unwrap();
         assert_eq!(
-            b.tiles(l, 0, n, false, 0..u32::MAX).unwrap(),
-            a.tiles(lf, 0, n, false, 0..u32::MAX).unwrap()
+            b.tiles(&TileQuery::all(l, 0..n)).unwrap(),
+            a.tiles(&TileQuery::all(lf, 0..n)).unwrap()
         );
     }
     // The other files of the left-out levels are gone.
@@ -139,7 +140,7 @@ fn a_trace_without_accesses_opens() {
         crate::build(&r, &path, &dir, &NoNames, BuildOptions::default(), &mut |_, _| {}).unwrap();
     assert_eq!(meta["ops"], 0);
     let ix = crate::Index::open(&dir).unwrap();
-    assert!(ix.tiles(0, 0, 10, false, 0..u32::MAX).unwrap().is_empty());
+    assert!(ix.tiles(&TileQuery::all(0, 0..10)).unwrap().is_empty());
     assert_eq!(ix.cell_count(0, 0, 10).unwrap(), 0);
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&path).unwrap();

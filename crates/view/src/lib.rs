@@ -45,7 +45,7 @@ pub use index::{annotation_path, build, BuildOptions, DEFAULT_SLACK};
 pub use live::{serve_live, LiveBackend};
 pub use place::{clean, size_of_dir};
 pub use serve::{serve, ServeOptions};
-pub use store::{Index, PcWindow, TileFields, WindowSums};
+pub use store::{Index, PcWindow, TileFields, TileQuery, WindowSums};
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! behind a random token.
 
 use crate::guard::{asset, page, serve_app};
-use crate::{Error, Index, TileFields, CELL_BYTES};
+use crate::{Error, Index, TileFields, TileQuery, CELL_BYTES};
 use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -188,13 +188,11 @@ async fn tiles(State(s): State<Arc<AppState>>, Query(p): Params) -> Response {
                 MAX_ANSWER >> 20
             ));
         }
+        let q = TileQuery { level, buckets: b0..b1, by_address: by_addr, rows: r0..r1 };
         if let Some(f) = fields {
-            return s
-                .index
-                .tiles_soa_parts(level, b0, b1, by_addr, r0..r1, f)
-                .map_err(|e| e.to_string());
+            return s.index.tiles_soa_parts(&q, f).map_err(|e| e.to_string());
         }
-        let t = s.index.tiles(level, b0, b1, by_addr, r0..r1).map_err(|e| e.to_string())?;
+        let t = s.index.tiles(&q).map_err(|e| e.to_string())?;
         let mut parts = Vec::with_capacity(t.len() * 2 + 1);
         parts.push((t.len() as u32).to_le_bytes().to_vec());
         for (b, cells) in t {

@@ -50,6 +50,28 @@ pub enum TileFields {
     Detail,
 }
 
+/// Which cells a tile answer holds: those of buckets `buckets` of `level` (clamped
+/// to the level) whose row is in `rows`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileQuery {
+    /// The level (0 is the finest).
+    pub level: usize,
+    /// Buckets of the level.
+    pub buckets: std::ops::Range<u64>,
+    /// Each cell's row is the rank of its line among all lines of the trace, instead
+    /// of its working-set row.
+    pub by_address: bool,
+    /// Rows kept.
+    pub rows: std::ops::Range<u32>,
+}
+
+impl TileQuery {
+    /// Every cell of `buckets` of `level`, in working-set rows.
+    pub fn all(level: usize, buckets: std::ops::Range<u64>) -> TileQuery {
+        TileQuery { level, buckets, by_address: false, rows: 0..u32::MAX }
+    }
+}
+
 /// An opened index.
 pub struct Index {
     dir: PathBuf,
@@ -279,24 +301,16 @@ impl Index {
         Ok(())
     }
 
-    /// The raw cells of buckets `b0..b1` of a level, as `(bucket, cells)` with
-    /// [`CELL_BYTES`]-byte records. With `by_address`, each cell's row is the rank of its
-    /// line among all lines of the trace instead of its working-set row. Only rows in
-    /// `rows` are kept.
-    pub fn tiles(
-        &self,
-        level: usize,
-        b0: u64,
-        b1: u64,
-        by_address: bool,
-        rows: std::ops::Range<u32>,
-    ) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+    /// The raw cells `q` asks for, as `(bucket, cells)` with [`CELL_BYTES`]-byte
+    /// records.
+    pub fn tiles(&self, q: &TileQuery) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+        let (level, b0, b1, by_address) = (q.level, q.buckets.start, q.buckets.end, q.by_address);
         let nb = self.levels.get(level).map_or(0, |l| l.offsets.len() as u64 - 1);
         let (b0, b1) = (b0.min(nb), b1.min(nb).max(b0.min(nb)));
         let mut out: Vec<(u64, Vec<u8>)> = (b0..b1).map(|b| (b, Vec::new())).collect();
         self.for_each_cell(level, b0, b1, by_address, |b, c| {
             let row = u32::from_le_bytes(c[16..20].try_into().unwrap_or_default());
-            if rows.contains(&row) {
+            if q.rows.contains(&row) {
                 out[(b - b0) as usize].1.extend_from_slice(c);
             }
         })?;
@@ -308,7 +322,7 @@ impl Index {
         self.lines.binary_search(&line_addr).unwrap_or_else(|i| i) as u32
     }
 
-    /// Buckets `b0..b1` of a level as structure-of-arrays little-endian columns, so
+    /// The cells `q` asks for as structure-of-arrays little-endian columns, so
     /// the browser views them as typed arrays without decoding: `u32 buckets`, the
     /// bucket numbers (`u32` each), the first cell of each bucket and the total
     /// (`u32` each), then per field one column over all cells. [`TileFields::Draw`]:
@@ -319,13 +333,10 @@ impl Index {
     /// them without copying them into one buffer.
     pub fn tiles_soa_parts(
         &self,
-        level: usize,
-        b0: u64,
-        b1: u64,
-        by_address: bool,
-        rows: std::ops::Range<u32>,
+        q: &TileQuery,
         fields: TileFields,
     ) -> Result<Vec<Vec<u8>>, Error> {
+        let (level, b0, b1, by_address) = (q.level, q.buckets.start, q.buckets.end, q.by_address);
         // (column, cell byte range) of the plain copied columns.
         let plain: &[std::ops::Range<usize>] = match fields {
             TileFields::Draw => &[16..20, 24..25, 26..27],
@@ -349,7 +360,7 @@ impl Index {
             } else {
                 u32::from_le_bytes(c[16..20].try_into().unwrap_or_default())
             };
-            if !rows.contains(&row) {
+            if !q.rows.contains(&row) {
                 return;
             }
             if let Some(x) = buckets.last_mut() {
@@ -529,7 +540,7 @@ fn read_span(f: &File, i: u64) -> Result<Span, Error> {
 #[cfg(test)]
 mod tests {
     use crate::index::tests::trace_of;
-    use crate::{build, BuildOptions, Index, TileFields, CELL_BYTES};
+    use crate::{build, BuildOptions, Index, TileFields, TileQuery, CELL_BYTES};
     use memlens_analysis::NoNames;
     use memlens_format::TraceReader;
 
@@ -608,7 +619,7 @@ mod tests {
         let want = reference(&addrs, 4, 64);
         let nb = ix.levels[0].offsets.len() as u64 - 1;
         assert_eq!(nb as usize, want.len());
-        let t = ix.tiles(0, 0, nb, false, 0..u32::MAX).unwrap();
+        let t = ix.tiles(&TileQuery::all(0, 0..nb)).unwrap();
         let got: Vec<Vec<[u64; 7]>> =
             t.iter().map(|(_, c)| c.chunks_exact(CELL_BYTES).map(fields).collect()).collect();
         for (b, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -620,14 +631,14 @@ mod tests {
         );
         // Any window, from inside any block.
         for (b0, b1) in [(1, 2), (777, 1900), (nb - 3, nb), (20_000, 40_000)] {
-            let part = ix.tiles(0, b0, b1, false, 0..u32::MAX).unwrap();
+            let part = ix.tiles(&TileQuery::all(0, b0..b1)).unwrap();
             assert_eq!(part[..], t[b0 as usize..b1 as usize], "{b0}..{b1}");
         }
         // Coarse levels: the working set at the bucket's end, touches summed.
         for level in 1..ix.levels() {
             let f = (ix.bucket_size(level).unwrap() / 4) as usize;
             let n = ix.levels[level].offsets.len() as u64 - 1;
-            for (b, cells) in ix.tiles(level, 0, n, false, 0..u32::MAX).unwrap() {
+            for (b, cells) in ix.tiles(&TileQuery::all(level, 0..n)).unwrap() {
                 let last = ((b as usize + 1) * f).min(want.len()) - 1;
                 let mut w = want[last].clone();
                 for c in w.iter_mut() {
@@ -651,12 +662,12 @@ mod tests {
             }
         }
         // A row filter keeps rows 5..10 of each bucket.
-        let f = ix.tiles(0, 100, 2100, false, 5..10).unwrap();
+        let f = ix.tiles(&TileQuery { rows: 5..10, ..TileQuery::all(0, 100..2100) }).unwrap();
         assert!(f.iter().all(|(_, c)| c.len() == 5 * CELL_BYTES));
         // Drawing columns across block boundaries: rows and ranks as in the cells.
         let (b0, b1) = (1000, 40000);
         let soa =
-            ix.tiles_soa_parts(0, b0, b1, false, 0..u32::MAX, TileFields::Draw).unwrap().concat();
+            ix.tiles_soa_parts(&TileQuery::all(0, b0..b1), TileFields::Draw).unwrap().concat();
         let u = |k: usize| u32::from_le_bytes(soa[k * 4..k * 4 + 4].try_into().unwrap());
         let nbk = (b1 - b0) as usize;
         assert_eq!(u(0) as usize, nbk);
@@ -691,7 +702,7 @@ mod tests {
             &(u64::from_le_bytes(good[16..24].try_into().unwrap()) + 1).to_le_bytes(),
         );
         std::fs::write(dir.join("blocks1.bin"), &blocks).unwrap();
-        let e = Index::open(&dir).unwrap().tiles(1, 0, 4, false, 0..u32::MAX).unwrap_err();
+        let e = Index::open(&dir).unwrap().tiles(&TileQuery::all(1, 0..4)).unwrap_err();
         assert!(e.to_string().contains("damaged index block"), "{e}");
         std::fs::write(dir.join("blocks1.bin"), &good).unwrap();
         // Offsets that run backwards (planted or damaged) are refused at open, with
