@@ -41,6 +41,11 @@ impl Cost {
     pub fn add(&mut self, o: &Cost) {
         crate::add_fields!(self, o; loads, stores, bytes, misses);
     }
+
+    /// Loads and stores.
+    pub fn accesses(&self) -> u64 {
+        self.loads + self.stores
+    }
 }
 
 /// One call path.

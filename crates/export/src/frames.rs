@@ -143,3 +143,19 @@ pub(crate) fn in_thread_order<S>(
     v.sort_by_key(|(t, _)| *t);
     v
 }
+
+impl Frames<'_> {
+    /// The summary of a finished export that drew `operations` memory operations
+    /// with these frames, after flushing `out`.
+    pub fn finish(
+        &self,
+        out: &mut impl std::io::Write,
+        mut sum: crate::Summary,
+        operations: u64,
+    ) -> Result<crate::Summary, crate::Error> {
+        out.flush()?;
+        sum.operations = operations;
+        sum.frames = self.list.len() as u64;
+        Ok(sum)
+    }
+}

@@ -381,10 +381,7 @@ pub fn perfetto_pb(
             w.write(&slice(t, seq.delta(ts), TYPE_SLICE_END, None))?;
         }
     }
-    w.out.flush()?;
-    sum.operations = now;
-    sum.frames = frames.list.len() as u64;
-    Ok(sum)
+    frames.finish(&mut w.out, sum, now)
 }
 
 #[cfg(test)]

@@ -192,10 +192,7 @@ fn write(
         Flavour::Perfetto => w.out.write_all(b"\n]}\n")?,
         Flavour::Spall => w.out.write_all(b"\n]\n")?,
     }
-    w.out.flush()?;
-    sum.operations = now;
-    sum.frames = frames.list.len() as u64;
-    Ok(sum)
+    frames.finish(&mut w.out, sum, now)
 }
 
 #[cfg(test)]

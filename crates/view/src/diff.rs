@@ -25,29 +25,7 @@ const DIFF_JS: &str = include_str!("../assets/diff.js");
 const DIFF_CSS: &str = include_str!("../assets/diff.css");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
 
-/// What a line, function or variable did in one trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Cost {
-    /// Loads (an atomic read-modify-write is a load and a store).
-    pub loads: u64,
-    /// Stores.
-    pub stores: u64,
-    /// Bytes loaded and stored.
-    pub bytes: u64,
-    /// Simulated cache misses (from a `TRACE.cachesim` annotation; 0 without one).
-    pub misses: u64,
-}
-
-impl Cost {
-    fn add(&mut self, o: &Cost) {
-        memlens_analysis::add_fields!(self, o; loads, stores, bytes, misses);
-    }
-
-    /// Loads and stores.
-    pub fn accesses(&self) -> u64 {
-        self.loads + self.stores
-    }
-}
+pub use memlens_analysis::calltree::Cost;
 
 /// `b − a`, saturating at i64's range.
 fn minus(a: u64, b: u64) -> i64 {
