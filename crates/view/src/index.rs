@@ -201,8 +201,8 @@ struct Builder<'n> {
     /// Per line: the last element named in it (`(off + 1) << 32 | var`, 0: none), so
     /// that a line's element is looked up once, not in every bucket that touches it.
     elem_memo: Vec<u64>,
-    /// Per line: the variable (id + 1) last counted in it by `vars`.
-    var_memo: Vec<u32>,
+    /// Per line: loads and stores, added up when each finest bucket closes.
+    line_totals: Vec<(u64, u64)>,
     /// Scratch of `emit`, kept across buckets.
     recs: Vec<TouchRec>,
     rest: Vec<(u64, u8, u8, u32)>,
@@ -260,7 +260,7 @@ impl<'n> Builder<'n> {
         let var = self.names.var_id(lo);
         self.line_vars.push(var);
         self.elem_memo.push(0);
-        self.var_memo.push(0);
+        self.line_totals.push((0, 0));
         self.line_stats.push(LineStat { thread: 255, ..LineStat::default() });
         i
     }
@@ -308,6 +308,7 @@ impl<'n> Builder<'n> {
             line_addrs,
             line_vars,
             elem_memo,
+            line_totals,
             names,
             ins,
             error,
@@ -420,6 +421,9 @@ impl<'n> Builder<'n> {
             for id in touched0.drain(..) {
                 let ls = &mut line_stats[id as usize];
                 ls.t0_live = false;
+                let tot = &mut line_totals[id as usize];
+                tot.0 += ls.t0.loads as u64;
+                tot.1 += ls.t0.stores as u64;
                 if let Some(n) = next.as_mut() {
                     n.touched.fold(id, &ls.t0);
                 }
@@ -475,15 +479,13 @@ impl<'n> Builder<'n> {
             let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
             let id = self.line_id(line, lo);
             // The variable's set of lines: only when the line last held another one.
+            let ls = &mut self.line_stats[id as usize];
             if let Some(v) = var {
-                if self.var_memo[id as usize] != v + 1 {
-                    self.var_memo[id as usize] = v + 1;
+                if ls.var_memo != v + 1 {
+                    ls.var_memo = v + 1;
                     self.vars.line(v, line);
                 }
             }
-            let ls = &mut self.line_stats[id as usize];
-            ls.loads += loads as u64;
-            ls.stores += stores as u64;
             if ls.threads & !tbit != 0 {
                 shared = true;
             }
@@ -711,7 +713,7 @@ pub fn build(
             line_addrs: Vec::new(),
             line_vars: Vec::new(),
             elem_memo: Vec::new(),
-            var_memo: Vec::new(),
+            line_totals: Vec::new(),
             recs: Vec::new(),
             rest: Vec::new(),
             all: Vec::new(),
@@ -910,9 +912,11 @@ pub fn build(
         // the table keeps the top rows, `variables.json` all (the diff of two traces).
         let all_vars = match &var_names {
             Some(names) => b.vars.top(names, usize::MAX),
-            None => crate::vars::from_lines(b.line_stats.iter().zip(&b.line_vars).map(|(ls, &v)| {
-                (b.names.var_list[v as usize].1.as_str(), ls.loads, ls.stores, ls.threads)
-            })),
+            None => crate::vars::from_lines(
+                b.line_stats.iter().zip(&b.line_vars).zip(&b.line_totals).map(|((ls, &v), t)| {
+                    (b.names.var_list[v as usize].1.as_str(), t.0, t.1, ls.threads)
+                }),
+            ),
         };
         fixed += crate::vars::write_all(dir, &all_vars)?;
         let top_vars: Vec<Value> = all_vars.into_iter().take(opts.top).collect();

@@ -27,12 +27,11 @@ impl Touch {
 }
 
 /// What an access reads and writes of its line, in one cache line of the host (the
-/// name of the line lives apart: it is read only when the index is written).
+/// name of the line and its totals live apart: they are read only when a bucket or
+/// the index is written).
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct LineStat {
-    pub(crate) loads: u64,
-    pub(crate) stores: u64,
     pub(crate) threads: u64,
     /// Insertion counter when last touched.
     pub(crate) stamp: u64,
@@ -40,6 +39,8 @@ pub(crate) struct LineStat {
     pub(crate) mask: u64,
     /// Its place in `Builder::ws` while live.
     pub(crate) pos: u32,
+    /// The variable (id + 1) last counted in it by the per-variable table.
+    pub(crate) var_memo: u32,
     /// Its touch in the current finest bucket, valid while `t0_live`.
     pub(crate) t0: Touch,
     /// In the working set.
