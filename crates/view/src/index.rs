@@ -51,6 +51,9 @@ const MAX_NAMED_ADDRS: usize = 1 << 22;
 /// Distinct names in the index.
 const MAX_VARS: usize = 100_000;
 
+/// Elements remembered per line when naming a bucket's touches.
+const MEMO_WAYS: usize = 8;
+
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
 
@@ -198,11 +201,14 @@ struct Builder<'n> {
     line_addrs: Vec<u64>,
     /// Per line: the name of its first byte.
     line_vars: Vec<u32>,
-    /// Per line: the last element named in it (`(off + 1) << 32 | var`, 0: none), so
-    /// that a line's element is looked up once, not in every bucket that touches it.
+    /// Per line, [`MEMO_WAYS`] elements named in it (`(off + 1) << 32 | var`, 0:
+    /// none; by `off / 8`), so that an element is looked up once, not in every
+    /// bucket that touches it.
     elem_memo: Vec<u64>,
-    /// Per line: loads and stores, added up when each finest bucket closes.
+    /// Per line: loads and stores, added up when each finest bucket closes (only
+    /// when the variables table is made from them: `count_lines`).
     line_totals: Vec<(u64, u64)>,
+    count_lines: bool,
     /// Scratch of `emit`, kept across buckets.
     recs: Vec<TouchRec>,
     rest: Vec<(u64, u8, u8, u32)>,
@@ -259,7 +265,7 @@ impl<'n> Builder<'n> {
         self.line_addrs.push(line << self.shift);
         let var = self.names.var_id(lo);
         self.line_vars.push(var);
-        self.elem_memo.push(0);
+        self.elem_memo.extend([0; MEMO_WAYS]);
         self.line_totals.push((0, 0));
         self.line_stats.push(LineStat { thread: 255, ..LineStat::default() });
         i
@@ -309,6 +315,7 @@ impl<'n> Builder<'n> {
             line_vars,
             elem_memo,
             line_totals,
+            count_lines,
             names,
             ins,
             error,
@@ -360,12 +367,12 @@ impl<'n> Builder<'n> {
         for r in recs.iter_mut() {
             let id = r.var as usize;
             let key = (r.off as u64 + 1) << 32;
-            let m = elem_memo[id];
-            r.var = if m >> 32 == key >> 32 {
-                m as u32
+            let memo = &mut elem_memo[id * MEMO_WAYS + (r.off as usize >> 3) % MEMO_WAYS];
+            r.var = if *memo >> 32 == key >> 32 {
+                *memo as u32
             } else {
                 let v = names.elem_var(r.addr + r.off as u64, line_vars[id]);
-                elem_memo[id] = key | v as u64;
+                *memo = key | v as u64;
                 v
             };
         }
@@ -421,9 +428,11 @@ impl<'n> Builder<'n> {
             for id in touched0.drain(..) {
                 let ls = &mut line_stats[id as usize];
                 ls.t0_live = false;
-                let tot = &mut line_totals[id as usize];
-                tot.0 += ls.t0.loads as u64;
-                tot.1 += ls.t0.stores as u64;
+                if *count_lines {
+                    let tot = &mut line_totals[id as usize];
+                    tot.0 += ls.t0.loads as u64;
+                    tot.1 += ls.t0.stores as u64;
+                }
                 if let Some(n) = next.as_mut() {
                     n.touched.fold(id, &ls.t0);
                 }
@@ -714,6 +723,7 @@ pub fn build(
             line_vars: Vec::new(),
             elem_memo: Vec::new(),
             line_totals: Vec::new(),
+            count_lines: true,
             recs: Vec::new(),
             rest: Vec::new(),
             all: Vec::new(),
@@ -735,6 +745,7 @@ pub fn build(
         // The analysis kernels for the tables take a second pass on another core;
         // sharing and the variables go with the pass that names each access.
         let access = namer.access_namer();
+        b.count_lines = access.is_none();
         let cur = CurrentVariable::default();
         let streams: std::collections::BTreeSet<ThreadId> =
             r.streams().iter().map(|s| s.thread).collect();
