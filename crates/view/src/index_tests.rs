@@ -177,7 +177,11 @@ struct ByAddr;
 
 impl memlens_analysis::Namer for ByAddr {
     fn code(&self, pc: Pc) -> memlens_analysis::CodeName {
-        memlens_analysis::CodeName { function: format!("{:#x}", pc.0), file: String::new(), line: 0 }
+        memlens_analysis::CodeName {
+            function: format!("{:#x}", pc.0),
+            file: String::new(),
+            line: 0,
+        }
     }
 
     fn data(&self, a: Addr) -> Option<memlens_analysis::DataName> {
@@ -251,7 +255,8 @@ impl Model {
         for line in first..=last {
             let base = line << 6;
             let (lo, hi) = (base.max(addr), (base + 64).min(end));
-            let bits = if hi - lo >= 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << (lo - base) };
+            let bits =
+                if hi - lo >= 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << (lo - base) };
             let l = self.lines.entry(base).or_insert(MLine { first: lo, ..MLine::default() });
             l.thread = t.0.min(254) as u8;
             l.loads += loads as u64;
@@ -400,11 +405,16 @@ fn the_map_matches_a_plain_model_of_the_working_set() {
                 .iter()
                 .map(|v| {
                     let n = |k: &str| v[k].as_u64().unwrap();
-                    (text(&v["variable"]), (n("loads"), n("stores"), n("cache_lines"), n("threads")))
+                    (
+                        text(&v["variable"]),
+                        (n("loads"), n("stores"), n("cache_lines"), n("threads")),
+                    )
                 })
                 .collect();
-            let want: BTreeMap<_, _> =
-                want.into_iter().map(|(k, v)| (k, (v.0, v.1, v.2, v.3.count_ones() as u64))).collect();
+            let want: BTreeMap<_, _> = want
+                .into_iter()
+                .map(|(k, v)| (k, (v.0, v.1, v.2, v.3.count_ones() as u64)))
+                .collect();
             assert_eq!(got, want);
         }
         let n = m.buckets.len() as u64;
