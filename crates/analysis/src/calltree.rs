@@ -89,6 +89,9 @@ pub struct CallTree<'n> {
     annotation: Option<&'n Annotation>,
     starts: FxHashMap<Pc, u64>,
     stacks: HashMap<ThreadId, CallStack<Frame>>,
+    /// The node of the last thread that accessed memory: accesses skip the stack
+    /// lookup until that thread (or any other) enters or leaves a function.
+    cur: Option<(ThreadId, u32)>,
     accesses: HashMap<ThreadId, u64>,
     nodes: Vec<Node>,
     children: FxHashMap<(u32, u64), u32>,
@@ -103,6 +106,7 @@ impl<'n> CallTree<'n> {
             annotation: None,
             starts: FxHashMap::default(),
             stacks: HashMap::new(),
+            cur: None,
             accesses: HashMap::new(),
             nodes: vec![Node::default()],
             children: FxHashMap::default(),
@@ -139,7 +143,14 @@ impl<'n> CallTree<'n> {
     }
 
     fn access(&mut self, t: ThreadId, loads: u64, stores: u64, bytes: u64) {
-        let node = self.stacks.get(&t).and_then(|s| s.last()).map_or(0, |f| f.node);
+        let node = match self.cur {
+            Some((c, n)) if c == t => n,
+            _ => {
+                let n = self.stacks.get(&t).and_then(|s| s.last()).map_or(0, |f| f.node);
+                self.cur = Some((t, n));
+                n
+            }
+        };
         let mut misses = 0;
         if let Some(a) = self.annotation {
             let k = self.accesses.entry(t).or_insert(0);
@@ -175,6 +186,7 @@ impl Kernel for CallTree<'_> {
                 self.access(t, 1, w, u64::from(size) * (1 + w));
             }
             Event::FuncEnter { pc, frame, .. } => {
+                self.cur = None;
                 let fstart = self.fstart(pc);
                 let st = self.stacks.entry(t).or_default();
                 // frames a longjmp left close first: the new call's parent is what remains
@@ -186,6 +198,7 @@ impl Kernel for CallTree<'_> {
                 st.enter(Frame { node, fp: frame.0, fstart }, |_, _| {});
             }
             Event::FuncExit { pc } => {
+                self.cur = None;
                 let fstart = if pc.0 == 0 { 0 } else { self.fstart(pc) };
                 if let Some(st) = self.stacks.get_mut(&t) {
                     st.exit(fstart, |_, _| {});

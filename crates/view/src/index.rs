@@ -2,6 +2,7 @@
 
 use crate::flame::Calls;
 use crate::fx::{FxMap, Gate};
+use crate::linestate::{LineIds, LineStat, ThreadOps, Touch, TouchSet};
 use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
 use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
@@ -50,32 +51,11 @@ const MAX_NAMED_ADDRS: usize = 1 << 22;
 /// Distinct names in the index.
 const MAX_VARS: usize = 100_000;
 
+/// Elements remembered per line when naming a bucket's touches.
+const MEMO_WAYS: usize = 8;
+
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
-
-/// Accumulated accesses to one line within the current bucket of one level.
-#[derive(Clone, Copy, Default)]
-struct Touch {
-    loads: u32,
-    stores: u32,
-    pc: u32,
-    /// Address of the last access within the line (named when the bucket is written).
-    addr: u64,
-    off: u8,
-    thread: u8,
-}
-
-impl Touch {
-    /// Folds a later touch into this one: counts add up, the last access wins.
-    fn fold(&mut self, later: &Touch) {
-        self.loads = self.loads.saturating_add(later.loads);
-        self.stores = self.stores.saturating_add(later.stores);
-        self.pc = later.pc;
-        self.addr = later.addr;
-        self.off = later.off;
-        self.thread = later.thread;
-    }
-}
 
 /// What one code address did within the current bucket of one level.
 #[derive(Clone, Copy, Default)]
@@ -120,7 +100,7 @@ struct Level {
     /// Touches and code-address sums of the current bucket, by line id and pc id; the
     /// finest level keeps them in `LineStat::t0` / `Builder::pc_win0` instead (no
     /// hashing per access) and hands them up when its bucket closes.
-    touched: FxMap<u32, Touch>,
+    touched: TouchSet,
     win: FxMap<u32, Win>,
     offsets: Vec<u64>,
     cells: u64,
@@ -137,7 +117,6 @@ struct Level {
 
 /// Slots of the builder's pc and line caches (powers of two).
 const PC_CACHE: usize = 256;
-const LINE_CACHE: usize = 4096;
 
 /// A key frame at least every this many touched lines (and the working set's size).
 const KEY_MIN: u64 = 1 << 15;
@@ -153,28 +132,6 @@ struct PcStat {
     misses: u64,
     mem: u64,
     threads: u64,
-}
-
-/// Everything kept per cache line, indexed by line id.
-#[derive(Default, Clone)]
-struct LineStat {
-    var: u32,
-    loads: u64,
-    stores: u64,
-    threads: u64,
-    /// In the working set.
-    live: bool,
-    /// Its place in `Builder::ws` while live.
-    pos: u32,
-    /// Last thread that touched it (255: none).
-    thread: u8,
-    /// Insertion counter when last touched.
-    stamp: u64,
-    /// Bytes of the line touched since it entered.
-    mask: u64,
-    /// Its touch in the current finest bucket, valid while `t0_live`.
-    t0_live: bool,
-    t0: Touch,
 }
 
 /// Data names: per distinct address while the tables stay small.
@@ -239,11 +196,24 @@ struct Builder<'n> {
     pc_stats: Vec<PcStat>,
     pc_win0: Vec<Win>,
     win0_list: Vec<u32>,
-    lines: FxMap<u64, u32>,
-    /// Recent line → line id, direct-mapped (a loop's lines skip the map).
-    line_cache: Vec<(u64, u32)>,
+    lines: LineIds,
     line_stats: Vec<LineStat>,
     line_addrs: Vec<u64>,
+    /// Per line: the name of its first byte.
+    line_vars: Vec<u32>,
+    /// Per line, [`MEMO_WAYS`] elements named in it (`(off + 1) << 32 | var`, 0:
+    /// none; by `off / 8`), so that an element is looked up once, not in every
+    /// bucket that touches it.
+    elem_memo: Vec<u64>,
+    /// Per line: loads and stores, added up when each finest bucket closes (only
+    /// when the variables table is made from them: `count_lines`).
+    line_totals: Vec<(u64, u64)>,
+    count_lines: bool,
+    /// Scratch of `emit`, kept across buckets.
+    recs: Vec<TouchRec>,
+    rest: Vec<(u64, u8, u8, u32)>,
+    all: Vec<(u64, u32)>,
+    wbuf: Vec<u8>,
     touched0: Vec<u32>,
     funcs: HashMap<String, u32>,
     func_list: Vec<String>,
@@ -253,7 +223,7 @@ struct Builder<'n> {
     calls: Calls,
     annotation: Option<Annotation>,
     access_index: FxMap<ThreadId, u64>,
-    threads: FxMap<u32, u64>,
+    threads: ThreadOps,
     lanes: crate::lanes::LaneBuilder,
     error: Option<std::io::Error>,
     /// Per variable, when the namer names each access.
@@ -284,24 +254,21 @@ impl<'n> Builder<'n> {
     }
 
     /// The id of cache line `line`; `lo` names it when it is new.
+    #[inline]
     fn line_id(&mut self, line: u64, lo: u64) -> u32 {
-        let slot = line as usize & (LINE_CACHE - 1);
-        if self.line_cache[slot].0 == line {
-            return self.line_cache[slot].1;
+        let slot = self.lines.slot(line);
+        if *slot != 0 {
+            return *slot - 1;
         }
-        let id = match self.lines.get(&line) {
-            Some(&i) => i,
-            None => {
-                let i = self.line_addrs.len() as u32;
-                self.lines.insert(line, i);
-                self.line_addrs.push(line << self.shift);
-                let var = self.names.var_id(lo);
-                self.line_stats.push(LineStat { var, thread: 255, ..LineStat::default() });
-                i
-            }
-        };
-        self.line_cache[slot] = (line, id);
-        id
+        let i = self.line_addrs.len() as u32;
+        *slot = i + 1;
+        self.line_addrs.push(line << self.shift);
+        let var = self.names.var_id(lo);
+        self.line_vars.push(var);
+        self.elem_memo.extend([0; MEMO_WAYS]);
+        self.line_totals.push((0, 0));
+        self.line_stats.push(LineStat { thread: 255, ..LineStat::default() });
+        i
     }
 
     fn func_id(&mut self, pc: Pc) -> u32 {
@@ -345,6 +312,10 @@ impl<'n> Builder<'n> {
             ws,
             line_stats,
             line_addrs,
+            line_vars,
+            elem_memo,
+            line_totals,
+            count_lines,
             names,
             ins,
             error,
@@ -352,6 +323,10 @@ impl<'n> Builder<'n> {
             pc_win0,
             win0_list,
             budget,
+            recs,
+            rest,
+            all,
+            wbuf,
             ..
         } = self;
         let (lower, upper) = levels.split_at_mut(li + 1);
@@ -359,7 +334,7 @@ impl<'n> Builder<'n> {
         let mut next = upper.first_mut();
         lv.offsets.push(lv.cells);
         // The touched lines still in the working set, in address order (their rows').
-        let mut recs: Vec<TouchRec> = Vec::new();
+        recs.clear();
         let mut add = |id: u32, t: &Touch| {
             let ls = &line_stats[id as usize];
             if ls.live {
@@ -381,17 +356,25 @@ impl<'n> Builder<'n> {
                 add(id, &line_stats[id as usize].t0);
             }
         } else {
-            for (&id, t) in lv.touched.iter() {
-                add(id, t);
+            for (id, t) in lv.touched.list.iter() {
+                add(*id, t);
             }
         }
         recs.sort_unstable_by_key(|r| r.addr);
         // Touched: the element the last access named (named in row order, as the ids
-        // are handed out in that order).
+        // are handed out in that order). A line's last element is remembered: naming
+        // the same address again changes nothing (the name tables only grow).
         for r in recs.iter_mut() {
             let id = r.var as usize;
-            let addr = if li == 0 { line_stats[id].t0.addr } else { lv.touched[&r.var].addr };
-            r.var = names.elem_var(addr, line_stats[id].var);
+            let key = (r.off as u64 + 1) << 32;
+            let memo = &mut elem_memo[id * MEMO_WAYS + (r.off as usize >> 3) % MEMO_WAYS];
+            r.var = if *memo >> 32 == key >> 32 {
+                *memo as u32
+            } else {
+                let v = names.elem_var(r.addr + r.off as u64, line_vars[id]);
+                *memo = key | v as u64;
+                v
+            };
         }
         // A finer level already over the size budget will be left out: stop writing it
         // (the coarsest is always kept).
@@ -408,13 +391,13 @@ impl<'n> Builder<'n> {
             lv.since_key = 0;
         }
         lv.since_key += recs.len() as u64;
-        let mut rest = Vec::new();
+        rest.clear();
         if key {
-            let mut all: Vec<(u64, u32)> =
-                ws.iter().map(|&id| (line_addrs[id as usize], id)).collect();
+            all.clear();
+            all.extend(ws.iter().map(|&id| (line_addrs[id as usize], id)));
             all.sort_unstable();
             let mut k = 0;
-            for &(addr, id) in &all {
+            for &(addr, id) in all.iter() {
                 if recs.get(k).is_some_and(|r| r.addr == addr) {
                     k += 1;
                     continue;
@@ -424,15 +407,15 @@ impl<'n> Builder<'n> {
             }
         }
         if !lv.dead {
-            encode_bucket(&mut lv.out, *ins, &recs, &rest);
+            encode_bucket(&mut lv.out, *ins, recs, rest);
             lv.out.end_bucket();
         }
         lv.cells += ws.len() as u64;
         // This bucket's sums per code address.
         lv.woffsets.push(lv.wrecords);
-        let mut buf = Vec::new();
+        wbuf.clear();
         let mut wins = |pc: u32, w: &Win, next: &mut Option<&mut Level>| {
-            buf.extend_from_slice(&w.record(pc));
+            wbuf.extend_from_slice(&w.record(pc));
             if let Some(n) = next {
                 n.win.entry(pc).or_default().fold(w);
             }
@@ -445,29 +428,32 @@ impl<'n> Builder<'n> {
             for id in touched0.drain(..) {
                 let ls = &mut line_stats[id as usize];
                 ls.t0_live = false;
+                if *count_lines {
+                    let tot = &mut line_totals[id as usize];
+                    tot.0 += ls.t0.loads as u64;
+                    tot.1 += ls.t0.stores as u64;
+                }
                 if let Some(n) = next.as_mut() {
-                    n.touched.entry(id).or_default().fold(&ls.t0);
+                    n.touched.fold(id, &ls.t0);
                 }
             }
         } else {
             for (pc, w) in lv.win.drain() {
                 wins(pc, &w, &mut next);
             }
-            match next.as_mut() {
-                Some(n) => {
-                    for (id, t) in lv.touched.drain() {
-                        n.touched.entry(id).or_default().fold(&t);
-                    }
+            if let Some(n) = next.as_mut() {
+                for (id, t) in lv.touched.list.iter() {
+                    n.touched.fold(*id, t);
                 }
-                None => lv.touched.clear(),
             }
+            lv.touched.list.clear();
         }
-        lv.wrecords += (buf.len() / WINDOW_BYTES) as u64;
+        lv.wrecords += (wbuf.len() / WINDOW_BYTES) as u64;
         if lv.wrecords > MAX_WINDOW_RECORDS || lv.dead {
             lv.wout = None;
         }
         if let Some(w) = &mut lv.wout {
-            w.push(&buf);
+            w.push(wbuf);
             w.end_bucket();
             if w.raw_len() >= WINDOW_BLOCK {
                 if let Err(e) = w.cut() {
@@ -493,6 +479,7 @@ impl<'n> Builder<'n> {
         // A huge memcpy/memset: the map shows its first 4096 lines.
         let last = last.min(first + 4095);
         let mut shared = false;
+        let var = self.vars.begin(tbit, loads, stores);
         for line in first..=last {
             let lo = (line << self.shift).max(addr);
             let hi = ((line + 1) << self.shift).min(addr + len.max(1));
@@ -500,9 +487,14 @@ impl<'n> Builder<'n> {
             let nbytes = (hi - lo) as u32;
             let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
             let id = self.line_id(line, lo);
+            // The variable's set of lines: only when the line last held another one.
             let ls = &mut self.line_stats[id as usize];
-            ls.loads += loads as u64;
-            ls.stores += stores as u64;
+            if let Some(v) = var {
+                if ls.var_memo != v + 1 {
+                    ls.var_memo = v + 1;
+                    self.vars.line(v, line);
+                }
+            }
             if ls.threads & !tbit != 0 {
                 shared = true;
             }
@@ -513,11 +505,10 @@ impl<'n> Builder<'n> {
                 ls.t0 = Touch::default();
                 self.touched0.push(id);
             }
-            ls.t0.fold(&Touch { loads, stores, pc: pcid, addr: lo, off: off as u8, thread: tb });
+            ls.t0.fold(&Touch { loads, stores, pc: pcid, off: off as u8 });
             self.touch_ws(id, bits);
         }
         self.max_rows = self.max_rows.max(self.ws.len());
-        self.vars.add(tbit, loads, stores, first..=last);
         let ps = &mut self.pc_stats[pcid as usize];
         ps.loads += loads as u64;
         ps.stores += stores as u64;
@@ -548,7 +539,7 @@ impl<'n> Builder<'n> {
             }
             *k += 1;
         }
-        *self.threads.entry(t.0).or_insert(0) += 1;
+        self.threads.add(t.0);
         self.op += 1;
     }
 
@@ -611,7 +602,7 @@ impl Kernel for Builder<'_> {
             }
             Event::FuncExit { pc } => self.calls.exit(self.namer, t, *pc, self.op),
             Event::Time(ns) => {
-                let mine = self.threads.get(&t.0).copied().unwrap_or(0);
+                let mine = self.threads.get(t.0);
                 self.lanes.stamp(t, *ns, self.op, mine);
             }
             Event::ThreadStart { os_tid, name, .. } => self.lanes.start(t, *os_tid, name),
@@ -676,7 +667,7 @@ pub fn build(
             levels.push(Level {
                 bsize,
                 bucket: 0,
-                touched: FxMap::default(),
+                touched: TouchSet::default(),
                 win: FxMap::default(),
                 offsets: Vec::new(),
                 cells: 0,
@@ -726,10 +717,17 @@ pub fn build(
             pc_stats: Vec::new(),
             pc_win0: Vec::new(),
             win0_list: Vec::new(),
-            lines: FxMap::default(),
-            line_cache: vec![(u64::MAX, 0); LINE_CACHE],
+            lines: LineIds::default(),
             line_stats: Vec::new(),
             line_addrs: Vec::new(),
+            line_vars: Vec::new(),
+            elem_memo: Vec::new(),
+            line_totals: Vec::new(),
+            count_lines: true,
+            recs: Vec::new(),
+            rest: Vec::new(),
+            all: Vec::new(),
+            wbuf: Vec::new(),
             touched0: Vec::new(),
             funcs: HashMap::new(),
             func_list: Vec::new(),
@@ -738,7 +736,7 @@ pub fn build(
             calls: Calls::default(),
             annotation,
             access_index: FxMap::default(),
-            threads: FxMap::default(),
+            threads: ThreadOps::default(),
             lanes: Default::default(),
             error: None,
             vars: crate::vars::VarCounts::default(),
@@ -747,6 +745,7 @@ pub fn build(
         // The analysis kernels for the tables take a second pass on another core;
         // sharing and the variables go with the pass that names each access.
         let access = namer.access_namer();
+        b.count_lines = access.is_none();
         let cur = CurrentVariable::default();
         let streams: std::collections::BTreeSet<ThreadId> =
             r.streams().iter().map(|s| s.thread).collect();
@@ -868,7 +867,7 @@ pub fn build(
         for (rank, &i) in order.iter().enumerate() {
             let addr = b.line_addrs[i as usize];
             bytes.extend_from_slice(&addr.to_le_bytes());
-            let var = b.line_stats[i as usize].var;
+            let var = b.line_vars[i as usize];
             line_vars.extend_from_slice(&var.to_le_bytes());
             match cur {
                 Some((v, r0, prev))
@@ -895,7 +894,7 @@ pub fn build(
         std::fs::write(&p, &line_vars).map_err(|e| io("write", &p, e))?;
         let offset = r.meta().options.iter().rev().find(|o| o.0 == "clock_offset");
         let offset = offset.and_then(|o| o.1.parse::<i64>().ok());
-        let ops_of = |t: u32| b.threads.get(&t).copied().unwrap_or(0);
+        let ops_of = |t: u32| b.threads.get(t);
         let (lanes, time, lane_bytes) =
             std::mem::take(&mut b.lanes).finish(dir, ops_of, end, offset)?;
         let mut fixed = (bytes.len() + line_vars.len()) as u64 + lane_bytes;
@@ -924,9 +923,11 @@ pub fn build(
         // the table keeps the top rows, `variables.json` all (the diff of two traces).
         let all_vars = match &var_names {
             Some(names) => b.vars.top(names, usize::MAX),
-            None => crate::vars::from_lines(b.line_stats.iter().map(|ls| {
-                (b.names.var_list[ls.var as usize].1.as_str(), ls.loads, ls.stores, ls.threads)
-            })),
+            None => crate::vars::from_lines(
+                b.line_stats.iter().zip(&b.line_vars).zip(&b.line_totals).map(|((ls, &v), t)| {
+                    (b.names.var_list[v as usize].1.as_str(), t.0, t.1, ls.threads)
+                }),
+            ),
         };
         fixed += crate::vars::write_json(dir, crate::vars::VARIABLES_FILE, &all_vars)?;
         fixed += crate::vars::write_json(
@@ -957,7 +958,7 @@ pub fn build(
             "max_depth": max_depth,
             "lanes": lanes,
             "time": time,
-            "threads": b.threads.iter().collect::<BTreeMap<_, _>>().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
+            "threads": b.threads.sorted().into_iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>(),
             "functions": b.func_list,
             "function_files": b.func_files,
             "pcs": pcs,

@@ -171,3 +171,271 @@ fn skipping_the_sharing_kernels_of_a_one_thread_trace_changes_no_table() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Names every code address by its value and every 4 bytes of data apart (variables
+/// of 1 KiB), so that a cell's names say which access it kept.
+struct ByAddr;
+
+impl memlens_analysis::Namer for ByAddr {
+    fn code(&self, pc: Pc) -> memlens_analysis::CodeName {
+        memlens_analysis::CodeName {
+            function: format!("{:#x}", pc.0),
+            file: String::new(),
+            line: 0,
+        }
+    }
+
+    fn data(&self, a: Addr) -> Option<memlens_analysis::DataName> {
+        Some(memlens_analysis::DataName {
+            name: format!("e{}", a.0 / 4),
+            variable: format!("v{}", a.0 / 1024),
+        })
+    }
+}
+
+/// A line in the model: in the working set while `stamp` is less than `max_age`
+/// insertions old.
+#[derive(Default)]
+struct MLine {
+    live: bool,
+    stamp: u64,
+    mask: u64,
+    thread: u8,
+    /// Where its first access started (its name when untouched).
+    first: u64,
+    loads: u64,
+    stores: u64,
+    threads: u64,
+}
+
+/// A map cell as the model expects it: address, (pc, loads, stores, offset) when
+/// touched, element name, bytes used, last thread, age left in 1/255.
+type MCell = (u64, Option<(u64, u16, u16, u8)>, String, u8, u8, u8);
+
+/// The working-set map from its definition, plainly (every line in one ordered
+/// map, every bucket's rows from a walk over it), fed in the builder's merged order.
+struct Model {
+    bs: u64,
+    max_age: u64,
+    op: u64,
+    ins: u64,
+    lines: BTreeMap<u64, MLine>,
+    /// The current bucket's touches: pc, loads, stores, address of the last access.
+    touched: BTreeMap<u64, (u64, u32, u32, u64)>,
+    buckets: Vec<Vec<MCell>>,
+}
+
+impl Model {
+    fn flush(&mut self) {
+        let name = |a: u64| format!("e{}", a / 4);
+        let mut rows = Vec::new();
+        for (&addr, l) in self.lines.iter().filter(|(_, l)| l.live) {
+            let left = self.max_age - (self.ins - l.stamp);
+            let age = (left * 255 / self.max_age) as u8;
+            let used = l.mask.count_ones() as u8;
+            let (touch, n) = match self.touched.get(&addr) {
+                Some(&(pc, ld, st, last)) => {
+                    let t = (pc, ld.min(65535) as u16, st.min(65535) as u16, (last - addr) as u8);
+                    (Some(t), name(last))
+                }
+                None => (None, name(l.first)),
+            };
+            rows.push((addr, touch, n, used, l.thread, age));
+        }
+        self.buckets.push(rows);
+        self.touched.clear();
+    }
+
+    fn access(&mut self, t: ThreadId, pc: u64, addr: u64, len: u64, loads: u32, stores: u32) {
+        while self.op >= (self.buckets.len() as u64 + 1) * self.bs {
+            self.flush();
+        }
+        let end = addr + len.max(1);
+        let first = addr >> 6;
+        let last = ((end - 1) >> 6).min(first + 4095);
+        for line in first..=last {
+            let base = line << 6;
+            let (lo, hi) = (base.max(addr), (base + 64).min(end));
+            let bits =
+                if hi - lo >= 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << (lo - base) };
+            let l = self.lines.entry(base).or_insert(MLine { first: lo, ..MLine::default() });
+            l.thread = t.0.min(254) as u8;
+            l.loads += loads as u64;
+            l.stores += stores as u64;
+            l.threads |= 1 << (t.0 % 64);
+            let e = self.touched.entry(base).or_default();
+            *e = (pc, e.1 + loads, e.2 + stores, lo);
+            if l.live {
+                l.mask |= bits;
+                l.stamp = self.ins;
+                continue;
+            }
+            self.ins += 1;
+            let (ins, max_age) = (self.ins, self.max_age);
+            for o in self.lines.values_mut() {
+                if o.live && o.stamp + max_age <= ins {
+                    o.live = false;
+                }
+            }
+            let l = self.lines.get_mut(&base).unwrap();
+            (l.live, l.stamp, l.mask) = (true, ins, bits);
+        }
+        self.op += 1;
+    }
+}
+
+impl memlens_analysis::Kernel for Model {
+    type Output = Model;
+
+    fn process(&mut self, t: ThreadId, ev: &Event) {
+        let rw = |k: &AccessKind| if *k == AccessKind::Read { (1, 0) } else { (0, 1) };
+        match ev {
+            Event::Access { pc, addr, size, kind, .. } => {
+                let (l, s) = rw(kind);
+                self.access(t, pc.0, addr.0, *size as u64, l, s)
+            }
+            Event::Range { pc, addr, len, kind } => {
+                let (l, s) = rw(kind);
+                self.access(t, pc.0, addr.0, *len, l, s)
+            }
+            Event::Rmw { pc, addr, size, .. } => self.access(t, pc.0, addr.0, *size as u64, 1, 1),
+            _ => {}
+        }
+    }
+
+    fn finish(mut self) -> Model {
+        if self.op > self.buckets.len() as u64 * self.bs {
+            self.flush();
+        }
+        self
+    }
+}
+
+/// Three threads' pseudo-random loads, stores, ranges across lines and atomics over
+/// a few hundred lines, written in several chunks each.
+fn mixed_trace(name: &str, per_thread: u64) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("view-{name}-{}.trace", std::process::id()));
+    let mut w = TraceWriter::new(File::create(&path).unwrap(), 1, 1).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for chunk in 0..4 {
+        for t in 0..3u32 {
+            let mut buf = EventBuffer::new();
+            let mut hot = 0x10000 + 64 * (next() % 300);
+            for _ in 0..per_thread / 4 {
+                let r = next();
+                // mostly near the last access, sometimes anywhere
+                if r % 8 == 0 {
+                    hot = 0x10000 + 64 * (next() % 300);
+                }
+                let addr = hot + (r >> 8) % 192;
+                let pc = Pc(0x400 + 4 * ((r >> 20) % 11));
+                let kind = if (r >> 30) % 3 == 0 { AccessKind::Write } else { AccessKind::Read };
+                buf.push(&match (r >> 40) % 16 {
+                    0 => Event::Range { pc, addr: Addr(addr), len: (r >> 44) % 300, kind },
+                    1 => Event::Rmw {
+                        pc,
+                        addr: Addr(addr & !7),
+                        size: 8,
+                        op: memlens_format::RmwOp::FetchAdd,
+                        value: None,
+                    },
+                    _ => Event::Access {
+                        pc,
+                        addr: Addr(addr),
+                        size: 1 << ((r >> 48) % 4),
+                        kind,
+                        atomic: false,
+                        value: None,
+                    },
+                });
+            }
+            w.write_events(t, &mut buf, chunk == 3).unwrap();
+        }
+    }
+    w.finish(|_| {}).unwrap();
+    path
+}
+
+/// Every cell of every bucket at the three finest levels, and the variables table,
+/// as the plain model of the map gives them: the builder's bookkeeping (line ids,
+/// per-level touch sets, remembered names, key frames) changes no answer.
+#[test]
+fn the_map_matches_a_plain_model_of_the_working_set() {
+    let path = mixed_trace("model", 24_000);
+    let r = TraceReader::open(&path).unwrap();
+    let dir = crate::index_dir(&path);
+    let ops: u64 = r.streams().iter().map(|s| s.counts.loads as u64 + s.counts.stores as u64).sum();
+    let opts = BuildOptions { max_age: 16, max_buckets: ops, ..BuildOptions::default() };
+    let meta = crate::build(&r, &path, &dir, &ByAddr, opts, &mut |_, _| {}).unwrap();
+    let ix = crate::Index::open(&dir).unwrap();
+    let text = |v: &Value| v.as_str().unwrap().to_string();
+    let pc_name = |id: u32| text(&meta["pcs"][id as usize][0]);
+    let var_name = |id: u32| text(&meta["vars"][id as usize][0]);
+    assert!(meta["levels"].as_array().unwrap().len() >= 3);
+    for (level, bs) in [(0, 1), (1, 4), (2, 16)] {
+        assert_eq!(ix.bucket_size(level), Some(bs));
+        let m = Model {
+            bs,
+            max_age: 16,
+            op: 0,
+            ins: 0,
+            lines: BTreeMap::new(),
+            touched: BTreeMap::new(),
+            buckets: Vec::new(),
+        };
+        let m = memlens_analysis::drive_merged(&r, m, |_| {}).unwrap();
+        if level == 0 {
+            assert_eq!(meta["ops"], m.op);
+            assert_eq!(meta["distinct_lines"], m.lines.len());
+            // a few key frames per level: blocks are replayed from them
+            assert!(m.op > 2 * KEY_MIN, "{} operations", m.op);
+            // every line's totals, by the variable of its first access
+            let mut want: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
+            for l in m.lines.values() {
+                let e = want.entry(format!("v{}", l.first / 1024)).or_default();
+                (e.0, e.1, e.2, e.3) = (e.0 + l.loads, e.1 + l.stores, e.2 + 1, e.3 | l.threads);
+            }
+            let got: BTreeMap<String, (u64, u64, u64, u64)> = crate::vars::read_all(&dir)
+                .unwrap()
+                .iter()
+                .map(|v| {
+                    let n = |k: &str| v[k].as_u64().unwrap();
+                    (
+                        text(&v["variable"]),
+                        (n("loads"), n("stores"), n("cache_lines"), n("threads")),
+                    )
+                })
+                .collect();
+            let want: BTreeMap<_, _> = want
+                .into_iter()
+                .map(|(k, v)| (k, (v.0, v.1, v.2, v.3.count_ones() as u64)))
+                .collect();
+            assert_eq!(got, want);
+        }
+        let n = m.buckets.len() as u64;
+        let tiles = ix.tiles(level, 0, n, false, 0..u32::MAX).unwrap();
+        assert_eq!(tiles.len() as u64, n, "level {level}");
+        for ((b, cells), want) in tiles.iter().zip(&m.buckets) {
+            let got: Vec<MCell> = cells
+                .chunks_exact(crate::CELL_BYTES)
+                .map(|c| {
+                    let u32at = |o: usize| u32::from_le_bytes(c[o..o + 4].try_into().unwrap());
+                    let u16at = |o: usize| u16::from_le_bytes(c[o..o + 2].try_into().unwrap());
+                    let addr = u64::from_le_bytes(c[0..8].try_into().unwrap());
+                    let pc = u64::from_str_radix(&pc_name(u32at(8))[2..], 16).unwrap();
+                    let touch = (c[27] & 1 == 1).then(|| (pc, u16at(20), u16at(22), c[28]));
+                    (addr, touch, var_name(u32at(12)), c[24], c[25], c[26])
+                })
+                .collect();
+            assert_eq!(&got, want, "level {level} bucket {b}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}

@@ -29,6 +29,7 @@ mod fx;
 mod guard;
 mod index;
 mod lanes;
+mod linestate;
 mod live;
 mod place;
 mod profile;

@@ -7,7 +7,6 @@ use crate::Error;
 use memlens_analysis::CurrentVariable;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
 use std::path::Path;
 
 #[derive(Default)]
@@ -17,9 +16,6 @@ struct Stat {
     /// Bit `t % 64` per thread.
     threads: u64,
     lines: FxSet<u64>,
-    /// The lines of the last access counted (already in `lines`): a variable's
-    /// accesses mostly repeat lines, so most accesses skip the set.
-    last: Option<(u64, u64)>,
 }
 
 /// Accesses per variable id, read from the [`CurrentVariable`] the namer sets.
@@ -34,13 +30,14 @@ impl VarCounts {
         VarCounts { current, stats: Vec::new() }
     }
 
-    /// Counts the access being processed (touching cache lines `lines`).
+    /// Counts the access being processed; returns its variable's id, whose
+    /// [`VarCounts::line`]s the caller then adds (it knows which are new to it).
     #[inline]
-    pub(crate) fn add(&mut self, tbit: u64, loads: u32, stores: u32, lines: RangeInclusive<u64>) {
-        let Some(c) = &self.current else { return };
+    pub(crate) fn begin(&mut self, tbit: u64, loads: u32, stores: u32) -> Option<u32> {
+        let c = self.current.as_ref()?;
         let id = c.get();
         if id == CurrentVariable::NONE {
-            return;
+            return None;
         }
         let i = id as usize;
         if i >= self.stats.len() {
@@ -50,11 +47,13 @@ impl VarCounts {
         s.loads += u64::from(loads);
         s.stores += u64::from(stores);
         s.threads |= tbit;
-        let key = (*lines.start(), *lines.end());
-        if s.last != Some(key) {
-            s.lines.extend(lines);
-            s.last = Some(key);
-        }
+        Some(id)
+    }
+
+    /// Cache line `line` holds variable `id` (from [`VarCounts::begin`]).
+    #[inline]
+    pub(crate) fn line(&mut self, id: u32, line: u64) {
+        self.stats[id as usize].lines.insert(line);
     }
 
     /// The `top` most accessed variables, named by id from `names` (ties by name).
