@@ -419,7 +419,7 @@ fn the_map_matches_a_plain_model_of_the_working_set() {
             assert_eq!(got, want);
         }
         let n = m.buckets.len() as u64;
-        let tiles = ix.tiles(level, 0, n, false, 0..u32::MAX).unwrap();
+        let tiles = ix.tiles(&TileQuery::all(level, 0..n)).unwrap();
         assert_eq!(tiles.len() as u64, n, "level {level}");
         for ((b, cells), want) in tiles.iter().zip(&m.buckets) {
             let got: Vec<MCell> = cells
