@@ -190,9 +190,47 @@ enum Cmd {
         /// Output format.
         #[arg(long, value_enum, default_value_t = SqlFormat::Table)]
         format: SqlFormat,
+        /// Run the query on the Apache Ballista cluster whose scheduler is at
+        /// df://HOST:PORT (see `memlens cluster`); every machine must see the
+        /// traces at the same absolute path.
+        #[arg(long, value_name = "df://HOST:PORT")]
+        cluster: Option<String>,
         /// Traces, or directories of traces: one dataset with a `trace` column.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+    },
+    /// Run a node of an Apache Ballista cluster for `memlens sql --cluster`
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// The scheduler: plans queries and hands their tasks to executors
+    Scheduler {
+        /// Address to listen on (clients and executors connect here). Loopback
+        /// unless you name another address.
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        bind: std::net::SocketAddr,
+    },
+    /// An executor: runs tasks, reading the traces from shared storage
+    Executor {
+        /// The scheduler's address.
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        scheduler: std::net::SocketAddr,
+        /// Address of its Flight service (results are fetched there); loopback
+        /// unless you name another address.
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        bind: std::net::SocketAddr,
+        /// Port of its gRPC service.
+        #[arg(long, default_value_t = 50052)]
+        grpc_port: u16,
+        /// Directory for its shuffle files (default: a new one under the temp dir).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+        /// Tasks run at once (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        tasks: usize,
     },
 }
 
@@ -607,7 +645,10 @@ fn real_main() -> Result<i32> {
         Cmd::Merge { strip_ts, trace: None, .. } => {
             merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
         }
-        Cmd::Sql { query, format, traces } => sql::sql(&traces, query.as_deref(), format),
+        Cmd::Sql { query, format, cluster, traces } => {
+            sql::sql(&traces, query.as_deref(), format, cluster.as_deref())
+        }
+        Cmd::Cluster(c) => sql::cluster(c).map(|_| 0),
         Cmd::Export(a) if a.format == export::ExportFormat::Parquet => {
             let (out, traces) = match a.output {
                 Some(o) => (o, std::iter::once(a.trace).chain(a.more).collect::<Vec<_>>()),

@@ -11,7 +11,11 @@ pub type Continuous = (String, std::time::Duration, crate::SqlFormat);
 const WHY: &str = "this memlens was built without SQL (the `sql` feature); \
     build it with `cargo build --release` (default features) for sql, parquet and collect --query";
 
-pub fn sql(_: &[PathBuf], _: Option<&str>, _: crate::SqlFormat) -> Result<i32> {
+pub fn sql(_: &[PathBuf], _: Option<&str>, _: crate::SqlFormat, _: Option<&str>) -> Result<i32> {
+    bail!(WHY)
+}
+
+pub fn cluster(_: crate::ClusterCmd) -> Result<()> {
     bail!(WHY)
 }
 

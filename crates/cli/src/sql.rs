@@ -78,11 +78,19 @@ fn warn_all(s: &Session) {
     }
 }
 
-/// `memlens sql TRACE... [-e QUERY]`.
-pub fn sql(traces: &[PathBuf], query: Option<&str>, format: crate::SqlFormat) -> Result<i32> {
+/// `memlens sql TRACE... [-e QUERY] [--cluster df://HOST:PORT]`.
+pub fn sql(
+    traces: &[PathBuf],
+    query: Option<&str>,
+    format: crate::SqlFormat,
+    cluster: Option<&str>,
+) -> Result<i32> {
     let format = engine_format(format);
     let data = Arc::new(Dataset::open(traces)?);
-    let s = Session::new(data)?;
+    let s = match cluster {
+        None => Session::new(data)?,
+        Some(url) => connect(url, data)?,
+    };
     warn_all(&s);
     match query {
         Some(q) => {
@@ -175,4 +183,45 @@ pub fn export_parquet(out: &Path, traces: &[PathBuf]) -> Result<()> {
         st.access_bytes as f64 / (st.accesses.max(1) as f64)
     );
     Ok(())
+}
+
+#[cfg(feature = "cluster")]
+fn connect(url: &str, data: Arc<Dataset>) -> Result<Session> {
+    Ok(memlens_cluster::connect(url, data)?)
+}
+
+#[cfg(not(feature = "cluster"))]
+fn connect(_: &str, _: Arc<Dataset>) -> Result<Session> {
+    anyhow::bail!(NO_CLUSTER)
+}
+
+#[cfg(not(feature = "cluster"))]
+const NO_CLUSTER: &str = "this memlens was built without the cluster (the `cluster` feature); \
+    build it with default features for `sql --cluster` and `memlens cluster`";
+
+/// `memlens cluster scheduler|executor`: runs until stopped.
+#[cfg(feature = "cluster")]
+pub fn cluster(c: crate::ClusterCmd) -> Result<()> {
+    match c {
+        crate::ClusterCmd::Scheduler { bind } => {
+            eprintln!("memlens: cluster scheduler listening on {bind} (df://{bind})");
+            memlens_cluster::run_scheduler(bind)?;
+        }
+        crate::ClusterCmd::Executor { scheduler, bind, grpc_port, work_dir, tasks } => {
+            eprintln!("memlens: cluster executor on {bind} (gRPC port {grpc_port}) for scheduler {scheduler}");
+            memlens_cluster::run_executor(&memlens_cluster::ExecutorOptions {
+                scheduler,
+                bind,
+                grpc_port,
+                work_dir,
+                tasks,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cluster"))]
+pub fn cluster(_: crate::ClusterCmd) -> Result<()> {
+    anyhow::bail!(NO_CLUSTER)
 }

@@ -5,6 +5,7 @@ use crate::Error;
 use memlens_format::TraceReader;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// One trace of a dataset.
@@ -31,6 +32,7 @@ pub struct Dataset {
     /// The traces, in the order given (a directory's in name order).
     pub traces: Vec<Trace>,
     warnings: Mutex<(Vec<String>, HashSet<String>)>,
+    plain: AtomicBool,
 }
 
 impl Dataset {
@@ -63,37 +65,66 @@ impl Dataset {
                 files.push(p.clone());
             }
         }
-        let d = Dataset { traces: Vec::new(), warnings: Mutex::default() };
+        let base = |f: &PathBuf| {
+            f.file_name()
+                .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned())
+        };
+        let mut named: Vec<(String, PathBuf)> =
+            files.iter().map(|f| (base(f), f.clone())).collect();
+        let mut seen = HashSet::new();
+        if named.iter().any(|t| !seen.insert(t.0.clone())) {
+            for t in &mut named {
+                t.0 = t.1.display().to_string();
+            }
+        }
+        Dataset::open_named(&named)
+    }
+
+    /// Opens trace files under the names given them (the `trace` column).
+    pub fn open_named(files: &[(String, PathBuf)]) -> Result<Dataset, Error> {
+        let d = Dataset {
+            traces: Vec::new(),
+            warnings: Mutex::default(),
+            plain: AtomicBool::new(false),
+        };
         let mut traces = Vec::new();
-        for f in &files {
+        for (name, f) in files {
+            if !f.exists() {
+                return Err(Error::Input(format!(
+                    "trace {} does not exist here (a cluster's machines must all see the traces at the same path)",
+                    f.display()
+                )));
+            }
             let r = TraceReader::open(f)
                 .map_err(|e| Error::Trace { path: f.display().to_string(), source: e })?;
             if let Some(w) = r.completeness().warning() {
                 d.warn(format!("{}: {w}", f.display()));
             }
-            let base = f
-                .file_name()
-                .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
             traces.push(Trace {
-                name: base,
+                name: name.clone(),
                 path: f.clone(),
                 reader: Arc::new(r),
                 names: OnceLock::new(),
             });
-        }
-        let mut seen = HashSet::new();
-        let dup = traces.iter().any(|t| !seen.insert(t.name.clone()));
-        if dup {
-            for t in &mut traces {
-                t.name = t.path.display().to_string();
-            }
         }
         Ok(Dataset { traces, ..d })
     }
 
     /// No trace: every table is empty (a query can be checked before any trace exists).
     pub fn empty() -> Dataset {
-        Dataset { traces: Vec::new(), warnings: Mutex::default() }
+        Dataset { traces: Vec::new(), warnings: Mutex::default(), plain: AtomicBool::new(false) }
+    }
+
+    /// Text columns and function results as plain text instead of dictionaries
+    /// (a cluster's engine does not carry dictionaries through its shuffles).
+    /// Set it before a session registers the tables.
+    pub fn set_plain_text(&self) {
+        self.plain.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Dataset::set_plain_text`] was called.
+    pub fn plain_text(&self) -> bool {
+        self.plain.load(Ordering::Relaxed)
     }
 
     /// Records a warning (each text once).

@@ -25,6 +25,7 @@ mod output;
 mod parquet_out;
 mod small;
 mod tables;
+pub mod wire;
 
 pub use dataset::{Dataset, Trace};
 pub use output::{write as write_result, Format};
@@ -80,14 +81,26 @@ impl Session {
     pub fn new(data: Arc<Dataset>) -> Result<Session, Error> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let cfg = SessionConfig::new().with_target_partitions(cores).with_information_schema(true);
-        let ctx = SessionContext::new_with_config(cfg);
+        Session::with_context(data, SessionContext::new_with_config(cfg))
+    }
+
+    /// A session over `data` in a context made elsewhere (a cluster's client:
+    /// its planner sends the plans away). Registers the tables and functions.
+    pub fn with_context(data: Arc<Dataset>, ctx: SessionContext) -> Result<Session, Error> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         tables::register(&ctx, &data)?;
         names::register(&ctx, &data);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cores)
+            .enable_all()
             .build()
             .map_err(|e| Error::Io("tokio runtime".into(), e))?;
         Ok(Session { ctx, data, rt })
+    }
+
+    /// Runs `f` on the session's runtime (a cluster client connects on it).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
     }
 
     /// Runs one statement and collects its result.

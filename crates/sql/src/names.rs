@@ -218,6 +218,9 @@ impl ScalarUDFImpl for NameUdf {
                 self.which.name()
             );
         }
+        if self.data.plain_text() {
+            return Ok(DataType::Utf8);
+        }
         Ok(DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)))
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -283,6 +286,9 @@ impl ScalarUDFImpl for NameUdf {
         }
         let values = StringArray::from_iter_values(values.iter().map(|v| v.as_ref()));
         let d = DictionaryArray::<Int32Type>::try_new(Int32Array::from(keys), Arc::new(values))?;
+        if self.data.plain_text() {
+            return Ok(ColumnarValue::Array(cast(&d, &DataType::Utf8)?));
+        }
         Ok(ColumnarValue::Array(Arc::new(d)))
     }
 }
@@ -335,16 +341,35 @@ impl ScalarUDFImpl for CacheLine {
     }
 }
 
+/// The function called `name` over `data` (None: not one of ours).
+pub(crate) fn function(data: &Arc<Dataset>, name: &str) -> Option<ScalarUDF> {
+    let sig = Signature::variadic_any(Volatility::Immutable);
+    if name == "cache_line" {
+        return Some(ScalarUDF::new_from_impl(CacheLine { sig }));
+    }
+    let which = [Which::Line, Which::Function, Which::Variable, Which::Field]
+        .into_iter()
+        .find(|w| w.name() == name)?;
+    Some(ScalarUDF::new_from_impl(NameUdf { which, sig, data: data.clone() }))
+}
+
+/// The dataset a memlens function names from: None for another function; an
+/// empty dataset for `cache_line`, which names nothing.
+pub(crate) fn dataset_of(f: &ScalarUDF) -> Option<Arc<Dataset>> {
+    if let Some(n) = f.inner().downcast_ref::<NameUdf>() {
+        return Some(n.data.clone());
+    }
+    f.inner().downcast_ref::<CacheLine>().map(|_| Arc::new(Dataset::empty()))
+}
+
 /// Registers the scalar functions.
 pub(crate) fn register(ctx: &SessionContext, data: &Arc<Dataset>) {
-    for which in [Which::Line, Which::Function, Which::Variable, Which::Field] {
-        ctx.register_udf(ScalarUDF::new_from_impl(NameUdf {
-            which,
-            sig: Signature::variadic_any(Volatility::Immutable),
-            data: data.clone(),
-        }));
+    for name in FUNCTIONS {
+        if let Some(f) = function(data, name) {
+            ctx.register_udf(f);
+        }
     }
-    ctx.register_udf(ScalarUDF::new_from_impl(CacheLine {
-        sig: Signature::variadic_any(Volatility::Immutable),
-    }));
 }
+
+/// The scalar functions' names.
+pub(crate) const FUNCTIONS: [&str; 5] = ["line", "function", "variable", "field", "cache_line"];

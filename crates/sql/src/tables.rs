@@ -16,13 +16,18 @@ use datafusion::arrow::datatypes::{
     ArrowDictionaryKeyType, ArrowNativeType, DataType, Field, Int32Type, Int8Type, Schema,
     SchemaRef,
 };
-use datafusion::catalog::{MemTable, Session, TableProvider};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
 use datafusion::prelude::SessionContext;
 use memlens_format::codec::Columns;
 use memlens_format::{ChunkDecoder, Event, StreamChunk, ThreadId};
@@ -155,6 +160,12 @@ pub(crate) fn register(ctx: &SessionContext, data: &Arc<Dataset>) -> Result<(), 
     Ok(())
 }
 
+/// The table called `name` over `data` (None: no such table).
+pub(crate) fn table(data: Arc<Dataset>, name: &str) -> Option<Arc<dyn TableProvider>> {
+    let name = TABLES.iter().find(|t| t.0 == name)?.0;
+    Some(Arc::new(Table { data, name }))
+}
+
 /// The `trace` column: every row the same value.
 fn trace_col(name: &str, rows: usize) -> ArrayRef {
     let keys = Int32Array::from(vec![0; rows]);
@@ -175,7 +186,7 @@ pub(crate) const ACCESS_KINDS: [&str; 3] = ["load", "store", "rmw"];
 const CALL_KINDS: [&str; 2] = ["enter", "exit"];
 
 /// What a scan keeps: projected columns and pushed-down filters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Keep {
     /// Column indices of the table's schema, in output order.
     pub cols: Vec<usize>,
@@ -474,9 +485,9 @@ fn schema_for(calls: bool) -> SchemaRef {
 /// A table: `accesses` and `calls` are scanned chunk by chunk, the others are
 /// built whole when a query reads them.
 #[derive(Debug)]
-struct Table {
-    data: Arc<Dataset>,
-    name: &'static str,
+pub(crate) struct Table {
+    pub(crate) data: Arc<Dataset>,
+    pub(crate) name: &'static str,
 }
 
 impl std::fmt::Debug for Dataset {
@@ -591,7 +602,6 @@ impl Table {
                 keep.clock = meet(keep.clock, k.clock);
             }
         }
-        let projected = Arc::new(full.project(&keep.cols)?);
         // units of work: (trace, chunks of one stream)
         let mut units: Vec<(usize, Vec<StreamChunk>)> = Vec::new();
         for (ti, t) in self.data.traces.iter().enumerate() {
@@ -646,60 +656,309 @@ impl Table {
         // one partition per contiguous range of units, as many as the engine scans at once
         let n = state.config().target_partitions().max(1).min(units.len().max(1));
         let per = units.len().div_ceil(n).max(1);
-        let mut parts: Vec<Arc<dyn PartitionStream>> = Vec::new();
+        let mut parts: Vec<Vec<(usize, Vec<ChunkRef>)>> = Vec::new();
         let mut it = units.into_iter().peekable();
         while it.peek().is_some() {
-            let group: Vec<(usize, Vec<StreamChunk>)> = it.by_ref().take(per).collect();
-            parts.push(Arc::new(Part {
-                data: self.data.clone(),
-                calls,
-                keep: keep.clone(),
-                schema: projected.clone(),
-                units: Arc::new(group),
-            }));
+            let group = it.by_ref().take(per);
+            parts.push(group.map(|(t, cs)| (t, cs.iter().map(ChunkRef::from).collect())).collect());
         }
         if parts.is_empty() {
-            parts.push(Arc::new(Part {
-                data: self.data.clone(),
-                calls,
-                keep,
-                schema: projected.clone(),
-                units: Arc::new(Vec::new()),
-            }));
+            parts.push(Vec::new());
         }
-        Ok(Arc::new(StreamingTableExec::try_new(projected, parts, None, Vec::new(), false, None)?))
+        let spec = ScanSpec { table: self.name.to_string(), keep, parts };
+        Ok(Arc::new(ScanExec::new(self.data.clone(), spec)?))
     }
 }
 
-/// One partition: its units decoded one chunk at a time as the engine pulls.
-struct Part {
-    data: Arc<Dataset>,
-    calls: bool,
-    keep: Keep,
+/// `s` with plain text where it has dictionaries of text. Ballista's shuffle
+/// hands dictionary columns on as plain text (its final aggregation then fails
+/// on the type), so a cluster's tables have plain text columns.
+pub(crate) fn plain_schema(s: &Schema) -> SchemaRef {
+    let f: Vec<Field> = s
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Dictionary(_, v) if **v == DataType::Utf8 => {
+                f.as_ref().clone().with_data_type(DataType::Utf8)
+            }
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new(f))
+}
+
+/// `b` in the types of `out` (the dictionaries of text cast to text, or `b` as is).
+fn plain_batch(b: RecordBatch, out: &SchemaRef) -> DfResult<RecordBatch> {
+    if b.schema_ref() == out {
+        return Ok(b);
+    }
+    let cols = b
+        .columns()
+        .iter()
+        .zip(out.fields())
+        .map(|(c, f)| datafusion::arrow::compute::cast(c, f.data_type()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts =
+        datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+    Ok(RecordBatch::try_new_with_options(out.clone(), cols, &opts)?)
+}
+
+/// A partition's units of work: (trace index, chunks of one stream) each.
+type Units = Vec<(usize, Vec<StreamChunk>)>;
+
+/// A chunk of one stream, as a scan sends it to another process.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ChunkRef {
+    thread: u32,
+    chunk: usize,
+    first_index: u64,
+}
+
+impl From<&StreamChunk> for ChunkRef {
+    fn from(c: &StreamChunk) -> ChunkRef {
+        ChunkRef { thread: c.thread.0, chunk: c.chunk, first_index: c.first_index }
+    }
+}
+
+impl From<ChunkRef> for StreamChunk {
+    fn from(c: ChunkRef) -> StreamChunk {
+        StreamChunk { thread: ThreadId(c.thread), chunk: c.chunk, first_index: c.first_index }
+    }
+}
+
+/// What a scan reads, whole: a cluster sends it to the executors, which rebuild
+/// the same [`ScanExec`] over the same traces.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ScanSpec {
+    /// The table.
+    pub table: String,
+    /// Columns and pushed-down filters.
+    pub keep: Keep,
+    /// Per partition: its units of work, (trace index, chunks of one stream).
+    /// The small tables have one partition and no unit.
+    pub parts: Vec<Vec<(usize, Vec<ChunkRef>)>>,
+}
+
+/// The physical scan of a memlens table: one partition per range of chunks
+/// (`accesses`, `calls`), or one that builds a small table whole.
+pub(crate) struct ScanExec {
+    pub(crate) data: Arc<Dataset>,
+    pub(crate) spec: ScanSpec,
+    /// One row per partition of the spec: its number (see [`ScanExec::new`]).
+    input: Arc<dyn ExecutionPlan>,
+    calls: Option<bool>,
+    parts: Vec<Arc<Units>>,
+    /// The rows as built (text columns that repeat are dictionaries).
     schema: SchemaRef,
-    units: Arc<Vec<(usize, Vec<StreamChunk>)>>,
+    /// The rows as sent on: the same, or plain text for a cluster.
+    out: SchemaRef,
+    props: Arc<PlanProperties>,
 }
 
-impl std::fmt::Debug for Part {
+/// The input of a scan: partition `p` holds one row, `p`.
+fn partition_numbers(n: usize) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let schema = Arc::new(Schema::new(vec![Field::new("part", DataType::UInt32, false)]));
+    let parts = (0..n.max(1))
+        .map(|p| {
+            let col: ArrayRef = Arc::new(UInt32Array::from(vec![p as u32]));
+            Ok(vec![RecordBatch::try_new(schema.clone(), vec![col])?])
+        })
+        .collect::<DfResult<Vec<_>>>()?;
+    Ok(datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&parts, schema, None)?)
+}
+
+impl ScanExec {
+    /// The scan of `spec` over `data`. Its input is a memory table of the
+    /// partition numbers, one per partition, which every engine knows how to
+    /// split: Ballista gives each task a slice of it (it slices only the plans
+    /// it knows), and each partition of the scan reads the spec's partitions
+    /// whose numbers arrive on the same partition of its input.
+    pub(crate) fn new(data: Arc<Dataset>, spec: ScanSpec) -> DfResult<ScanExec> {
+        let input = partition_numbers(spec.parts.len())?;
+        ScanExec::with_input(data, spec, input)
+    }
+
+    /// The scan of `spec` reading partition numbers from `input`.
+    pub(crate) fn with_input(
+        data: Arc<Dataset>,
+        spec: ScanSpec,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> DfResult<ScanExec> {
+        let Some(&(name, cols)) = TABLES.iter().find(|t| t.0 == spec.table) else {
+            return Err(datafusion::error::DataFusionError::Plan(format!(
+                "no memlens table {:?}",
+                spec.table
+            )));
+        };
+        if let Some(&c) = spec.keep.cols.iter().find(|&&c| c >= cols.len()) {
+            return Err(datafusion::error::DataFusionError::Plan(format!(
+                "{name} has no column {c}"
+            )));
+        }
+        for (t, chunks) in spec.parts.iter().flatten() {
+            let Some(tr) = data.traces.get(*t) else {
+                return Err(datafusion::error::DataFusionError::Plan(format!(
+                    "the dataset has no trace {t}"
+                )));
+            };
+            if chunks.iter().any(|c| c.chunk >= tr.reader.chunks().len()) {
+                return Err(datafusion::error::DataFusionError::Plan(format!(
+                    "{}: fewer chunks than the plan reads (was the trace rewritten?)",
+                    tr.path.display()
+                )));
+            }
+        }
+        let schema = Arc::new(crate::tables::schema(name).project(&spec.keep.cols)?);
+        let out = if data.plain_text() { plain_schema(&schema) } else { schema.clone() };
+        let parts = spec
+            .parts
+            .iter()
+            .map(|p| {
+                Arc::new(
+                    p.iter()
+                        .map(|(t, cs)| (*t, cs.iter().map(|&c| StreamChunk::from(c)).collect()))
+                        .collect(),
+                )
+            })
+            .collect::<Vec<_>>();
+        let n = input.properties().output_partitioning().partition_count();
+        let props = PlanProperties::new(
+            EquivalenceProperties::new(out.clone()),
+            Partitioning::UnknownPartitioning(n),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        let calls = match name {
+            "accesses" => Some(false),
+            "calls" => Some(true),
+            _ => None,
+        };
+        Ok(ScanExec { data, spec, input, calls, parts, schema, out, props: Arc::new(props) })
+    }
+}
+
+impl std::fmt::Debug for ScanExec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Part({} units)", self.units.len())
+        write!(f, "ScanExec({}, {} partitions)", self.spec.table, self.parts.len())
     }
 }
 
-impl PartitionStream for Part {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
+impl DisplayAs for ScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let chunks: usize = self.parts.iter().flat_map(|p| p.iter()).map(|u| u.1.len()).sum();
+        write!(
+            f,
+            "MemlensScanExec: table={}, partitions={}, chunks={chunks}",
+            self.spec.table,
+            self.parts.len()
+        )
     }
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let data = self.data.clone();
-        let units = self.units.clone();
-        let keep = self.keep.clone();
-        let schema = self.schema.clone();
-        let calls = self.calls;
+}
+
+impl ExecutionPlan for ScanExec {
+    fn name(&self) -> &str {
+        "MemlensScanExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children).map_err(|c| {
+            datafusion::error::DataFusionError::Internal(format!(
+                "MemlensScanExec takes one input, not {}",
+                c.len()
+            ))
+        })?;
+        Ok(Arc::new(ScanExec::with_input(self.data.clone(), self.spec.clone(), input)?))
+    }
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        use futures::{StreamExt, TryStreamExt};
+        let numbers = self.input.execute(partition, ctx)?;
+        let me = Scan {
+            data: self.data.clone(),
+            table: self.spec.table.clone(),
+            keep: self.spec.keep.clone(),
+            calls: self.calls,
+            parts: self.parts.clone(),
+            schema: self.schema.clone(),
+            out: self.out.clone(),
+        };
+        // the partition numbers first (a row or two), then their rows
+        let s = futures::stream::once(async move {
+            let batches: Vec<RecordBatch> = numbers.try_collect().await?;
+            let mut ps = Vec::new();
+            for b in &batches {
+                let c = b.column(0).as_any().downcast_ref::<UInt32Array>().ok_or_else(|| {
+                    datafusion::error::DataFusionError::Internal("partition numbers".into())
+                })?;
+                ps.extend(c.values().iter().map(|&p| p as usize));
+            }
+            me.rows(ps)
+        })
+        .map(|r: DfResult<_>| match r {
+            Ok(it) => futures::stream::iter(it).left_stream(),
+            Err(e) => futures::stream::iter(std::iter::once(Err(e))).right_stream(),
+        })
+        .flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.out.clone(), s)))
+    }
+}
+
+/// What one partition of a scan needs to make its rows.
+struct Scan {
+    data: Arc<Dataset>,
+    table: String,
+    keep: Keep,
+    calls: Option<bool>,
+    parts: Vec<Arc<Units>>,
+    schema: SchemaRef,
+    out: SchemaRef,
+}
+
+type Rows = Box<dyn Iterator<Item = DfResult<RecordBatch>> + Send>;
+
+impl Scan {
+    /// The rows of the spec's partitions `ps`, one chunk's batch at a time.
+    fn rows(self, ps: Vec<usize>) -> DfResult<Rows> {
+        if let Some(&p) = ps.iter().find(|&&p| p >= self.parts.len().max(1)) {
+            return Err(datafusion::error::DataFusionError::Internal(format!(
+                "MemlensScanExec has no partition {p}"
+            )));
+        }
+        let Some(calls) = self.calls else {
+            // a small table, built whole, once
+            if ps.is_empty() {
+                return Ok(Box::new(std::iter::empty()));
+            }
+            let b = crate::small::build(&self.data, &self.table)?.project(&self.keep.cols)?;
+            return Ok(Box::new(std::iter::once(plain_batch(b, &self.out))));
+        };
+        let units: Vec<(usize, Vec<StreamChunk>)> =
+            ps.iter().flat_map(|&p| self.parts[p].iter().cloned()).collect();
+        let Scan { data, keep, schema, out, .. } = self;
         let mut dec = ChunkDecoder::new();
         // (unit, chunk in unit, state)
         let mut pos = (0usize, 0usize, StreamState::default());
-        let iter = std::iter::from_fn(move || loop {
+        Ok(Box::new(std::iter::from_fn(move || loop {
             let (u, k, st) = &mut pos;
             let (trace, chunks) = units.get(*u)?;
             let Some(c) = chunks.get(*k) else {
@@ -720,17 +979,21 @@ impl PartitionStream for Part {
                 }
             }
             if let Some(b) = b {
-                return Some(Ok::<_, datafusion::error::DataFusionError>(b));
+                return Some(plain_batch(b, &out));
             }
-        });
-        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), futures::stream::iter(iter)))
+        })))
     }
 }
 
 #[async_trait]
 impl TableProvider for Table {
     fn schema(&self) -> SchemaRef {
-        schema(self.name)
+        let s = schema(self.name);
+        if self.data.plain_text() {
+            plain_schema(&s)
+        } else {
+            s
+        }
     }
     fn table_type(&self) -> TableType {
         TableType::Base
@@ -751,13 +1014,18 @@ impl TableProvider for Table {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let _ = limit; // a hint: the engine stops pulling
         if let Some(calls) = self.streamed() {
             return self.scan_chunks(calls, state, projection, filters);
         }
-        let b = crate::small::build(&self.data, self.name)?;
-        MemTable::try_new(self.schema(), vec![vec![b]])?
-            .scan(state, projection, filters, limit)
-            .await
+        let cols =
+            projection.cloned().unwrap_or_else(|| (0..self.schema().fields().len()).collect());
+        let spec = ScanSpec {
+            table: self.name.to_string(),
+            keep: Keep { cols, ..Keep::default() },
+            parts: vec![Vec::new()],
+        };
+        Ok(Arc::new(ScanExec::new(self.data.clone(), spec)?))
     }
 }
 

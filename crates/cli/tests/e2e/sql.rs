@@ -501,3 +501,141 @@ fn collect_runs_a_continuous_query() {
     }
     assert!(windows >= 1);
 }
+
+/// A free TCP port on loopback (bound, then released for the process that takes it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until something listens on `port`.
+fn wait_listening(port: u16, what: &str, kids: &mut [std::process::Child]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        for k in kids.iter_mut() {
+            if let Ok(Some(s)) = k.try_wait() {
+                panic!("{what}: a cluster process ended early: {s}");
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} never listened on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// `memlens sql --cluster`: a Ballista scheduler and two executors, each its own
+/// process on 127.0.0.1, run group-bys over a dataset of four traces (scans and
+/// the naming functions on the executors) with the embedded engine's results.
+/// An unreachable cluster is one line naming the address.
+#[test]
+fn sql_on_a_ballista_cluster_equals_the_embedded_engine() {
+    use std::process::Stdio;
+    let a = build_and_record(Cc::Gcc, "sql-cluster", SRC);
+    let set = a.dir.join("set");
+    std::fs::create_dir_all(&set).unwrap();
+    for i in 0..4 {
+        let out = record(&a.exe, &set.join(format!("t{i}.trace")), &[]);
+        assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+    }
+    // nothing listens: one line naming the address, exit 2
+    let dead = free_port();
+    let url = format!("df://127.0.0.1:{dead}");
+    let o = run_memlens(&["sql", "--cluster", &url, "-e", "SELECT 1", set.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("127.0.0.1:{dead}")), "{}", stderr(&o));
+
+    /// Kills the cluster's processes however the test ends.
+    struct Kids(Vec<std::process::Child>);
+    impl Drop for Kids {
+        fn drop(&mut self) {
+            for k in &mut self.0 {
+                let _ = k.kill();
+                let _ = k.wait();
+            }
+        }
+    }
+    let sched = free_port();
+    let spawn = |args: &[String], log: &str| {
+        Command::new(memlens())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(a.dir.join(log)).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut kids = Kids(vec![spawn(
+        &["cluster".into(), "scheduler".into(), "--bind".into(), format!("127.0.0.1:{sched}")],
+        "scheduler.log",
+    )]);
+    wait_listening(sched, "scheduler", &mut kids.0);
+    for e in 0..2 {
+        let (flight, grpc) = (free_port(), free_port());
+        let work = a.dir.join(format!("work{e}"));
+        std::fs::create_dir_all(&work).unwrap();
+        kids.0.push(spawn(
+            &[
+                "cluster".into(),
+                "executor".into(),
+                "--scheduler".into(),
+                format!("127.0.0.1:{sched}"),
+                "--bind".into(),
+                format!("127.0.0.1:{flight}"),
+                "--grpc-port".into(),
+                grpc.to_string(),
+                "--tasks".into(),
+                "2".into(),
+                "--work-dir".into(),
+                work.display().to_string(),
+            ],
+            &format!("executor{e}.log"),
+        ));
+        wait_listening(flight, "executor", &mut kids.0);
+        wait_listening(grpc, "executor", &mut kids.0);
+    }
+    let url = format!("df://127.0.0.1:{sched}");
+    let run = |q: &str, cluster: bool| -> String {
+        let mut args = vec!["sql", "--format", "csv", "-e", q];
+        if cluster {
+            args.extend(["--cluster", &url]);
+        }
+        args.push(set.to_str().unwrap());
+        let o = run_memlens(&args);
+        assert!(
+            o.status.success(),
+            "{:?} {q} (cluster {cluster}): {}\nscheduler: {}",
+            o.status,
+            stderr(&o),
+            std::fs::read_to_string(a.dir.join("scheduler.log")).unwrap_or_default()
+        );
+        stdout(&o)
+    };
+    for q in [
+        "SELECT trace, thread, kind, count(*) n, sum(size) b FROM accesses GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        "SELECT trace, variable(address, trace) v, count(*) n FROM accesses GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT line(pc, trace) l, count(*) n FROM accesses WHERE kind = 'store' GROUP BY 1 ORDER BY 1",
+        "SELECT c.trace, t.thread, t.name, count(*) n FROM calls c JOIN threads t ON c.trace = t.trace AND c.thread = t.thread WHERE c.kind = 'enter' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+    ] {
+        let embedded = run(q, false);
+        assert!(embedded.lines().count() > 2, "{q}: {embedded}");
+        assert_eq!(run(q, true), embedded, "{q}");
+    }
+    // both executors ran tasks: each wrote shuffle files in its work directory
+    for e in 0..2 {
+        let work = a.dir.join(format!("work{e}"));
+        let files = walk(&work);
+        assert!(!files.is_empty(), "executor {e} ran no task: {work:?} is empty");
+    }
+}
+
+/// Every file under `d`.
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
