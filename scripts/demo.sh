@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 # without the SQL engine (DataFusion, the largest part of a build; `cargo build
 # --release` adds it): the quick start stays quick
-cargo build --release --workspace --exclude memlens-sql --no-default-features --quiet
+cargo build --release --workspace --exclude memlens-sql --exclude memlens-cluster --no-default-features --quiet
 ml=target/release/memlens
 out=target/demo
 mkdir -p "$out"
