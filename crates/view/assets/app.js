@@ -462,8 +462,9 @@
     // What the user is looking at, in their terms (the index level and redraw time
     // are in window.memlens for tests and bench/perf.py).
     const on = Math.max(0, Math.round(st.t0)), off = Math.min(meta.ops, Math.round(st.t1));
-    $("status").textContent = "on screen: operations " + fmt(on) + " .. " + fmt(off) + " of " + fmt(meta.ops) +
+    $("status").textContent = "showing operations " + fmt(on) + " .. " + fmt(off) + " of " + fmt(meta.ops) +
       (st.range ? " · selected: " + fmt(Math.round(st.range.t0)) + " .. " + fmt(Math.round(st.range.t1)) + " (the source and tables count these)" : "");
+    $("status").title = $("status").textContent; // cut to the header's width
   }
 
   // ---------- hover / click ----------
@@ -918,7 +919,10 @@
     st.t1 = Math.max(1, meta.ops);
     ROOT = findRoot([...new Set(meta.source.map((r) => r.file))]);
     buildFuncFiles();
-    $("summary").textContent = fmt(meta.ops) + " memory operations, " + fmt(meta.distinct_lines) + " cache lines, " + meta.threads.length + " thread(s), " + meta.functions.length + " functions";
+    // compact (the header is one row at 1600 px); the words in the tooltip
+    const nt = meta.threads.length, nf = meta.functions.length;
+    $("summary").textContent = fmt(meta.ops) + " ops · " + fmt(meta.distinct_lines) + " lines · " + nt + (nt === 1 ? " thread · " : " threads · ") + nf + (nf === 1 ? " function" : " functions");
+    $("summary").title = fmt(meta.ops) + " memory operations, " + fmt(meta.distinct_lines) + " distinct cache lines, " + nt + " thread(s), " + nf + " functions";
     setupInteraction();
     await redraw();
     hooks.firstPaintMs = performance.now() - t;
