@@ -71,6 +71,35 @@ fn external(e: memlens_sql::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
+/// Decodes `buf` with `ours` when memlens wrote it, else with Ballista's `theirs`.
+fn decode_with<T>(
+    buf: &[u8],
+    ours: impl FnOnce(&[u8]) -> Result<T, memlens_sql::Error>,
+    theirs: impl FnOnce() -> DfResult<T>,
+) -> DfResult<T> {
+    if wire::is_ours(buf) {
+        ours(buf).map_err(external)
+    } else {
+        theirs()
+    }
+}
+
+/// Appends memlens's bytes for a node (`Some`: one of ours), else lets Ballista's
+/// codec encode it.
+fn encode_with(
+    ours: Option<Vec<u8>>,
+    buf: &mut Vec<u8>,
+    theirs: impl FnOnce(&mut Vec<u8>) -> DfResult<()>,
+) -> DfResult<()> {
+    match ours {
+        Some(b) => {
+            buf.extend_from_slice(&b);
+            Ok(())
+        }
+        None => theirs(buf),
+    }
+}
+
 /// Ballista's logical codec, plus memlens's tables and functions.
 #[derive(Debug, Default)]
 pub struct LogicalCodec {
@@ -96,10 +125,9 @@ impl LogicalExtensionCodec for LogicalCodec {
         schema: SchemaRef,
         ctx: &TaskContext,
     ) -> DfResult<Arc<dyn TableProvider>> {
-        if wire::is_ours(buf) {
-            return wire::decode_table(buf).map_err(external);
-        }
-        self.inner.try_decode_table_provider(buf, table_ref, schema, ctx)
+        decode_with(buf, wire::decode_table, || {
+            self.inner.try_decode_table_provider(buf, table_ref, schema, ctx)
+        })
     }
     fn try_encode_table_provider(
         &self,
@@ -107,13 +135,9 @@ impl LogicalExtensionCodec for LogicalCodec {
         node: Arc<dyn TableProvider>,
         buf: &mut Vec<u8>,
     ) -> DfResult<()> {
-        match wire::encode_table(node.as_ref()) {
-            Some(b) => {
-                buf.extend_from_slice(&b);
-                Ok(())
-            }
-            None => self.inner.try_encode_table_provider(table_ref, node, buf),
-        }
+        encode_with(wire::encode_table(node.as_ref()), buf, |buf| {
+            self.inner.try_encode_table_provider(table_ref, node, buf)
+        })
     }
     fn try_decode_file_format(
         &self,
@@ -130,19 +154,10 @@ impl LogicalExtensionCodec for LogicalCodec {
         self.inner.try_encode_file_format(buf, node)
     }
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> DfResult<Arc<ScalarUDF>> {
-        if wire::is_ours(buf) {
-            return wire::decode_function(buf).map_err(external);
-        }
-        self.inner.try_decode_udf(name, buf)
+        decode_with(buf, wire::decode_function, || self.inner.try_decode_udf(name, buf))
     }
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
-        match wire::encode_function(node) {
-            Some(b) => {
-                buf.extend_from_slice(&b);
-                Ok(())
-            }
-            None => self.inner.try_encode_udf(node, buf),
-        }
+        encode_with(wire::encode_function(node), buf, |buf| self.inner.try_encode_udf(node, buf))
     }
 }
 
@@ -160,10 +175,11 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         ctx: &TaskContext,
         conv: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if wire::is_ours(buf) {
-            return wire::decode_plan(buf, inputs).map_err(external);
-        }
-        self.inner.try_decode(buf, inputs, ctx, conv)
+        decode_with(
+            buf,
+            |b| wire::decode_plan(b, inputs),
+            || self.inner.try_decode(buf, inputs, ctx, conv),
+        )
     }
     fn try_encode(
         &self,
@@ -171,28 +187,15 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         buf: &mut Vec<u8>,
         conv: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<()> {
-        match wire::encode_plan(node.as_ref()) {
-            Some(b) => {
-                buf.extend_from_slice(&b);
-                Ok(())
-            }
-            None => self.inner.try_encode(node, buf, conv),
-        }
+        encode_with(wire::encode_plan(node.as_ref()), buf, |buf| {
+            self.inner.try_encode(node, buf, conv)
+        })
     }
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> DfResult<Arc<ScalarUDF>> {
-        if wire::is_ours(buf) {
-            return wire::decode_function(buf).map_err(external);
-        }
-        self.inner.try_decode_udf(name, buf)
+        decode_with(buf, wire::decode_function, || self.inner.try_decode_udf(name, buf))
     }
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> DfResult<()> {
-        match wire::encode_function(node) {
-            Some(b) => {
-                buf.extend_from_slice(&b);
-                Ok(())
-            }
-            None => self.inner.try_encode_udf(node, buf),
-        }
+        encode_with(wire::encode_function(node), buf, |buf| self.inner.try_encode_udf(node, buf))
     }
 }
 

@@ -66,12 +66,10 @@ fn fits(v: &Viewer) {
     let b = rect(v, "bottom");
     assert!(b[3] >= 120.0, "the panes below the map: {b:?}");
     // the header is one row, and every control in it is inside the window
-    let h = v.b.js(
-        "const h = document.querySelector('body.view > header'); if (!h) return null; \
+    let h = v.b.js("const h = document.querySelector('body.view > header'); if (!h) return null; \
          const out = [...h.querySelectorAll('select, button, input')] \
            .filter((e) => e.getBoundingClientRect().right > innerWidth + 0.5).map((e) => e.id); \
-         return [h.getBoundingClientRect().height, out];",
-    );
+         return [h.getBoundingClientRect().height, out];");
     if !h.is_null() {
         assert!(h[0].as_f64().unwrap() <= 40.0, "the header wraps: {h}");
         assert_eq!(h[1], json!([]), "controls outside the window: {h}");
