@@ -15,7 +15,8 @@ use datafusion::prelude::SessionContext;
 use memlens_format::{Addr, Pc, ThreadId, TraceReader};
 use memlens_names::{Attributor, Granularity, Names};
 use memlens_symbols::Symbolizer;
-use std::collections::HashMap;
+// hashbrown with a fast hasher: these maps are probed once a row
+use datafusion::common::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
