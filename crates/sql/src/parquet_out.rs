@@ -2,11 +2,11 @@
 //! directory per table, Hive-style partitions (`trace=…/thread=…`), zstd.
 
 use crate::dataset::Dataset;
-use crate::tables::{schema, ChunkRows, Keep, StreamState};
+use crate::tables::{plain_batch, plain_schema, schema, ChunkRows, Keep, StreamState};
 use crate::Error;
 use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{cast, filter_record_batch, take};
-use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::compute::{filter_record_batch, take};
+use datafusion::arrow::datatypes::{Int32Type, SchemaRef, UInt64Type};
 use memlens_format::{ChunkDecoder, StreamChunk};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -77,32 +77,6 @@ fn create(path: &Path) -> Result<File, Error> {
         .mode(0o644)
         .open(path)
         .map_err(|e| Error::Io(path.display().to_string(), e))
-}
-
-/// `schema` with dictionary-typed text as plain text: each file's dictionary would
-/// differ (readers such as pyarrow refuse to unify them across files), and
-/// Parquet dictionary-encodes the strings in the file anyway.
-fn plain_schema(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Dictionary(_, v) => f.as_ref().clone().with_data_type(v.as_ref().clone()),
-            _ => f.as_ref().clone(),
-        })
-        .collect();
-    Arc::new(Schema::new(fields))
-}
-
-fn plain_batch(b: &RecordBatch, to: &SchemaRef) -> Result<RecordBatch, Error> {
-    let cols = b
-        .columns()
-        .iter()
-        .zip(to.fields())
-        .map(|(c, f)| cast(c, f.data_type()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(datafusion::error::DataFusionError::from)?;
-    Ok(RecordBatch::try_new(to.clone(), cols).map_err(datafusion::error::DataFusionError::from)?)
 }
 
 /// A chunk's `accesses` rows grouped by instruction (`pc`, in order of first
@@ -190,10 +164,12 @@ fn write_file(
     batches: impl Iterator<Item = Result<RecordBatch, Error>>,
 ) -> Result<u64, Error> {
     let f = create(path)?;
+    // plain text: each file's dictionary would differ (readers such as pyarrow refuse
+    // to unify them across files), and Parquet dictionary-encodes the strings anyway
     let plain = plain_schema(schema);
     let mut w = ArrowWriter::try_new(f, plain.clone(), Some(props()))?;
     for b in batches {
-        w.write(&plain_batch(&b?, &plain)?)?;
+        w.write(&plain_batch(b?, &plain)?)?;
     }
     w.close()?;
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))

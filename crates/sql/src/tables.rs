@@ -670,17 +670,15 @@ impl Table {
     }
 }
 
-/// `s` with plain text where it has dictionaries of text. Ballista's shuffle
-/// hands dictionary columns on as plain text (its final aggregation then fails
-/// on the type), so a cluster's tables have plain text columns.
+/// `s` with each dictionary column as its values' type (text). A cluster's
+/// tables have them (Ballista's shuffle hands dictionary columns on as plain
+/// text, and its final aggregation then fails on the type), and so do Parquet files.
 pub(crate) fn plain_schema(s: &Schema) -> SchemaRef {
     let f: Vec<Field> = s
         .fields()
         .iter()
         .map(|f| match f.data_type() {
-            DataType::Dictionary(_, v) if **v == DataType::Utf8 => {
-                f.as_ref().clone().with_data_type(DataType::Utf8)
-            }
+            DataType::Dictionary(_, v) => f.as_ref().clone().with_data_type(v.as_ref().clone()),
             _ => f.as_ref().clone(),
         })
         .collect();
@@ -688,7 +686,7 @@ pub(crate) fn plain_schema(s: &Schema) -> SchemaRef {
 }
 
 /// `b` in the types of `out` (the dictionaries of text cast to text, or `b` as is).
-fn plain_batch(b: RecordBatch, out: &SchemaRef) -> DfResult<RecordBatch> {
+pub(crate) fn plain_batch(b: RecordBatch, out: &SchemaRef) -> DfResult<RecordBatch> {
     if b.schema_ref() == out {
         return Ok(b);
     }
