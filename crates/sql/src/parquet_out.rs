@@ -7,12 +7,12 @@ use crate::Error;
 use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{filter_record_batch, take};
 use datafusion::arrow::datatypes::{Int32Type, SchemaRef, UInt64Type};
+use datafusion::common::HashMap;
 use memlens_format::{ChunkDecoder, StreamChunk};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -41,10 +41,16 @@ fn props() -> WriterProperties {
         b.set_column_encoding(ColumnPath::from(c), Encoding::DELTA_BINARY_PACKED)
             .set_column_dictionary_enabled(ColumnPath::from(c), false)
     };
+    // Minimum and maximum per row group (what readers prune with), not per page,
+    // and none for `kind`, whose three words prune nothing: the writer spent a
+    // fifth of its time on statistics (a string comparison per row for `kind`).
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("valid level")))
-        .set_max_row_group_row_count(Some(ROW_GROUP));
-    for c in ["seq", "address", "frame"] {
+        .set_max_row_group_row_count(Some(ROW_GROUP))
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_column_statistics_enabled(ColumnPath::from("kind"), EnabledStatistics::None);
+    // `clock` too: it steps up slowly, and a dictionary of it costs a hash a row
+    for c in ["seq", "address", "frame", "clock"] {
         b = delta(b, c);
     }
     b.build()
@@ -90,7 +96,7 @@ fn group_by_pc(b: RecordBatch) -> Result<RecordBatch, Error> {
     };
     let pcs = pc.values();
     // a counting sort: stable, one hash probe a row
-    let mut ids: HashMap<u64, u32> = HashMap::new();
+    let mut ids: HashMap<u64, u32> = HashMap::default();
     let mut of_row = Vec::with_capacity(pcs.len());
     let mut counts: Vec<u32> = Vec::new();
     for &p in pcs.iter() {
@@ -175,6 +181,15 @@ fn write_file(
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
 
+/// One file's worth of work (or one file per trace), for whichever core is free.
+enum Unit {
+    /// A small table, built whole: one file per trace.
+    Small(&'static str),
+    /// Part `part` of a stream's `accesses` rows, or (`calls`) its whole `calls` table
+    /// (a call's depth depends on every earlier event of its thread).
+    Stream { calls: bool, trace: usize, thread: u32, part: usize, chunks: Vec<StreamChunk> },
+}
+
 /// Writes every table of `data` under `out`. Refuses a table directory that exists.
 pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> {
     for t in ["accesses", "calls", "allocations", "threads", "code", "data"] {
@@ -188,8 +203,13 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     }
     let stats = Mutex::new(ExportStats::default());
     let failed: Mutex<Option<Error>> = Mutex::new(None);
-    // units: (table, trace, thread, part, chunks)
-    let mut units: Vec<(bool, usize, u32, usize, Vec<StreamChunk>)> = Vec::new();
+    // The small tables and the calls (each a whole stream on one core) first:
+    // the parts of `accesses` then fill the cores up to the end, where a long
+    // unit started last would leave all but one idle (the code table reads every
+    // chunk, on every core).
+    let mut units: Vec<Unit> =
+        ["code", "data", "allocations", "threads"].into_iter().map(Unit::Small).collect();
+    let mut parts = Vec::new();
     for (ti, t) in data.traces.iter().enumerate() {
         let mut by_stream: Vec<(u32, Vec<StreamChunk>)> = Vec::new();
         for c in t.reader.stream_chunks() {
@@ -200,77 +220,44 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
         }
         for (th, chunks) in by_stream {
             for (k, part) in chunks.chunks(CHUNKS_PER_FILE).enumerate() {
-                units.push((false, ti, th, k, part.to_vec()));
+                let chunks = part.to_vec();
+                parts.push(Unit::Stream { calls: false, trace: ti, thread: th, part: k, chunks });
             }
-            units.push((true, ti, th, 0, chunks));
+            units.push(Unit::Stream { calls: true, trace: ti, thread: th, part: 0, chunks });
         }
     }
+    units.extend(parts);
     let next = AtomicU64::new(0);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
-        for _ in 0..cores.min(units.len().max(1)) {
+        for _ in 0..cores.min(units.len()) {
             s.spawn(|| {
                 let mut dec = ChunkDecoder::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    let Some((calls, ti, th, part, chunks)) = units.get(i) else { break };
+                    let Some(unit) = units.get(i) else { break };
                     if failed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
                         break;
                     }
-                    let table = if *calls { "calls" } else { "accesses" };
-                    let full = schema(table);
-                    // partition columns live in the path, not in the file
-                    let cols: Vec<usize> = (0..full.fields().len())
-                        .filter(|&i| !matches!(full.field(i).name().as_str(), "trace" | "thread"))
-                        .collect();
-                    let sch = match full.project(&cols) {
-                        Ok(s) => Arc::new(s),
-                        Err(e) => {
-                            *failed.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(Error::Input(e.to_string()));
-                            break;
+                    let done = match unit {
+                        Unit::Small(table) => write_small(data, out, table).map(|files| {
+                            stats.lock().unwrap_or_else(|e| e.into_inner()).files += files;
+                        }),
+                        Unit::Stream { calls, trace, thread, part, chunks } => {
+                            let at = (*calls, *trace, *thread, *part);
+                            write_stream(data, out, &mut dec, at, chunks).map(|(rows, bytes)| {
+                                let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
+                                g.files += 1;
+                                if !*calls {
+                                    g.accesses += rows;
+                                    g.access_bytes += bytes;
+                                }
+                            })
                         }
                     };
-                    let keep = Keep { cols, ..Keep::default() };
-                    let t = &data.traces[*ti];
-                    let mut st = StreamState::default();
-                    let mut rows = 0u64;
-                    let mut stop = false;
-                    let rows_of =
-                        ChunkRows { data, trace: *ti, calls: *calls, keep: &keep, schema: &sch };
-                    let batches = chunks.iter().map_while(|c| {
-                        if stop {
-                            return None;
-                        }
-                        let (b, w) = rows_of.batch(c, &mut dec, &mut st);
-                        if let Some(w) = w {
-                            data.warn(w);
-                            stop = true;
-                        }
-                        Some(b)
-                    });
-                    let batches = batches
-                        .flatten()
-                        .inspect(|b| rows += b.num_rows() as u64)
-                        .map(|b| if *calls { Ok(b) } else { group_by_pc(b) });
-                    let path: PathBuf = out
-                        .join(table)
-                        .join(format!("trace={}", hive(&t.name)))
-                        .join(format!("thread={th}"))
-                        .join(format!("part-{part:05}.parquet"));
-                    match write_file(&path, &sch, batches) {
-                        Ok(bytes) => {
-                            let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
-                            g.files += 1;
-                            if !*calls {
-                                g.accesses += rows;
-                                g.access_bytes += bytes;
-                            }
-                        }
-                        Err(e) => {
-                            *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                            break;
-                        }
+                    if let Err(e) = done {
+                        *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                        break;
                     }
                 }
             });
@@ -279,30 +266,81 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
-    let mut stats = stats.into_inner().unwrap_or_else(|e| e.into_inner());
-    for table in ["allocations", "threads", "code", "data"] {
-        let b = crate::small::build(data, table)?;
-        let trace_col =
-            b.schema().index_of("trace").map_err(datafusion::error::DataFusionError::from)?;
-        let keep: Vec<usize> = (0..b.num_columns()).filter(|&i| i != trace_col).collect();
-        for t in &data.traces {
-            let d = b.column(trace_col).as_dictionary::<Int32Type>();
-            let vals = d.values().as_string::<i32>();
-            let mask: BooleanArray = d
-                .keys()
-                .iter()
-                .map(|k| Some(k.is_some_and(|k| vals.value(k as usize) == t.name)))
-                .collect();
-            let rows =
-                filter_record_batch(&b, &mask).map_err(datafusion::error::DataFusionError::from)?;
-            let rows = rows.project(&keep).map_err(datafusion::error::DataFusionError::from)?;
-            let path =
-                out.join(table).join(format!("trace={}", hive(&t.name))).join("part-00000.parquet");
-            write_file(&path, &rows.schema(), std::iter::once(Ok(rows)))?;
-            stats.files += 1;
+    Ok(stats.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// One file of a stream: its `calls` table, or a part of its `accesses` rows
+/// (`at`: calls, trace, thread, part). Returns the rows and the file's bytes.
+fn write_stream(
+    data: &Dataset,
+    out: &Path,
+    dec: &mut ChunkDecoder,
+    at: (bool, usize, u32, usize),
+    chunks: &[StreamChunk],
+) -> Result<(u64, u64), Error> {
+    let (calls, ti, th, part) = at;
+    let table = if calls { "calls" } else { "accesses" };
+    let full = schema(table);
+    // partition columns live in the path, not in the file
+    let cols: Vec<usize> = (0..full.fields().len())
+        .filter(|&i| !matches!(full.field(i).name().as_str(), "trace" | "thread"))
+        .collect();
+    let sch = Arc::new(full.project(&cols).map_err(|e| Error::Input(e.to_string()))?);
+    let keep = Keep { cols, ..Keep::default() };
+    let t = &data.traces[ti];
+    let mut st = StreamState::default();
+    let mut rows = 0u64;
+    let mut stop = false;
+    let rows_of = ChunkRows { data, trace: ti, calls, keep: &keep, schema: &sch };
+    let batches = chunks.iter().map_while(|c| {
+        if stop {
+            return None;
         }
+        let (b, w) = rows_of.batch(c, dec, &mut st);
+        if let Some(w) = w {
+            data.warn(w);
+            stop = true;
+        }
+        Some(b)
+    });
+    let batches = batches.flatten().inspect(|b| rows += b.num_rows() as u64).map(|b| {
+        if calls {
+            Ok(b)
+        } else {
+            group_by_pc(b)
+        }
+    });
+    let path: PathBuf = out
+        .join(table)
+        .join(format!("trace={}", hive(&t.name)))
+        .join(format!("thread={th}"))
+        .join(format!("part-{part:05}.parquet"));
+    let bytes = write_file(&path, &sch, batches)?;
+    Ok((rows, bytes))
+}
+
+/// A small table, one file per trace. Returns the files written.
+fn write_small(data: &Dataset, out: &Path, table: &str) -> Result<u64, Error> {
+    let b = crate::small::build(data, table)?;
+    let trace_col =
+        b.schema().index_of("trace").map_err(datafusion::error::DataFusionError::from)?;
+    let keep: Vec<usize> = (0..b.num_columns()).filter(|&i| i != trace_col).collect();
+    for t in &data.traces {
+        let d = b.column(trace_col).as_dictionary::<Int32Type>();
+        let vals = d.values().as_string::<i32>();
+        let mask: BooleanArray = d
+            .keys()
+            .iter()
+            .map(|k| Some(k.is_some_and(|k| vals.value(k as usize) == t.name)))
+            .collect();
+        let rows =
+            filter_record_batch(&b, &mask).map_err(datafusion::error::DataFusionError::from)?;
+        let rows = rows.project(&keep).map_err(datafusion::error::DataFusionError::from)?;
+        let path =
+            out.join(table).join(format!("trace={}", hive(&t.name))).join("part-00000.parquet");
+        write_file(&path, &rows.schema(), std::iter::once(Ok(rows)))?;
     }
-    Ok(stats)
+    Ok(data.traces.len() as u64)
 }
 
 #[cfg(test)]

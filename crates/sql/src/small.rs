@@ -1,14 +1,14 @@
 //! The small tables, built whole: `threads`, `allocations`, `code`, `data`.
 
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, Trace};
 use crate::tables::{dict_kind, dict_trace, schema};
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
 };
-use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::common::{DataFusionError, HashSet, Result as DfResult};
 use memlens_format::{ChunkDecoder, Event};
 use memlens_names::{Granularity, HeapIndex};
-use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn u64s(v: Vec<u64>) -> ArrayRef {
@@ -112,21 +112,7 @@ fn code(data: &Dataset) -> Vec<ArrayRef> {
     let (mut tr, mut pcs, mut func, mut file, mut line, mut col, mut inl) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for t in &data.traces {
-        let mut set = BTreeSet::new();
-        let mut dec = ChunkDecoder::new();
-        for c in t.reader.stream_chunks() {
-            let r = dec.decode(&t.reader, &c, |evs| {
-                for e in evs {
-                    if let Some(p) = e.pc() {
-                        set.insert(p.0);
-                    }
-                }
-            });
-            if let Err(e) = r {
-                data.warn(format!("{}: {e}; rows read up to the damage", t.path.display()));
-            }
-        }
-        let set: Vec<u64> = set.into_iter().collect();
+        let set = code_pcs(data, t);
         let named = t.names().codes(&set);
         for (pc, c) in set.into_iter().zip(named) {
             tr.push(t.name.as_str());
@@ -139,6 +125,54 @@ fn code(data: &Dataset) -> Vec<ArrayRef> {
         }
     }
     vec![dict_trace(tr), u64s(pcs), texts(func), texts(file), u32s(line), u32s(col), texts(inl)]
+}
+
+/// The distinct code addresses of a trace's events, ascending: its chunks decoded
+/// into columns on every core (a loop repeats one pc row after row: only a change
+/// is looked up).
+fn code_pcs(data: &Dataset, t: &Trace) -> Vec<u64> {
+    let chunks = t.reader.stream_chunks();
+    let next = AtomicUsize::new(0);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let sets: Vec<HashSet<u64>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..cores.min(chunks.len()).max(1))
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut set, mut dec) = (HashSet::new(), ChunkDecoder::new());
+                    while let Some(c) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let mut last = None;
+                        let r = dec.for_columns(&t.reader, c, |cols| {
+                            for &p in &cols.pc {
+                                if last != Some(p) {
+                                    set.insert(p);
+                                    last = Some(p);
+                                }
+                            }
+                            set.extend(cols.other.iter().filter_map(|(_, e)| e.pc()).map(|p| p.0));
+                        });
+                        if let Err(e) = r {
+                            data.warn(format!(
+                                "{}: {e}; rows read up to the damage",
+                                t.path.display()
+                            ));
+                        }
+                    }
+                    set
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let all = sets.into_iter().reduce(|mut a, b| {
+        a.extend(b);
+        a
+    });
+    let mut v: Vec<u64> = all.unwrap_or_default().into_iter().collect();
+    v.sort_unstable();
+    v
 }
 
 /// Static variables of every module and the heap blocks, each an address range.

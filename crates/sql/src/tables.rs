@@ -405,34 +405,30 @@ impl ChunkRows<'_> {
         let mut pc: Vec<u64> = Vec::new();
         let mut depth: Vec<u32> = Vec::new();
         let mut now = t.reader.chunks()[c.chunk].header.first_clock;
-        let mut index = c.first_index;
-        let res = dec.decode(&t.reader, c, |evs| {
-            for e in evs {
-                let i = index;
-                index += 1;
-                let (k, s, f, p, d) = match *e {
-                    Event::Clock(v) => {
-                        now = v;
-                        continue;
-                    }
-                    Event::FuncEnter { pc, call_site, frame } => {
-                        st.depth += 1;
-                        (0i8, Some(call_site.0), frame.0, pc.0, st.depth - 1)
-                    }
-                    Event::FuncExit { pc } => {
-                        st.depth = st.depth.saturating_sub(1);
-                        (1, None, 0, pc.0, st.depth)
-                    }
-                    _ => continue,
-                };
-                seq.push(i);
-                clock.push(now);
-                kind.push(k);
-                site.push(s);
-                frame.push(f);
-                pc.push(p);
-                depth.push(d);
-            }
+        // accesses are stepped over, not decoded
+        let res = dec.skeleton(&t.reader, c, |n, e| {
+            let (k, s, f, p, d) = match e {
+                Event::Clock(v) => {
+                    now = v;
+                    return;
+                }
+                Event::FuncEnter { pc, call_site, frame } => {
+                    st.depth += 1;
+                    (0i8, Some(call_site.0), frame.0, pc.0, st.depth - 1)
+                }
+                Event::FuncExit { pc } => {
+                    st.depth = st.depth.saturating_sub(1);
+                    (1, None, 0, pc.0, st.depth)
+                }
+                _ => return,
+            };
+            seq.push(c.first_index + n);
+            clock.push(now);
+            kind.push(k);
+            site.push(s);
+            frame.push(f);
+            pc.push(p);
+            depth.push(d);
         });
         let warning = self.damage(res);
         let rows = kind.len();
