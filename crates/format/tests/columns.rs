@@ -213,7 +213,7 @@ proptest! {
             .filter(|(_, e)| {
                 !matches!(
                     e,
-                    Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. } | Event::Fence { .. }
+                    Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. }
                 )
             })
             .collect();

@@ -6,10 +6,12 @@
 //! Before the range the kernel still follows every thread's entries and exits (the
 //! one call-stack rule, [`memlens_format::CallStack`]), so an access at the range's
 //! start counts on the calls open then; the walk stops at the first access past the
-//! range, so chunks after it are never read. The trace has no merged position per
-//! chunk (a position depends on every thread's earlier events), so chunks before the
-//! range are decoded. A one-thread trace is read in batches in its own order (the
-//! merged one); several threads go through [`Merged`]. Paths with neither cost nor
+//! range, so chunks after it are never read. A one-thread trace is read chunk by
+//! chunk in its own order (the merged one), and a chunk none of whose accesses is
+//! in the range only for its other events (calls, threads, heap), its accesses
+//! stepped over by the decoder's skeleton walk. Several threads go through
+//! [`Merged`], which decodes the chunks before the range too: a chunk has no
+//! merged position (it depends on every thread's earlier events). Paths with neither cost nor
 //! calls in the range are left out.
 
 use crate::profile::Profile;
@@ -17,8 +19,7 @@ use crate::Error;
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::calltree::{CallTree, CallTreeReport, Cost};
 use memlens_analysis::{Kernel, Merged, Namer};
-use memlens_format::reader::BATCH;
-use memlens_format::{Event, ThreadId, TraceReader};
+use memlens_format::{ChunkDecoder, Event, ThreadId, TraceReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,44 +32,99 @@ pub(crate) fn range_tree(
     x1: u64,
 ) -> Result<CallTreeReport, Error> {
     let mut tree = CallTree::new(namer).with_annotation(annotation);
-    let (mut op, mut counting) = (0u64, true);
-    // One event in the merged order; false once past the range.
-    let mut step = |t: ThreadId, ev: &Event| {
-        let access = matches!(ev, Event::Access { .. } | Event::Range { .. } | Event::Rmw { .. });
-        if access && op >= x1 {
-            return false;
-        }
-        // an entry at `op` comes before access `op`: it belongs where that access does
-        let inside = x0 <= op && op < x1;
-        if inside != counting {
-            tree.set_counting(inside);
-            counting = inside;
-        }
-        tree.process(t, ev);
-        op += u64::from(access);
-        true
-    };
+    let mut walk = Walk { tree: &mut tree, op: 0, counting: true, x0, x1 };
     if let [s] = r.streams() {
-        // one thread: its own order is the merged one, read in batches
-        let mut events = r.events(s.thread);
-        let mut batch = Vec::with_capacity(BATCH);
-        'run: while events.next_batch(&mut batch, BATCH).map_err(memlens_analysis::Error::from)? > 0
-        {
-            for ev in &batch {
-                if !step(s.thread, ev) {
-                    break 'run;
+        // one thread: its own order is the merged one, chunk by chunk
+        let mut dec = ChunkDecoder::new();
+        let mut before = true;
+        let mut skel: Vec<(u64, Event)> = Vec::new();
+        for c in r.stream_chunks() {
+            if before {
+                // calls, threads and heap events only (accesses stepped over):
+                // enough while none of the chunk's accesses is in the range
+                skel.clear();
+                let n = dec.skeleton(r, &c, |i, e| skel.push((i, e))).map_err(fmt)?;
+                let accesses = n - skel.len() as u64;
+                if walk.op + accesses <= x0 {
+                    walk.skipped(s.thread, &skel, accesses);
+                    continue;
                 }
+                before = false;
+            }
+            let mut past = false;
+            dec.decode(r, &c, |evs| {
+                for ev in evs {
+                    if !past && !walk.step(s.thread, ev) {
+                        past = true;
+                    }
+                }
+            })
+            .map_err(fmt)?;
+            if past {
+                break;
             }
         }
     } else {
         for ev in Merged::new(r)? {
             let ev = ev?;
-            if !step(ev.thread, &ev.event) {
+            if !walk.step(ev.thread, &ev.event) {
                 break;
             }
         }
     }
     Ok(prune(tree.finish()))
+}
+
+fn fmt(e: memlens_format::Error) -> Error {
+    memlens_analysis::Error::from(e).into()
+}
+
+/// The merged order's walk: `op` accesses so far, counting while inside `x0..x1`.
+struct Walk<'t, 'n> {
+    tree: &'t mut CallTree<'n>,
+    op: u64,
+    counting: bool,
+    x0: u64,
+    x1: u64,
+}
+
+impl Walk<'_, '_> {
+    /// Where an event at `op` (accesses before it) belongs.
+    fn at(&mut self, op: u64) {
+        // an entry at `op` comes before access `op`: it belongs where that access does
+        let inside = self.x0 <= op && op < self.x1;
+        if inside != self.counting {
+            self.tree.set_counting(inside);
+            self.counting = inside;
+        }
+    }
+
+    /// One event in the merged order; false once past the range.
+    fn step(&mut self, t: ThreadId, ev: &Event) -> bool {
+        let access = ev.is_access();
+        if access && self.op >= self.x1 {
+            return false;
+        }
+        self.at(self.op);
+        self.tree.process(t, ev);
+        self.op += u64::from(access);
+        true
+    }
+
+    /// A chunk of thread `t` none of whose `accesses` is in the range, as its
+    /// other events `skel` (each with its number in the chunk).
+    fn skipped(&mut self, t: ThreadId, skel: &[(u64, Event)], accesses: u64) {
+        for (k, (i, ev)) in skel.iter().enumerate() {
+            // the events before it that are not in `skel` are accesses
+            self.at(self.op + (i - k as u64));
+            self.tree.process(t, ev);
+        }
+        // all before the range: not counted, whatever the last event was
+        self.tree.set_counting(false);
+        self.tree.skip_accesses(t, accesses);
+        self.tree.set_counting(self.counting);
+        self.op += accesses;
+    }
 }
 
 /// Leaves out the paths with no cost and no calls in the range (entered and left
@@ -198,6 +254,86 @@ mod tests {
             t.nodes.iter().map(|n| (n.parent, n.func, n.inclusive.loads)).collect();
         assert_eq!(kept, [(0, 0, 6), (0, 10, 5), (1, 11, 5), (0, 13, 0)]);
         assert_eq!(t.children(0), [1, 3]);
+    }
+
+    /// One thread in many small chunks of calls, exits, accesses, ranges, atomics,
+    /// fences and allocations: a chunk boundary falls everywhere.
+    fn chunked_trace() -> PathBuf {
+        use memlens_format::{AccessKind, Addr, AllocKind, EventBuffer, Pc, RmwOp, TraceWriter};
+        let path =
+            std::env::temp_dir().join(format!("view-rangetree-{}.trace", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        let mut w = TraceWriter::new(f, 1, 1).unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut depth = 0u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for chunk in 0..80 {
+            let mut buf = EventBuffer::new();
+            for _ in 0..next() % 12 {
+                let x = next();
+                let pc = Pc(0x1000 + 0x100 * ((x >> 20) % 4));
+                let addr = Addr(0x10000 + 8 * ((x >> 30) % 64));
+                buf.push(&match (x >> 40) % 10 {
+                    0 | 1 if depth < 5 => {
+                        depth += 1;
+                        Event::FuncEnter { pc, call_site: Pc(0), frame: Addr(0x7000 - depth) }
+                    }
+                    2 | 3 if depth > 0 => {
+                        depth -= 1;
+                        Event::FuncExit { pc: Pc(0) }
+                    }
+                    4 => Event::Range { pc, addr, len: 24, kind: AccessKind::Write },
+                    5 => Event::Rmw { pc, addr, size: 8, op: RmwOp::FetchAdd, value: None },
+                    6 => Event::Fence { pc, order: 5 },
+                    7 => Event::Alloc { pc, addr, size: 8, kind: AllocKind::Malloc, stack: vec![] },
+                    _ => Event::Access {
+                        pc,
+                        addr,
+                        size: 8,
+                        kind: AccessKind::Read,
+                        atomic: false,
+                        value: None,
+                    },
+                });
+            }
+            w.write_events(0, &mut buf, chunk == 79).unwrap();
+        }
+        w.finish(|_| {}).unwrap();
+        path
+    }
+
+    /// The tree of every range of a chunked one-thread trace equals the tree of a
+    /// walk that decodes every event, however the range meets the chunks.
+    #[test]
+    fn stepping_over_the_chunks_before_a_range_changes_no_tree() {
+        let path = chunked_trace();
+        let r = TraceReader::open(&path).unwrap();
+        assert!(r.stream_chunks().len() >= 30);
+        let t = r.streams()[0].thread;
+        let events: Vec<Event> = r.events(t).map(|e| e.unwrap()).collect();
+        let n = events.iter().filter(|e| e.is_access()).count() as u64;
+        assert!(n > 60, "{n} accesses");
+        let namer = memlens_analysis::NoNames;
+        for x0 in 0..n {
+            for x1 in [x0 + 1, x0 + 7, n] {
+                let mut tree = CallTree::new(&namer);
+                let mut walk = Walk { tree: &mut tree, op: 0, counting: true, x0, x1 };
+                for ev in &events {
+                    if !walk.step(t, ev) {
+                        break;
+                    }
+                }
+                let want = prune(tree.finish());
+                let got = range_tree(&r, &namer, None, x0, x1).unwrap();
+                assert_eq!(got, want, "range {x0}..{x1}");
+            }
+        }
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

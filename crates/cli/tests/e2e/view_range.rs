@@ -9,6 +9,7 @@ use crate::view_layout::recorded;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Per call path (function names from the root): calls, inclusive and exclusive cost.
 type Paths = BTreeMap<Vec<String>, (u64, Vec<u64>, Vec<u64>)>;
@@ -144,6 +145,68 @@ fn view_range_call_tree_splits_add_up_with_recursion_and_threads() {
     splits_add_up(&t1, &[1, 3, 5]);
     let (_d2, t2) = recorded("view-range-threads", "threads.c");
     splits_add_up(&t2, &[2, 4, 7]);
+}
+
+#[test]
+fn view_range_call_tree_of_a_late_range_steps_over_the_chunks_before_it() {
+    // one thread in many chunks: a range's tree walks the chunks before it for
+    // their calls only, and must still add up to the index's tree
+    let dir = scratch("view-range-chunks");
+    let exe = build(Cc::Gcc, "longcalls.c", &dir, &[]);
+    let trace = dir.join("t.trace");
+    let out = Command::new(memlens())
+        .env("MEMLENS_BUFFER_KB", "64")
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+    let o = run_memlens(&["info", "--fast", "--format", "json", trace.to_str().unwrap()]);
+    let info: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let chunks = info["chunks"].as_u64().unwrap();
+    assert!(chunks >= 8, "{chunks} chunks: {info}");
+    splits_add_up(&trace, &[1, 2, 5, 7]);
+    // the last eighth: outer's calls of mid were entered chunks before it
+    let (_server, port, token) = serve_in_background(&trace, &[], None);
+    let n = ops(port, &token);
+    let whole = paths(port, &token, "");
+    let (o, m, l) = (
+        key(&["main", "outer"]),
+        key(&["main", "outer", "mid"]),
+        key(&["main", "outer", "mid", "leaf"]),
+    );
+    assert_eq!(whole[&m].0, 60);
+    assert_eq!(whole[&l].0, 60 * 40);
+    let late = paths(port, &token, &range(n * 7 / 8, n));
+    assert_eq!(late[&o].0, 0, "outer was entered before the range: {late:?}");
+    // main's own mid(30) at the end: 30 × (256 loads + 1 store) in leaf and mid
+    let tail = key(&["main", "mid", "leaf"]);
+    assert_eq!(late[&tail].0, 30, "{late:?}");
+    assert_eq!(late[&tail].2[0], 30 * 256, "{late:?}");
+    // ranges starting at a call of leaf, or one operation after it, all through
+    // the run: the calls counted are exactly those that start inside
+    let meta = get_api(port, &token, "/api/meta");
+    let fi = meta["functions"].as_array().unwrap().iter().position(|x| x == "leaf").unwrap();
+    let spans = get_api(port, &token, "/api/flame?t0=0&t1=999999999&min=0");
+    let starts: Vec<u64> = spans
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[2] == fi as u64)
+        .map(|s| s[0].as_u64().unwrap())
+        .collect();
+    assert_eq!(starts.len(), 60 * 40 + 30);
+    for (k, &s) in starts.iter().enumerate().step_by(61) {
+        for x0 in [s, s + 1] {
+            let v =
+                get_api(port, &token, &format!("/api/calltree?view=bottom&path={}", range(x0, n)));
+            let row = v["rows"].as_array().unwrap().iter().find(|r| r["name"] == "leaf").unwrap();
+            let want = (starts.len() - k - usize::from(x0 > s)) as u64;
+            assert_eq!(row["calls"].as_u64(), Some(want), "range {x0}..{n}: {row}");
+        }
+    }
 }
 
 /// A screenshot with the bottom panes scrolled into view.

@@ -643,10 +643,11 @@ impl<B: AsRef<[u8]>> Decoder<B> {
 
 impl<B: AsRef<[u8]>> Decoder<B> {
     /// Every event of the rest of the chunk that is not a memory access, with
-    /// its number in the chunk: loads, stores, ranges, atomics and fences are
-    /// stepped over (their pcs followed, their side bytes skipped, no [`Event`]
-    /// built) — what a pass after allocations, frames and threads needs, at a
-    /// fraction of the full decoder's cost. Returns the number of events.
+    /// its number in the chunk: loads, stores, ranges and atomics are stepped
+    /// over (their pcs followed, their side bytes skipped, no [`Event`] built) —
+    /// what a pass after allocations, frames and threads needs, at a fraction of
+    /// the full decoder's cost. Returns the number of events: those not handed
+    /// to `f` are the accesses.
     pub fn skeleton(&mut self, mut f: impl FnMut(u64, Event)) -> Result<u64, DecodeError> {
         let mut n = 0u64;
         loop {
@@ -655,7 +656,7 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             {
                 if let Some((body, after, reps, p)) = self.repeat_head() {
                     let pc0 = self.pred.prev_pc;
-                    if self.walk_body(body, pc0, p, |t, _, _| t <= tag::FENCE).is_some() {
+                    if self.walk_body(body, pc0, p, |t, _, _| t < tag::FENCE).is_some() {
                         self.pos = after;
                         n += reps * p;
                         continue;
@@ -846,11 +847,6 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 if b & 8 != 0 {
                     self.skip_sv()?;
                 }
-            }
-            tag::FENCE => {
-                self.pos += 1;
-                self.pc()?;
-                self.byte()?;
             }
             _ => match self.next_slow()? {
                 Some(e) => f(n, e),
