@@ -425,12 +425,27 @@ impl TraceReader {
         thread: ThreadId,
         keep: impl Fn(&ChunkHeader) -> bool,
     ) -> StreamEvents<'_> {
+        self.events_of(thread, |_, h| keep(h))
+    }
+
+    /// Like [`TraceReader::events`], from the thread's chunk number `from` (its
+    /// position among the stream's chunks) on; [`StreamEvents::index`] still counts
+    /// every event of the stream.
+    pub fn events_from(&self, thread: ThreadId, from: usize) -> StreamEvents<'_> {
+        self.events_of(thread, |k, _| k >= from)
+    }
+
+    fn events_of(
+        &self,
+        thread: ThreadId,
+        keep: impl Fn(usize, &ChunkHeader) -> bool,
+    ) -> StreamEvents<'_> {
         let mut chunks = Vec::new();
         let mut base = 0u64;
         if let Some(s) = self.streams.iter().find(|s| s.thread == thread) {
-            for &c in &s.chunks {
+            for (k, &c) in s.chunks.iter().enumerate() {
                 let h = &self.chunks[c].header;
-                if keep(h) {
+                if keep(k, h) {
                     chunks.push((c, base));
                 }
                 base += u64::from(h.counts.events);

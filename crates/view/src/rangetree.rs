@@ -6,20 +6,24 @@
 //! Before the range the kernel still follows every thread's entries and exits (the
 //! one call-stack rule, [`memlens_format::CallStack`]), so an access at the range's
 //! start counts on the calls open then; the walk stops at the first access past the
-//! range, so chunks after it are never read. A one-thread trace is read chunk by
-//! chunk in its own order (the merged one), and a chunk none of whose accesses is
-//! in the range only for its other events (calls, threads, heap), its accesses
-//! stepped over by the decoder's skeleton walk. Several threads go through
-//! [`Merged`], which decodes the chunks before the range too: a chunk has no
-//! merged position (it depends on every thread's earlier events). Paths with neither cost nor
-//! calls in the range are left out.
+//! range, so chunks after it are never read. The merge is [`Merged`]'s, by (clock,
+//! thread, index), but until the range starts each stream is read as its chunks'
+//! skeletons: calls, thread and heap events decoded, the accesses between them
+//! stepped over as runs (a thread's accesses at one clock are contiguous in the
+//! merged order, so a run before the range is skipped whole). At the run where the
+//! range starts, every stream goes on event by event from where it stands. Paths
+//! with neither cost nor calls in the range are left out.
 
 use crate::profile::Profile;
 use crate::Error;
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::calltree::{CallTree, CallTreeReport, Cost};
-use memlens_analysis::{Kernel, Merged, Namer};
-use memlens_format::{ChunkDecoder, Event, ThreadId, TraceReader};
+#[cfg(doc)]
+use memlens_analysis::Merged;
+use memlens_analysis::{Kernel, Namer};
+use memlens_format::{ChunkDecoder, Event, StreamChunk, StreamEvents, ThreadId, TraceReader};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,43 +37,40 @@ pub(crate) fn range_tree(
 ) -> Result<CallTreeReport, Error> {
     let mut tree = CallTree::new(namer).with_annotation(annotation);
     let mut walk = Walk { tree: &mut tree, op: 0, counting: true, x0, x1 };
-    if let [s] = r.streams() {
-        // one thread: its own order is the merged one, chunk by chunk
-        let mut dec = ChunkDecoder::new();
-        let mut before = true;
-        let mut skel: Vec<(u64, Event)> = Vec::new();
-        for c in r.stream_chunks() {
-            if before {
-                // calls, threads and heap events only (accesses stepped over):
-                // enough while none of the chunk's accesses is in the range
-                skel.clear();
-                let n = dec.skeleton(r, &c, |i, e| skel.push((i, e))).map_err(fmt)?;
-                let accesses = n - skel.len() as u64;
-                if walk.op + accesses <= x0 {
-                    walk.skipped(s.thread, &skel, accesses);
-                    continue;
+    let mut srcs: Vec<Src> = r.streams().iter().map(|s| Src::new(r, s.thread)).collect();
+    let mut dec = ChunkDecoder::new();
+    // the merge of [`Merged`]: by (clock, thread, index) of each stream's head
+    let mut heap = BinaryHeap::new();
+    for (i, s) in srcs.iter_mut().enumerate() {
+        if let Some(k) = s.head(r, &mut dec)? {
+            heap.push(Reverse((k, i)));
+        }
+    }
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let s = &mut srcs[i];
+        let (clock, index, item) = s.items.pop_front().expect("a queued stream has a head");
+        match item {
+            Item::Ev(ev) => {
+                if !walk.step(s.thread, &ev) {
+                    break;
                 }
-                before = false;
             }
-            let mut past = false;
-            dec.decode(r, &c, |evs| {
-                for ev in evs {
-                    if !past && !walk.step(s.thread, ev) {
-                        past = true;
-                    }
+            // a thread's accesses at one clock are contiguous in the merged order
+            Item::Run(n) if walk.op + n <= x0 => walk.skip(s.thread, n),
+            Item::Run(n) => {
+                // the range starts in this run: every stream event by event from
+                // where it stands (the heads' keys do not change)
+                s.items.push_front((clock, index, Item::Run(n)));
+                for s in srcs.iter_mut() {
+                    s.whole(r)?;
+                    // queued again at the same key (the merge holds the others')
+                    s.head(r, &mut dec)?;
                 }
-            })
-            .map_err(fmt)?;
-            if past {
-                break;
             }
         }
-    } else {
-        for ev in Merged::new(r)? {
-            let ev = ev?;
-            if !walk.step(ev.thread, &ev.event) {
-                break;
-            }
+        let s = &mut srcs[i];
+        if let Some(k) = s.head(r, &mut dec)? {
+            heap.push(Reverse((k, i)));
         }
     }
     Ok(prune(tree.finish()))
@@ -77,6 +78,100 @@ pub(crate) fn range_tree(
 
 fn fmt(e: memlens_format::Error) -> Error {
     memlens_analysis::Error::from(e).into()
+}
+
+/// A queued piece of a stream, with its clock and its first event's index.
+enum Item {
+    /// This many accesses, stepped over by the skeleton walk.
+    Run(u64),
+    /// Any other event (or, event by event, an access).
+    Ev(Event),
+}
+
+/// One stream of the walk: its chunks' skeletons (calls, threads, heap events
+/// and runs of accesses between them) until the range is near, then its events.
+struct Src<'r> {
+    thread: ThreadId,
+    chunks: Vec<StreamChunk>,
+    /// The next chunk to walk (skeletons).
+    next: usize,
+    items: VecDeque<(u64, u64, Item)>,
+    /// The clock after the last event queued ([`Merged`]'s rule: the largest seen).
+    clock: u64,
+    /// Event by event: the stream and the index of its next event.
+    events: Option<(StreamEvents<'r>, u64)>,
+}
+
+impl<'r> Src<'r> {
+    fn new(r: &TraceReader, thread: ThreadId) -> Src<'r> {
+        let chunks = r.stream_chunks().into_iter().filter(|c| c.thread == thread).collect();
+        Src { thread, chunks, next: 0, items: VecDeque::new(), clock: 0, events: None }
+    }
+
+    /// The merge key of the first queued item, reading more when none is.
+    fn head(
+        &mut self,
+        r: &'r TraceReader,
+        dec: &mut ChunkDecoder,
+    ) -> Result<Option<(u64, u32, u64)>, Error> {
+        while self.items.is_empty() {
+            if let Some((events, index)) = &mut self.events {
+                let Some(ev) = events.next() else { break };
+                let ev = ev.map_err(fmt)?;
+                if let Event::Clock(t) = ev {
+                    self.clock = self.clock.max(t);
+                }
+                self.items.push_back((self.clock, *index, Item::Ev(ev)));
+                *index += 1;
+                continue;
+            }
+            let Some(c) = self.chunks.get(self.next) else { break };
+            self.next += 1;
+            let (mut after, first) = (0u64, c.first_index);
+            let (items, clock) = (&mut self.items, &mut self.clock);
+            let n = dec
+                .skeleton(r, c, |i, ev| {
+                    if i > after {
+                        items.push_back((*clock, first + after, Item::Run(i - after)));
+                    }
+                    if let Event::Clock(t) = ev {
+                        *clock = (*clock).max(t);
+                    }
+                    items.push_back((*clock, first + i, Item::Ev(ev)));
+                    after = i + 1;
+                })
+                .map_err(fmt)?;
+            if n > after {
+                self.items.push_back((self.clock, first + after, Item::Run(n - after)));
+            }
+        }
+        Ok(self.items.front().map(|&(clock, index, _)| (clock, self.thread.0, index)))
+    }
+
+    /// From the first queued item on, event by event.
+    fn whole(&mut self, r: &'r TraceReader) -> Result<(), Error> {
+        if self.events.is_some() {
+            return Ok(());
+        }
+        let (pos, index) = match self.items.front() {
+            Some(&(clock, index, _)) => {
+                self.clock = clock;
+                (self.next - 1, index)
+            }
+            None => (self.next, self.chunks.get(self.next).map_or(0, |c| c.first_index)),
+        };
+        self.items.clear();
+        let mut events = r.events_from(self.thread, pos);
+        // the events of the chunk before the first queued one were walked already
+        let skip = self.chunks.get(pos).map_or(0, |c| index - c.first_index);
+        for _ in 0..skip {
+            if let Some(Err(e)) = events.next() {
+                return Err(fmt(e));
+            }
+        }
+        self.events = Some((events, index));
+        Ok(())
+    }
 }
 
 /// The merged order's walk: `op` accesses so far, counting while inside `x0..x1`.
@@ -111,19 +206,12 @@ impl Walk<'_, '_> {
         true
     }
 
-    /// A chunk of thread `t` none of whose `accesses` is in the range, as its
-    /// other events `skel` (each with its number in the chunk).
-    fn skipped(&mut self, t: ThreadId, skel: &[(u64, Event)], accesses: u64) {
-        for (k, (i, ev)) in skel.iter().enumerate() {
-            // the events before it that are not in `skel` are accesses
-            self.at(self.op + (i - k as u64));
-            self.tree.process(t, ev);
-        }
-        // all before the range: not counted, whatever the last event was
+    /// `n` accesses of thread `t`, all before the range, stepped over.
+    fn skip(&mut self, t: ThreadId, n: u64) {
         self.tree.set_counting(false);
-        self.tree.skip_accesses(t, accesses);
+        self.tree.skip_accesses(t, n);
         self.tree.set_counting(self.counting);
-        self.op += accesses;
+        self.op += n;
     }
 }
 
@@ -256,84 +344,110 @@ mod tests {
         assert_eq!(t.children(0), [1, 3]);
     }
 
-    /// One thread in many small chunks of calls, exits, accesses, ranges, atomics,
-    /// fences and allocations: a chunk boundary falls everywhere.
-    fn chunked_trace() -> PathBuf {
+    /// `threads` threads in many small chunks of calls, exits, accesses, ranges,
+    /// atomics, fences, allocations and (with several threads) clocks: a chunk
+    /// boundary falls everywhere, and the merge interleaves the threads.
+    fn chunked_trace(name: &str, threads: u32) -> PathBuf {
         use memlens_format::{AccessKind, Addr, AllocKind, EventBuffer, Pc, RmwOp, TraceWriter};
-        let path =
-            std::env::temp_dir().join(format!("view-rangetree-{}.trace", std::process::id()));
+        let path = std::env::temp_dir()
+            .join(format!("view-rangetree-{name}-{}.trace", std::process::id()));
         let f = std::fs::File::create(&path).unwrap();
         let mut w = TraceWriter::new(f, 1, 1).unwrap();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut depth = 0u64;
         let mut next = move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
         };
+        let mut depth = vec![0u64; threads as usize];
+        let mut clock = vec![0u64; threads as usize];
         for chunk in 0..80 {
-            let mut buf = EventBuffer::new();
-            for _ in 0..next() % 12 {
-                let x = next();
-                let pc = Pc(0x1000 + 0x100 * ((x >> 20) % 4));
-                let addr = Addr(0x10000 + 8 * ((x >> 30) % 64));
-                buf.push(&match (x >> 40) % 10 {
-                    0 | 1 if depth < 5 => {
-                        depth += 1;
-                        Event::FuncEnter { pc, call_site: Pc(0), frame: Addr(0x7000 - depth) }
-                    }
-                    2 | 3 if depth > 0 => {
-                        depth -= 1;
-                        Event::FuncExit { pc: Pc(0) }
-                    }
-                    4 => Event::Range { pc, addr, len: 24, kind: AccessKind::Write },
-                    5 => Event::Rmw { pc, addr, size: 8, op: RmwOp::FetchAdd, value: None },
-                    6 => Event::Fence { pc, order: 5 },
-                    7 => Event::Alloc { pc, addr, size: 8, kind: AllocKind::Malloc, stack: vec![] },
-                    _ => Event::Access {
-                        pc,
-                        addr,
-                        size: 8,
-                        kind: AccessKind::Read,
-                        atomic: false,
-                        value: None,
-                    },
-                });
+            for t in 0..threads {
+                let (depth, clock) = (&mut depth[t as usize], &mut clock[t as usize]);
+                let mut buf = EventBuffer::new();
+                for _ in 0..next() % 12 {
+                    let x = next();
+                    let pc = Pc(0x1000 + 0x100 * ((x >> 20) % 4));
+                    let addr = Addr(0x10000 + 8 * ((x >> 30) % 64));
+                    buf.push(&match (x >> 40) % 11 {
+                        0 | 1 if *depth < 5 => {
+                            *depth += 1;
+                            Event::FuncEnter { pc, call_site: Pc(0), frame: Addr(0x7000 - *depth) }
+                        }
+                        2 | 3 if *depth > 0 => {
+                            *depth -= 1;
+                            Event::FuncExit { pc: Pc(0) }
+                        }
+                        4 => Event::Range { pc, addr, len: 24, kind: AccessKind::Write },
+                        5 => Event::Rmw { pc, addr, size: 8, op: RmwOp::FetchAdd, value: None },
+                        6 => Event::Fence { pc, order: 5 },
+                        7 => Event::Alloc {
+                            pc,
+                            addr,
+                            size: 8,
+                            kind: AllocKind::Malloc,
+                            stack: vec![],
+                        },
+                        8 if threads > 1 => {
+                            *clock += 1 + (x >> 50) % 3;
+                            Event::Clock(*clock)
+                        }
+                        _ => Event::Access {
+                            pc,
+                            addr,
+                            size: 8,
+                            kind: AccessKind::Read,
+                            atomic: false,
+                            value: None,
+                        },
+                    });
+                }
+                w.write_events(t, &mut buf, chunk == 79).unwrap();
             }
-            w.write_events(0, &mut buf, chunk == 79).unwrap();
         }
         w.finish(|_| {}).unwrap();
         path
     }
 
-    /// The tree of every range of a chunked one-thread trace equals the tree of a
-    /// walk that decodes every event, however the range meets the chunks.
+    /// The tree of every range of a chunked trace of one or three threads equals
+    /// the tree of the merged walk that decodes every event ([`Merged`]), however
+    /// the range meets the chunks and the runs of accesses.
     #[test]
-    fn stepping_over_the_chunks_before_a_range_changes_no_tree() {
-        let path = chunked_trace();
-        let r = TraceReader::open(&path).unwrap();
-        assert!(r.stream_chunks().len() >= 30);
-        let t = r.streams()[0].thread;
-        let events: Vec<Event> = r.events(t).map(|e| e.unwrap()).collect();
-        let n = events.iter().filter(|e| e.is_access()).count() as u64;
-        assert!(n > 60, "{n} accesses");
-        let namer = memlens_analysis::NoNames;
-        for x0 in 0..n {
-            for x1 in [x0 + 1, x0 + 7, n] {
-                let mut tree = CallTree::new(&namer);
-                let mut walk = Walk { tree: &mut tree, op: 0, counting: true, x0, x1 };
-                for ev in &events {
-                    if !walk.step(t, ev) {
-                        break;
-                    }
-                }
-                let want = prune(tree.finish());
-                let got = range_tree(&r, &namer, None, x0, x1).unwrap();
-                assert_eq!(got, want, "range {x0}..{x1}");
+    fn stepping_over_the_accesses_before_a_range_changes_no_tree() {
+        for (name, threads) in [("one", 1), ("three", 3)] {
+            let path = chunked_trace(name, threads);
+            let r = TraceReader::open(&path).unwrap();
+            assert_eq!(r.streams().len(), threads as usize);
+            assert!(r.stream_chunks().len() >= 30 * threads as usize);
+            let events: Vec<(ThreadId, Event)> = memlens_analysis::Merged::new(&r)
+                .unwrap()
+                .map(|e| e.map(|e| (e.thread, e.event)).unwrap())
+                .collect();
+            let n = events.iter().filter(|e| e.1.is_access()).count() as u64;
+            assert!(n > 60 * u64::from(threads), "{n} accesses");
+            if threads > 1 {
+                // the merge interleaves the threads: not one after the other
+                let switches = events.windows(2).filter(|w| w[0].0 != w[1].0).count();
+                assert!(switches > 20, "{switches} switches between threads");
             }
+            let namer = memlens_analysis::NoNames;
+            for x0 in 0..n {
+                for x1 in [x0 + 1, x0 + 7, n] {
+                    let mut tree = CallTree::new(&namer);
+                    let mut walk = Walk { tree: &mut tree, op: 0, counting: true, x0, x1 };
+                    for (t, ev) in &events {
+                        if !walk.step(*t, ev) {
+                            break;
+                        }
+                    }
+                    let want = prune(tree.finish());
+                    let got = range_tree(&r, &namer, None, x0, x1).unwrap();
+                    assert_eq!(got, want, "{name}: range {x0}..{x1}");
+                }
+            }
+            let _ = std::fs::remove_file(&path);
         }
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -147,27 +147,35 @@ fn view_range_call_tree_splits_add_up_with_recursion_and_threads() {
     splits_add_up(&t2, &[2, 4, 7]);
 }
 
-#[test]
-fn view_range_call_tree_of_a_late_range_steps_over_the_chunks_before_it() {
-    // one thread in many chunks: a range's tree walks the chunks before it for
-    // their calls only, and must still add up to the index's tree
-    let dir = scratch("view-range-chunks");
-    let exe = build(Cc::Gcc, "longcalls.c", &dir, &[]);
-    let trace = dir.join("t.trace");
+/// `exe` recorded into `trace` in 64 KB chunks, at least `min` of them.
+fn small_chunks(exe: &Path, trace: &Path, min: u64) -> PathBuf {
     let out = Command::new(memlens())
         .env("MEMLENS_BUFFER_KB", "64")
         .args(["record", "-q", "-o"])
-        .arg(&trace)
+        .arg(trace)
         .arg("--")
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap();
     assert!(out.status.success(), "record failed: {}", stderr(&out));
     let o = run_memlens(&["info", "--fast", "--format", "json", trace.to_str().unwrap()]);
     let info: Value = serde_json::from_slice(&o.stdout).unwrap();
     let chunks = info["chunks"].as_u64().unwrap();
-    assert!(chunks >= 8, "{chunks} chunks: {info}");
+    assert!(chunks >= min, "{chunks} chunks: {info}");
+    trace.to_path_buf()
+}
+
+#[test]
+fn view_range_call_tree_of_a_late_range_steps_over_the_chunks_before_it() {
+    // one thread in many chunks: a range's tree walks the chunks before it for
+    // their calls only, and must still add up to the index's tree
+    let dir = scratch("view-range-chunks");
+    let exe = build(Cc::Gcc, "longcalls.c", &dir, &[]);
+    let trace = small_chunks(&exe, &dir.join("t.trace"), 8);
     splits_add_up(&trace, &[1, 2, 5, 7]);
+    // two threads in many chunks each, merged
+    let exe2 = build(Cc::Gcc, "manychunks.c", &dir, &[]);
+    splits_add_up(&small_chunks(&exe2, &dir.join("mt.trace"), 16), &[3, 6]);
     // the last eighth: outer's calls of mid were entered chunks before it
     let (_server, port, token) = serve_in_background(&trace, &[], None);
     let n = ops(port, &token);
