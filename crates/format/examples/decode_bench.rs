@@ -92,18 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (t, c) = (Instant::now(), cpu_secs());
         check_col = 0;
         for raw in &chunks {
-            let mut d = Decoder::new(&raw[..]);
-            loop {
-                cols.clear();
-                if d.decode_columns(&mut cols, 4 * BATCH)? == 0 {
-                    break;
-                }
-                for (i, a) in cols.addr.iter().enumerate() {
-                    if cols.kind[i] & Columns::RANGE == 0 {
-                        check_col = check_col.wrapping_add(*a);
-                    }
-                }
-            }
+            check_col = check_col.wrapping_add(decode_sum(raw, &mut cols)?);
         }
         times.push((t.elapsed().as_secs_f64(), cpu_secs() - c));
     }
@@ -124,18 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let (mut cols, mut sum) = (Columns::new(), 0u64);
                         let order = std::sync::atomic::Ordering::Relaxed;
                         while let Some(raw) = chunks.get(next.fetch_add(1, order)) {
-                            let mut d = Decoder::new(&raw[..]);
-                            loop {
-                                cols.clear();
-                                if d.decode_columns(&mut cols, 4 * BATCH)? == 0 {
-                                    break;
-                                }
-                                for (i, a) in cols.addr.iter().enumerate() {
-                                    if cols.kind[i] & Columns::RANGE == 0 {
-                                        sum = sum.wrapping_add(*a);
-                                    }
-                                }
-                            }
+                            sum = sum.wrapping_add(decode_sum(raw, &mut cols)?);
                         }
                         Ok(sum)
                     })
@@ -151,4 +129,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     line(&format!("columns, {cores} cores (wall)"), &times);
     Ok(())
+}
+
+/// Decodes one chunk into columns, batch by batch, and sums its access addresses
+/// (ranges left out), so that nothing is optimised away and runs can be compared.
+fn decode_sum(raw: &[u8], cols: &mut Columns) -> Result<u64, memlens_format::codec::DecodeError> {
+    let (mut d, mut sum) = (Decoder::new(raw), 0u64);
+    loop {
+        cols.clear();
+        if d.decode_columns(cols, 4 * BATCH)? == 0 {
+            return Ok(sum);
+        }
+        for (i, a) in cols.addr.iter().enumerate() {
+            if cols.kind[i] & Columns::RANGE == 0 {
+                sum = sum.wrapping_add(*a);
+            }
+        }
+    }
 }

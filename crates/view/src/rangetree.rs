@@ -208,9 +208,7 @@ impl Walk<'_, '_> {
 
     /// `n` accesses of thread `t`, all before the range, stepped over.
     fn skip(&mut self, t: ThreadId, n: u64) {
-        self.tree.set_counting(false);
         self.tree.skip_accesses(t, n);
-        self.tree.set_counting(self.counting);
         self.op += n;
     }
 }
