@@ -105,6 +105,116 @@
   hooks.sortBy = sortBy;
   hooks.rows = (name) => sorted(tables[name]).map((r) => r.name);
 
+  // ---------- call tree ----------
+  // Both traces' top-down trees merged by call path (/api/diff/calltree): a row per
+  // path, expanded on demand; the path that changed most opens first.
+  const TREE_COLS = [["a_calls", "A calls", "grp-a"], ["b_calls", "B calls", "grp-b"],
+    ["a_incl", "A incl.", "grp-a"], ["b_incl", "B incl.", "grp-b"], ["delta", "Δ incl.", ""],
+    ["a_excl", "A excl.", "grp-a"], ["b_excl", "B excl.", "grp-b"], ["delta_excl", "Δ excl.", ""]];
+  const tree = { body: null, open: new Set() };
+  // Loads + stores of a cost array [loads, stores, bytes(, misses)].
+  const acc = (c) => c[0] + c[1];
+  async function treeRows(node) {
+    return (await api("api/diff/calltree", { node })).json();
+  }
+  function treeRow(r, depth) {
+    const tr = el("tr", "row");
+    tr.dataset.node = r.node;
+    tr.dataset.name = r.name;
+    tr.dataset.depth = depth;
+    const name = el("td", "t");
+    name.style.paddingLeft = 4 + 14 * depth + "px";
+    const tog = el("span", "tog", r.children ? "▸" : "");
+    name.append(tog, document.createTextNode(r.name));
+    name.title = r.name;
+    tr.appendChild(name);
+    for (const [key, , c] of TREE_COLS) {
+      const v = Array.isArray(r[key]) ? acc(r[key]) : r[key];
+      const td = isDelta(key) ? el("td", cls(v), signed(v)) : el("td", c, fmt(v));
+      td.dataset.key = key;
+      tr.appendChild(td);
+    }
+    tr.title = "A: " + r.a_calls + " calls, inclusive " + r.a_incl[0] + " loads, " + r.a_incl[1] + " stores\nB: " +
+      r.b_calls + " calls, inclusive " + r.b_incl[0] + " loads, " + r.b_incl[1] + " stores";
+    if (r.children) tog.addEventListener("click", (e) => { e.stopPropagation(); track(toggleNode(tr)); });
+    tr.addEventListener("click", () => {
+      tree.body.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
+      tr.classList.add("sel");
+      // the function's source, where the flat table opens it
+      const f = tables.functions.rows.find((x) => x.name === r.name);
+      if (f && f.file && f.line) track(showFile(f.file, f.line));
+    });
+    return tr;
+  }
+  // Opens (or closes) a row: its children's rows go right below it.
+  async function toggleNode(tr) {
+    const node = Number(tr.dataset.node), depth = Number(tr.dataset.depth);
+    if (tree.open.has(node)) {
+      tree.open.delete(node);
+      let n = tr.nextSibling;
+      while (n && Number(n.dataset.depth) > depth) {
+        tree.open.delete(Number(n.dataset.node));
+        const next = n.nextSibling;
+        n.remove();
+        n = next;
+      }
+      tr.querySelector(".tog").textContent = "▸";
+      return;
+    }
+    tree.open.add(node);
+    tr.querySelector(".tog").textContent = "▾";
+    const v = await treeRows(node);
+    let after = tr;
+    for (const r of v.rows) {
+      const row = treeRow(r, depth + 1);
+      after.after(row);
+      after = row;
+    }
+    if (v.more) {
+      const m = el("tr", "more");
+      m.dataset.depth = depth + 1;
+      const td = el("td", "t", "… " + v.more + " more paths with smaller changes");
+      td.colSpan = TREE_COLS.length + 1;
+      m.appendChild(td);
+      after.after(m);
+    }
+    return v;
+  }
+  async function showTree() {
+    if (tree.body) return;
+    const tbl = el("table");
+    const hr = el("tr");
+    hr.appendChild(el("th", "t", "call path"));
+    for (const [, title, c] of TREE_COLS) hr.appendChild(el("th", c, title));
+    tbl.appendChild(hr);
+    tree.body = tbl;
+    const v = await treeRows(0);
+    for (const r of v.rows) tbl.appendChild(treeRow(r, 0));
+    document.querySelector("#t-functions .tree").replaceChildren(tbl);
+    // open the path that changed most, a few levels down
+    let tr = tbl.querySelector("tr.row");
+    for (let k = 0; tr && k < 6 && Number(tr.dataset.node) && tr.querySelector(".tog").textContent; k++) {
+      const w = await toggleNode(tr);
+      if (!w || !w.rows.length || w.rows[0].delta === 0) break;
+      tr = tr.nextSibling;
+    }
+  }
+  function mode(m) {
+    const box = $("t-functions");
+    box.querySelectorAll(".modes button").forEach((b) => b.classList.toggle("on", b.dataset.mode === m));
+    box.querySelector(".scroll:not(.tree)").hidden = m === "tree";
+    box.querySelector(".scroll.tree").hidden = m !== "tree";
+    box.querySelector(".count").hidden = m === "tree";
+    hooks.mode = m;
+    return m === "tree" ? showTree() : Promise.resolve();
+  }
+  document.querySelectorAll("#t-functions .modes button").forEach((b) =>
+    b.addEventListener("click", () => track(mode(b.dataset.mode))));
+  hooks.mode = "flat";
+  hooks.treeMode = (m) => track(mode(m));
+  hooks.treeRows = () => [...document.querySelectorAll("#t-functions .tree tr.row")].map((tr) =>
+    [Number(tr.dataset.depth), tr.dataset.name].concat([...tr.querySelectorAll("td[data-key]")].map((td) => td.textContent)));
+
   // ---------- source ----------
   const sources = new Map();
   const fileRows = new Map();

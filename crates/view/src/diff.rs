@@ -6,7 +6,9 @@
 //! `variables.json` (every variable, named by the namer of `report --by variable`).
 
 use crate::guard::{asset, page, serve_app};
+use crate::profile::Profile;
 use crate::serve::{bad, bad_request, heavy, json_bytes, num, read_source, Params};
+use crate::treediff::TreeDiff;
 use crate::{Error, Index, ServeOptions};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -207,6 +209,7 @@ pub struct Diff {
     variables: Vec<DiffRow>,
     files: Vec<DiffRow>,
     heap: Vec<HeapRow>,
+    tree: TreeDiff,
 }
 
 /// One trace's index as the diff reads it: `meta.json`, the rows of
@@ -409,24 +412,28 @@ impl Diff {
     /// Compares the indexes of traces `a` and `b` (`TRACE.mlview/`, built and
     /// current: see [`crate::build`] and [`crate::is_fresh`]).
     pub fn open(a: &Path, b: &Path) -> Result<Diff, Error> {
-        let side = |t: &Path| -> Result<Side, Error> {
+        let side = |t: &Path| -> Result<(Side, Index), Error> {
             let dir = crate::index_dir(t);
             let ix = Index::open(&dir)?;
             let vars = crate::vars::read_all(&dir)?;
             let heap = crate::vars::read_json(&dir, HEAP_FILE)?;
             let label = t.display().to_string();
             let parts = IndexParts { label: &label, meta: ix.meta(), vars: &vars, heap: &heap };
-            Side::read(parts, &dir.display().to_string())
+            Ok((Side::read(parts, &dir.display().to_string())?, ix))
         };
-        Ok(Diff::from_sides(side(a)?, side(b)?))
+        let ((sa, ia), (sb, ib)) = (side(a)?, side(b)?);
+        let tree = TreeDiff::new(ia.profile(), ib.profile());
+        Ok(Diff::from_sides(sa, sb, tree))
     }
 
-    /// Compares two indexes given as their parts.
+    /// Compares two indexes given as their parts (no call trees: the tree diff
+    /// has its root only).
     pub fn from_parts(a: IndexParts, b: IndexParts) -> Result<Diff, Error> {
-        Ok(Diff::from_sides(Side::read(a, "A")?, Side::read(b, "B")?))
+        let tree = TreeDiff::new(&Profile::default(), &Profile::default());
+        Ok(Diff::from_sides(Side::read(a, "A")?, Side::read(b, "B")?, tree))
     }
 
-    fn from_sides(a: Side, b: Side) -> Diff {
+    fn from_sides(a: Side, b: Side, tree: TreeDiff) -> Diff {
         let lines = merge(&a.lines, &b.lines, |(file, line, function)| DiffRow {
             name: format!("{file}:{line}"),
             file: Some(file.clone()),
@@ -457,7 +464,7 @@ impl Diff {
             ..DiffRow::default()
         });
         let heap = merge_heap(&a.heap, &b.heap);
-        Diff { a: a.totals, b: b.totals, lines, functions, variables, files, heap }
+        Diff { a: a.totals, b: b.totals, lines, functions, variables, files, heap, tree }
     }
 
     /// The totals of A and B.
@@ -473,6 +480,11 @@ impl Diff {
             DiffTable::Variables => &self.variables,
             DiffTable::Files => &self.files,
         }
+    }
+
+    /// Node `node` of the merged call tree and its children (`/api/diff/calltree`).
+    pub fn call_tree(&self, node: u32) -> Result<Value, String> {
+        self.tree.node(node)
     }
 
     /// The allocation sites, largest |Δ bytes allocated| first.
@@ -504,7 +516,8 @@ impl Diff {
                     "peak": minus(ha.peak, hb.peak), "leaked": minus(ha.leaked, hb.leaked)}},
             "files": self.files.iter().map(|r| r.to_json(true)).collect::<Vec<_>>(),
             "rows": {"lines": self.lines.len(), "functions": self.functions.len(),
-                "variables": self.variables.len(), "heap": self.heap.len()},
+                "variables": self.variables.len(), "heap": self.heap.len(),
+                "calltree": self.tree.len()},
         })
     }
 
@@ -566,6 +579,7 @@ pub fn serve_diff(diff: Diff, opts: ServeOptions, ready: impl FnOnce(&str)) -> R
         .route("/api/diff/functions", get(table(DiffTable::Functions)))
         .route("/api/diff/variables", get(table(DiffTable::Variables)))
         .route("/api/diff/heap", get(heap_table))
+        .route("/api/diff/calltree", get(call_tree))
         .route("/api/source", get(source))
         .with_state(state);
     serve_app(app, &token, opts.port, 2, true, ready)
@@ -581,6 +595,16 @@ async fn heap_table(State(s): State<Arc<DiffState>>, Query(p): Params) -> Respon
         let limit = num(&p, "limit", u64::MAX).map_err(bad_request)?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(vec![json_bytes(&s.diff.heap_table(limit))])
+    })
+    .await
+}
+
+/// `node=N`: node N of the merged call tree and its children.
+async fn call_tree(State(s): State<Arc<DiffState>>, Query(p): Params) -> Response {
+    heavy(&s.heavy, &s, "application/json", move |s: &DiffState| {
+        let node = num(&p, "node", 0).map_err(bad_request)?;
+        let node = u32::try_from(node).unwrap_or(u32::MAX);
+        Ok(vec![json_bytes(&s.diff.call_tree(node).map_err(bad_request)?)])
     })
     .await
 }

@@ -37,6 +37,7 @@ mod rangetree;
 mod serve;
 mod sparse;
 mod store;
+mod treediff;
 mod vars;
 
 pub use diff::{

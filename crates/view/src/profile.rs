@@ -193,8 +193,21 @@ impl Profile {
         Profile { tree, names, heap: HeapLine::default() }
     }
 
-    fn name(&self, f: u64) -> &str {
+    /// The name of function id `f` (0: outside any function).
+    pub(crate) fn name(&self, f: u64) -> &str {
         self.names.get(f as usize).map_or("?", String::as_str)
+    }
+
+    /// A profile of `tree` whose function ids index `names` (no heap).
+    #[cfg(test)]
+    pub(crate) fn of(tree: CallTreeReport, names: &[&str]) -> Profile {
+        let names = names.iter().map(|n| n.to_string()).collect();
+        Profile { tree, names, heap: HeapLine::default() }
+    }
+
+    /// The call tree (function ids index [`Profile::name`]).
+    pub(crate) fn tree(&self) -> &CallTreeReport {
+        &self.tree
     }
 
     /// Node `node` of the top-down tree and its children.

@@ -261,6 +261,110 @@ fn view_diff_rows_are_the_programs_changes_and_reports_differences() {
     assert_eq!(st, 403);
 }
 
+/// Per call path (the names from the root down): calls, inclusive and exclusive
+/// cost arrays, summed over nodes of one path.
+type Paths = BTreeMap<Vec<String>, (u64, Vec<u64>, Vec<u64>)>;
+
+fn costs(v: &Value) -> Vec<u64> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+fn add_path(out: &mut Paths, path: Vec<String>, calls: u64, incl: Vec<u64>, excl: Vec<u64>) {
+    let e = out.entry(path).or_insert((0, vec![0; incl.len()], vec![0; excl.len()]));
+    e.0 += calls;
+    e.1.iter_mut().zip(incl).for_each(|(x, y)| *x += y);
+    e.2.iter_mut().zip(excl).for_each(|(x, y)| *x += y);
+}
+
+/// One trace's top-down tree from its own viewer (`/api/calltree`), by path.
+fn single_tree(port: u16, token: &str, node: u64, path: Vec<String>, out: &mut Paths) {
+    let v = api(port, token, &format!("/api/calltree?view=top&node={node}"));
+    for r in v["rows"].as_array().unwrap() {
+        let mut p = path.clone();
+        p.push(r["name"].as_str().unwrap().to_string());
+        add_path(out, p.clone(), n(r, "calls"), costs(&r["incl"]), costs(&r["excl"]));
+        single_tree(port, token, n(r, "node"), p, out);
+    }
+}
+
+/// The diff's merged tree (`/api/diff/calltree`), by path, for side `a` or `b`
+/// (paths with nothing on that side left out); checks each answer's path, the
+/// order of its rows (largest |Δ inclusive| first) and its deltas on the way.
+fn diff_tree(port: u16, token: &str, node: u64, path: Vec<String>, sides: &mut [Paths; 2]) {
+    let v = api(port, token, &format!("/api/diff/calltree?node={node}"));
+    assert_eq!(v["path"], json!(path), "node {node}");
+    let rows = v["rows"].as_array().unwrap();
+    assert!(sorted_by_abs_delta(rows), "largest |Δ| first: {v}");
+    for r in rows {
+        let mut p = path.clone();
+        p.push(r["name"].as_str().unwrap().to_string());
+        let acc = |k: &str| costs(&r[k]).iter().take(2).sum::<u64>() as i64;
+        assert_eq!(r["delta"].as_i64().unwrap(), acc("b_incl") - acc("a_incl"));
+        assert_eq!(r["delta_excl"].as_i64().unwrap(), acc("b_excl") - acc("a_excl"));
+        for (i, side) in ["a", "b"].into_iter().enumerate() {
+            let calls = n(r, &format!("{side}_calls"));
+            let incl = costs(&r[&format!("{side}_incl")]);
+            if calls > 0 || incl.iter().any(|&x| x > 0) {
+                let excl = costs(&r[&format!("{side}_excl")]);
+                add_path(&mut sides[i], p.clone(), calls, incl, excl);
+            }
+        }
+        assert_eq!(n(r, "children") > 0, {
+            let c = api(port, token, &format!("/api/diff/calltree?node={}", n(r, "node")));
+            !c["rows"].as_array().unwrap().is_empty()
+        });
+        diff_tree(port, token, n(r, "node"), p, sides);
+    }
+}
+
+/// The call tree of the diff is each trace's own call tree, merged by call path:
+/// every path's calls, inclusive and exclusive costs on each side are what the
+/// single-trace viewer of that trace shows, and the paths the program changed
+/// carry its exact counts.
+#[test]
+fn view_diff_call_tree_is_both_traces_trees_merged_by_path() {
+    let (_dir, a, b) = recorded("view-diff-tree");
+    let (_server, port, token) = serve_in_background(&b, &[a.to_str().unwrap()], None);
+    let mut sides = [Paths::new(), Paths::new()];
+    diff_tree(port, &token, 0, Vec::new(), &mut sides);
+    for (i, t) in [&a, &b].into_iter().enumerate() {
+        let (_single, sp, st) = serve_in_background(t, &[], None);
+        let mut want = Paths::new();
+        single_tree(sp, &st, 0, Vec::new(), &mut want);
+        assert!(!want.is_empty());
+        assert_eq!(sides[i], want, "side {i}: the trace's own tree");
+    }
+    // What the program does, on its paths.
+    let p = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let [sa, sb] = &sides;
+    let scan = p(&["main", "scan"]);
+    assert_eq!((sa[&scan].0, sa[&scan].1[..2].to_vec()), (1, vec![64 * A_ROUNDS, 0]));
+    assert_eq!((sb[&scan].0, sb[&scan].1[..2].to_vec()), (1, vec![64 * B_ROUNDS, 0]));
+    let extra = p(&["main", "extra"]);
+    assert!(!sa.contains_key(&extra), "extra runs in B only");
+    assert_eq!((sb[&extra].0, sb[&extra].1[..2].to_vec()), (1, vec![0, 16]));
+    let fixed = p(&["main", "fixed"]);
+    assert_eq!(sa[&fixed], sb[&fixed], "fixed() is the same in both");
+    // the root's children: main, then under it the largest change first
+    let root = api(port, &token, "/api/diff/calltree?node=0");
+    assert_eq!(root["rows"][0]["name"], "main");
+    let main =
+        api(port, &token, &format!("/api/diff/calltree?node={}", n(&root["rows"][0], "node")));
+    let names: Vec<&str> =
+        main["rows"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(&names[..2], ["scan", "extra"], "{main}");
+    assert_eq!(main["rows"][0]["delta"], json!(64 * (B_ROUNDS - A_ROUNDS)));
+    // the summary counts the merged tree's paths; a node out of range is a 400
+    let s = api(port, &token, "/api/diff/summary");
+    let paths: std::collections::BTreeSet<&Vec<String>> = sa.keys().chain(sb.keys()).collect();
+    assert_eq!(n(&s["rows"], "calltree"), paths.len() as u64 + 1, "the paths and the root");
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let (st, _, body) =
+        get_raw(port, &format!("/api/diff/calltree?node=99999&token={token}"), &host);
+    assert_eq!(st, 400);
+    assert!(String::from_utf8_lossy(&body).contains("no node 99999"));
+}
+
 #[test]
 fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
     let (dir, a, b) = recorded("view-diff-bad");
@@ -401,6 +505,39 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     assert!(files.as_str().unwrap().contains(HOSTILE), "{files}");
     assert_eq!(br.js("return document.title"), json!("memlens view: diff"));
     shot(&br, &dir, "diff-extra.png");
+    // the call tree of both: the path that changed most opened, its figures per side
+    br.js("memlens.treeMode('tree')");
+    wait("window.memlens.treeRows().length >= 4");
+    let rows = br.js("return memlens.treeRows()");
+    let d = 64 * (B_ROUNDS - A_ROUNDS);
+    assert_eq!(rows[0].as_array().unwrap()[..2], [json!(0), json!("main")], "{rows}");
+    let scan_row = rows.as_array().unwrap().iter().find(|r| r[1] == "scan").unwrap();
+    assert_eq!(scan_row[0], json!(1), "scan under main: {rows}");
+    // calls A, B; inclusive A, B, Δ; exclusive A, B, Δ
+    let want = [1, 1].map(|x: u64| x.to_string()).into_iter().chain([
+        (64 * A_ROUNDS).to_string(),
+        (64 * B_ROUNDS).to_string(),
+        format!("+{d}"),
+        (64 * A_ROUNDS).to_string(),
+        (64 * B_ROUNDS).to_string(),
+        format!("+{d}"),
+    ]);
+    assert_eq!(
+        scan_row.as_array().unwrap()[2..].to_vec(),
+        want.map(Value::from).collect::<Vec<_>>()
+    );
+    assert!(rows.as_array().unwrap().iter().any(|r| r[1] == "extra" && r[0] == 1), "{rows}");
+    // the tree's box fits the page beside the source
+    let fits = br.js(
+        "const r = document.querySelector('#t-functions .tree').getBoundingClientRect(); return r.bottom <= innerHeight && r.right <= innerWidth && r.height > 40",
+    );
+    assert_eq!(fits, json!(true));
+    shot(&br, &dir, "diff-tree.png");
+    // closing main hides its paths; the flat table comes back
+    br.js("document.querySelector('#t-functions .tree tr.row .tog').click()");
+    wait("window.memlens.treeRows().length === 1");
+    br.js("memlens.treeMode('flat')");
+    wait("!document.querySelector('#t-functions .scroll:not(.tree)').hidden");
 }
 
 fn shot(b: &Browser, dir: &Path, name: &str) {
