@@ -3,6 +3,55 @@
 
 use memlens_format::Pc;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+/// Allocation functions (`--alloc-fn`, as valgrind's massif takes them): wrappers
+/// such as `xmalloc` whose callers, not themselves, are the allocation sites. Held
+/// as their code, in return-address ranges (`start + 1 .. end + 1`: the call
+/// stacks of allocations are return addresses).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocFns(Vec<Range<Pc>>);
+
+impl AllocFns {
+    /// The functions whose code is `ranges` (return-address ranges, any order).
+    pub fn new(mut ranges: Vec<Range<Pc>>) -> AllocFns {
+        ranges.sort_by_key(|r| r.start);
+        // merged, so the one range starting at or before a pc decides
+        let mut out: Vec<Range<Pc>> = Vec::with_capacity(ranges.len());
+        for r in ranges.into_iter().filter(|r| r.start < r.end) {
+            match out.last_mut() {
+                Some(l) if r.start <= l.end => l.end = l.end.max(r.end),
+                _ => out.push(r),
+            }
+        }
+        AllocFns(out)
+    }
+
+    /// No allocation function: every site is where it was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the return address `pc` is inside an allocation function.
+    pub fn contains(&self, pc: Pc) -> bool {
+        let i = self.0.partition_point(|r| r.start <= pc);
+        i > 0 && pc < self.0[i - 1].end
+    }
+
+    /// The allocation site of a block allocated at `pc` with callers `stack`
+    /// (innermost first): the first frame outside every allocation function, and
+    /// the callers above it. When every frame is inside one (or the stack was not
+    /// recorded deep enough), the site stays as recorded.
+    pub fn site<'s>(&self, pc: Pc, stack: &'s [Pc]) -> (Pc, &'s [Pc]) {
+        if self.0.is_empty() || !self.contains(pc) {
+            return (pc, stack);
+        }
+        match stack.iter().position(|&f| !self.contains(f)) {
+            Some(i) => (stack[i], &stack[i + 1..]),
+            None => (pc, stack),
+        }
+    }
+}
 
 /// Live blocks `[start, end)` carrying a value each.
 #[derive(Clone, Debug)]
@@ -103,6 +152,24 @@ impl Sites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alloc_fns_move_the_site_to_the_first_caller_outside_them() {
+        // xmalloc at 0x100..0x140, xcalloc at 0x140..0x180 (adjacent: merged), main far off
+        let f = AllocFns::new(vec![Pc(0x141)..Pc(0x181), Pc(0x101)..Pc(0x141)]);
+        assert_eq!(f.0, [Pc(0x101)..Pc(0x181)]);
+        assert!(f.contains(Pc(0x101)) && f.contains(Pc(0x180)));
+        assert!(!f.contains(Pc(0x100)) && !f.contains(Pc(0x181)));
+        let stack = [Pc(0x150), Pc(0x900), Pc(0xa00)];
+        // called in xmalloc, from xcalloc, from 0x900: the site is 0x900, called from 0xa00
+        assert_eq!(f.site(Pc(0x120), &stack), (Pc(0x900), &stack[2..]));
+        // a site outside every allocation function stays
+        assert_eq!(f.site(Pc(0x900), &stack), (Pc(0x900), &stack[..]));
+        // every frame inside one: as recorded
+        let deep = [Pc(0x150), Pc(0x160)];
+        assert_eq!(f.site(Pc(0x120), &deep), (Pc(0x120), &deep[..]));
+        assert_eq!(AllocFns::default().site(Pc(0x120), &stack), (Pc(0x120), &stack[..]));
+    }
 
     #[test]
     fn interval_lookup() {

@@ -12,6 +12,7 @@
 //! Per-byte detail (never-read bytes, the offset histogram) is kept for blocks of up
 //! to [`HeapConfig::byte_detail_limit`] bytes, as DHAT does.
 
+pub use crate::blocks::AllocFns;
 use crate::blocks::{Blocks, Sites};
 use crate::names::Namer;
 use crate::table::{ratio, Column, Render, RenderOpts, Section, Table};
@@ -29,11 +30,18 @@ pub struct HeapConfig {
     /// Keep the heap over time in buckets of this many memory operations (the
     /// viewer's axis); `None`: no timeline.
     pub timeline: Option<u64>,
+    /// Allocation wrappers whose callers are the sites (`--alloc-fn`).
+    pub alloc_fns: AllocFns,
 }
 
 impl Default for HeapConfig {
     fn default() -> HeapConfig {
-        HeapConfig { byte_detail_limit: 1024, short_lived: 10_000, timeline: None }
+        HeapConfig {
+            byte_detail_limit: 1024,
+            short_lived: 10_000,
+            timeline: None,
+            alloc_fns: AllocFns::default(),
+        }
     }
 }
 
@@ -180,6 +188,7 @@ impl Heap {
         if addr == 0 {
             return;
         }
+        let (pc, stack) = self.cfg.alloc_fns.site(pc, stack);
         let site = self.sites.id(pc, stack);
         if site as usize == self.stats.len() {
             self.stats.push(SiteStats { pc, stack: stack.to_vec(), ..SiteStats::default() });

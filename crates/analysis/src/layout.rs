@@ -8,7 +8,7 @@
 //! [`LayoutConfig::window`] accesses. Cache lines are reckoned from the block start,
 //! as if blocks were line-aligned.
 
-use crate::blocks::{Blocks, Sites};
+use crate::blocks::{AllocFns, Blocks, Sites};
 use crate::fxhash::FxHashMap;
 use crate::names::Namer;
 use crate::table::{ratio, Column, Render, RenderOpts, Section, Table};
@@ -25,11 +25,13 @@ pub struct LayoutConfig {
     pub window: usize,
     /// Cache line size for advice. Default 64.
     pub line: u64,
+    /// Allocation wrappers whose callers are the sites (`--alloc-fn`).
+    pub alloc_fns: AllocFns,
 }
 
 impl Default for LayoutConfig {
     fn default() -> LayoutConfig {
-        LayoutConfig { max_block: 4096, window: 8, line: 64 }
+        LayoutConfig { max_block: 4096, window: 8, line: 64, alloc_fns: AllocFns::default() }
     }
 }
 
@@ -201,6 +203,7 @@ impl Layout {
         if addr == 0 || size == 0 || size > self.cfg.max_block {
             return;
         }
+        let (pc, stack) = self.cfg.alloc_fns.site(pc, stack);
         let site = self.sites.id(pc, stack);
         if site as usize == self.layouts.len() {
             self.layouts.push(SiteLayout { pc, stack: stack.to_vec(), ..SiteLayout::default() });

@@ -49,6 +49,8 @@ pub enum KernelOption {
     Interval,
     /// [`KernelOptions::cache`].
     Cache,
+    /// [`KernelOptions::alloc_fns`].
+    AllocFn,
 }
 
 /// The options any registered kernel reads.
@@ -60,11 +62,18 @@ pub struct KernelOptions {
     pub interval: u64,
     /// The simulated cache hierarchy.
     pub cache: CacheConfig,
+    /// Allocation wrappers whose callers are the allocation sites (heap, layout).
+    pub alloc_fns: crate::heap::AllocFns,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        KernelOptions { line: 64, interval: 100_000, cache: CacheConfig::default() }
+        KernelOptions {
+            line: 64,
+            interval: 100_000,
+            cache: CacheConfig::default(),
+            alloc_fns: Default::default(),
+        }
     }
 }
 
@@ -420,14 +429,20 @@ pub static KERNELS: &[KernelInfo] = &[
     merged(
         "heap",
         "allocation-site profile: bytes, lifetimes, reads and writes (like DHAT)",
-        &[],
-        |_, _, p| Ok(whole(Heap::new(HeapConfig::default()), p)),
+        &[KernelOption::AllocFn],
+        |o, _, p| {
+            let cfg = HeapConfig { alloc_fns: o.alloc_fns.clone(), ..HeapConfig::default() };
+            Ok(whole(Heap::new(cfg), p))
+        },
     ),
     merged(
         "layout",
         "field hotness and co-access per allocation site, with layout advice",
-        &[],
-        |_, _, p| Ok(whole(Layout::new(LayoutConfig::default()), p)),
+        &[KernelOption::AllocFn],
+        |o, _, p| {
+            let cfg = LayoutConfig { alloc_fns: o.alloc_fns.clone(), ..LayoutConfig::default() };
+            Ok(whole(Layout::new(cfg), p))
+        },
     ),
 ];
 

@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use memlens_analysis::cachesim::{CacheConfig, CacheReport};
+use memlens_analysis::heap::AllocFns;
 use memlens_analysis::registry::{self, KernelInfo, KernelOption};
 use memlens_analysis::{Filter, KernelOptions, Pipeline, RenderOpts, Report, WindowBasis};
 use memlens_format::{Addr, Pc, ThreadId, TraceReader};
@@ -29,6 +30,8 @@ pub struct AnalyzeOpts {
     pub files: Vec<String>,
     /// Only data in these variables (globals, by name glob).
     pub variables: Vec<String>,
+    /// Allocation wrappers (function glob lists): their callers are the sites.
+    pub alloc_fns: Vec<String>,
     /// Only events with these indices (per thread), `A..B`.
     pub window: Option<(u64, u64)>,
     /// Only accesses between ROI markers.
@@ -213,12 +216,58 @@ pub(crate) fn render_opts(o: &AnalyzeOpts) -> RenderOpts {
 
 /// The options `info` reads, from `o` (a cache config file is read only for the
 /// kernels that simulate caches).
-pub(crate) fn kernel_options(info: &KernelInfo, o: &AnalyzeOpts) -> Result<KernelOptions> {
+pub(crate) fn kernel_options(
+    info: &KernelInfo,
+    o: &AnalyzeOpts,
+    names: &Names,
+    r: &TraceReader,
+) -> Result<KernelOptions> {
     let mut k = KernelOptions { line: o.line, interval: o.interval, ..Default::default() };
     if info.reads(KernelOption::Cache) {
         k.cache = cache_config(o)?;
     }
+    if !o.alloc_fns.is_empty() {
+        if !info.reads(KernelOption::AllocFn) {
+            bail!("--alloc-fn is for the heap and layout kernels, not {}", info.name);
+        }
+        k.alloc_fns = alloc_fns(names, r, &o.alloc_fns)?;
+    }
     Ok(k)
+}
+
+/// The code of the allocation wrappers `globs` name (comma-separated function glob
+/// lists) in every module of the trace, as [`AllocFns`]. Globs that match nothing
+/// get one warning; none matching at all is an error.
+pub(crate) fn alloc_fns(names: &Names, r: &TraceReader, globs: &[String]) -> Result<AllocFns> {
+    let mut spec = memlens_symbols::CodeFilter::default();
+    for g in globs {
+        if g.split(',').any(|x| x.trim_start().starts_with('!')) {
+            bail!("--alloc-fn {g}: name the wrappers (a `!glob` excludes nothing here)");
+        }
+        spec.add_list(g, false)?;
+    }
+    let labels: Vec<String> =
+        spec.labels().iter().map(|l| l.replace("--functions", "--alloc-fn")).collect();
+    let mut matched = vec![false; labels.len()];
+    let mut out = Vec::new();
+    for m in &r.meta().modules {
+        let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
+        let sel = syms.select_code(&spec)?;
+        for (a, b) in matched.iter_mut().zip(&sel.matched) {
+            *a |= b;
+        }
+        // only the functions the globs name (select_code keeps whole modules for
+        // a filter with no include, which this is not)
+        out.extend(sel.ranges.iter().map(|rg| Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1)));
+    }
+    if out.is_empty() {
+        bail!(
+            "{} names no function of the traced program (see `memlens report --by function`)",
+            labels.join(", ")
+        );
+    }
+    crate::filter::warn_unmatched(&labels, &matched, "the traced program");
+    Ok(AllocFns::new(out))
 }
 
 /// The cache hierarchy `o` describes (flags, config file, cores, annotation).
@@ -271,7 +320,7 @@ pub(crate) fn offline(o: &AnalyzeOpts, info: &KernelInfo) -> Result<()> {
     let names = Names::new(&r.meta().modules);
     let namer = memlens_names::TraceNamer::lazy(&r, &names);
     let filter = build_filter(&names, &r, o)?;
-    let kopts = kernel_options(info, o)?;
+    let kopts = kernel_options(info, o, &names, &r)?;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let pb = progress_bar(&r);
     let mut tick = |n| {

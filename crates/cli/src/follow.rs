@@ -46,8 +46,8 @@ pub fn follow(o: &AnalyzeOpts, info: &KernelInfo, every: Every) -> Result<()> {
     };
     let names = Names::new(&r.meta().modules);
     let filter = analyze::build_filter(&names, &r, o)?;
+    let kopts = analyze::kernel_options(info, o, &names, &r)?;
     drop(names);
-    let kopts = analyze::kernel_options(info, o)?;
     // order-free sums take chunks as they land, everything else the merged order
     let live = info.follow(&o.trace, &kopts, Pipeline { filter, roi: o.roi })?;
     let rep = follow_loop(o, every, live)?;

@@ -159,6 +159,11 @@ enum Cmd {
         /// Remove the index (TRACE.mlview/) and exit.
         #[arg(long, conflicts_with_all = ["reindex", "no_serve", "open"])]
         clean: bool,
+        /// Allocation wrappers (function globs, comma-separated, as massif takes
+        /// them): a block allocated inside one belongs to its first caller outside
+        /// them, in the heap tables and the diff's allocation sites.
+        #[arg(long, value_name = "GLOBS")]
+        alloc_fn: Vec<String>,
         /// The trace; two traces A B: the diff of B against A (per line, function
         /// and variable).
         #[arg(required = true, num_args = 1..=2, value_name = "TRACE")]
@@ -377,6 +382,11 @@ struct AnalyzeArgs {
     /// Only accesses to global variables matching these globs.
     #[arg(long, value_delimiter = ',')]
     variable: Vec<String>,
+    /// Allocation wrappers (function globs, comma-separated, as valgrind's massif
+    /// takes them): a block allocated inside one belongs to its first caller outside
+    /// them (heap and layout kernels).
+    #[arg(long, value_name = "GLOBS")]
+    alloc_fn: Vec<String>,
     /// Only events START..END of each thread (event indices, either side may be empty).
     #[arg(long)]
     window: Option<String>,
@@ -613,6 +623,7 @@ fn real_main() -> Result<i32> {
                 functions: a.function,
                 files: a.file,
                 variables: a.variable,
+                alloc_fns: a.alloc_fn,
                 window,
                 roi: a.roi,
                 cache_args: a.cache.cachegrind_args(),
@@ -638,8 +649,16 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Live(a) => live::live(a),
         Cmd::Probe(a) => live::probe(a),
-        Cmd::View { port, open, reindex, no_serve, clean, traces } => {
-            view::run(view::ViewOpts { traces, port, open, reindex, no_serve, clean })
+        Cmd::View { port, open, reindex, no_serve, clean, alloc_fn, traces } => {
+            view::run(view::ViewOpts {
+                traces,
+                port,
+                open,
+                reindex,
+                no_serve,
+                clean,
+                alloc_fns: alloc_fn,
+            })
         }
         Cmd::Merge { trace: Some(trace), stats, .. } => {
             let s = merge::merge_file_order(&trace, std::io::stdout().lock())?;

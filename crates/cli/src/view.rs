@@ -22,6 +22,8 @@ pub struct ViewOpts {
     pub no_serve: bool,
     /// Remove the index only.
     pub clean: bool,
+    /// Allocation wrappers (`--alloc-fn` function glob lists).
+    pub alloc_fns: Vec<String>,
 }
 
 /// `memlens view`.
@@ -41,7 +43,7 @@ pub fn run(o: ViewOpts) -> Result<i32> {
     // at once, not after the first one's index.
     let readers = o.traces.iter().map(|t| crate::inspect::open(t)).collect::<Result<Vec<_>>>()?;
     for (t, r) in o.traces.iter().zip(&readers) {
-        ensure_index(t, r, o.reindex)?;
+        ensure_index(t, r, o.reindex, &o.alloc_fns)?;
     }
     if o.no_serve {
         return Ok(0);
@@ -83,12 +85,32 @@ pub fn run(o: ViewOpts) -> Result<i32> {
 }
 
 /// Builds `TRACE.mlview/` unless it is current (or `reindex`).
-fn ensure_index(trace: &Path, r: &memlens_format::TraceReader, reindex: bool) -> Result<()> {
+/// An index built with other `--alloc-fn` globs is rebuilt.
+fn ensure_index(
+    trace: &Path,
+    r: &memlens_format::TraceReader,
+    reindex: bool,
+    alloc_fn_globs: &[String],
+) -> Result<()> {
     let dir = memlens_view::index_dir(trace);
-    if !reindex && memlens_view::is_fresh(trace, &dir) {
+    if !reindex
+        && memlens_view::is_fresh(trace, &dir)
+        && memlens_view::alloc_fn_globs(&dir) == alloc_fn_globs
+    {
         return Ok(());
     }
     let names = Names::new(&r.meta().modules);
+    let alloc_fns = if alloc_fn_globs.is_empty() {
+        Default::default()
+    } else {
+        crate::analyze::alloc_fns(&names, r, alloc_fn_globs)
+            .with_context(|| format!("in {}", trace.display()))?
+    };
+    let opts = memlens_view::BuildOptions {
+        alloc_fns,
+        alloc_fn_globs: alloc_fn_globs.to_vec(),
+        ..Default::default()
+    };
     let namer = memlens_names::TraceNamer::new(r, &names)?;
     let pb = indicatif::ProgressBar::new(0);
     pb.set_style(
@@ -98,17 +120,10 @@ fn ensure_index(trace: &Path, r: &memlens_format::TraceReader, reindex: bool) ->
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let t = std::time::Instant::now();
-    let meta = memlens_view::build(
-        r,
-        trace,
-        &dir,
-        &namer,
-        memlens_view::BuildOptions::default(),
-        &mut |n, total| {
-            pb.set_length(total.max(n));
-            pb.set_position(n);
-        },
-    )
+    let meta = memlens_view::build(r, trace, &dir, &namer, opts, &mut |n, total| {
+        pb.set_length(total.max(n));
+        pb.set_position(n);
+    })
     .with_context(|| format!("cannot index {}", trace.display()))?;
     pb.finish_and_clear();
     eprintln!(

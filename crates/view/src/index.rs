@@ -8,7 +8,7 @@ use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::calltree::CallTree;
 use memlens_analysis::false_sharing::FalseSharing;
-use memlens_analysis::heap::{Heap, HeapConfig};
+use memlens_analysis::heap::{AllocFns, Heap, HeapConfig};
 use memlens_analysis::sharing::Sharing;
 use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Render, RenderOpts};
 use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
@@ -34,6 +34,11 @@ pub struct BuildOptions {
     /// Largest index in bytes (the finest levels are left out to fit; the coarsest
     /// level always stays). `None`: the trace's size + 16 MiB.
     pub max_bytes: Option<u64>,
+    /// Allocation wrappers whose callers are the heap's sites (`--alloc-fn`).
+    pub alloc_fns: AllocFns,
+    /// The globs that named them, as given (kept in `meta.json`: an index built
+    /// with other ones is not current).
+    pub alloc_fn_globs: Vec<String>,
 }
 
 /// What an index may take beyond the trace's own size.
@@ -41,7 +46,15 @@ pub const DEFAULT_SLACK: u64 = 16 << 20;
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        BuildOptions { max_age: 256, max_buckets: 1 << 16, line: 64, top: 100, max_bytes: None }
+        BuildOptions {
+            max_age: 256,
+            max_buckets: 1 << 16,
+            line: 64,
+            top: 100,
+            max_bytes: None,
+            alloc_fns: AllocFns::default(),
+            alloc_fn_globs: Vec::new(),
+        }
     }
 }
 
@@ -752,7 +765,11 @@ pub fn build(
         let multi = streams.len() > 1;
         let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
             let tables = sc.spawn(|| {
-                let heap = HeapConfig { timeline: Some(fine), ..HeapConfig::default() };
+                let heap = HeapConfig {
+                    timeline: Some(fine),
+                    alloc_fns: opts.alloc_fns.clone(),
+                    ..HeapConfig::default()
+                };
                 let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
                 memlens_analysis::drive_merged(r, k, |_| {})
             });
@@ -966,6 +983,7 @@ pub fn build(
             "bands": bands,
             "source": source,
             "cachesim": has_annotation,
+            "alloc_fn": opts.alloc_fn_globs,
             "tables": tables,
         });
         // The size budget: the finest levels (then window sums) go first.

@@ -104,6 +104,16 @@ pub(crate) fn not_a_real_dir(dir: &Path) -> Option<String> {
     })
 }
 
+/// The `--alloc-fn` globs the index in `dir` was built with (none when it has no
+/// `meta.json` or was built without).
+pub fn alloc_fn_globs(dir: &Path) -> Vec<String> {
+    std::fs::read(dir.join("meta.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|m| serde_json::from_value(m["alloc_fn"].clone()).ok())
+        .unwrap_or_default()
+}
+
 /// Whether `dir` holds a complete index of this version that is newer than the
 /// trace (and than its cachesim annotation, if any).
 pub fn is_fresh(trace: &Path, dir: &Path) -> bool {

@@ -2,6 +2,7 @@
 
 use crate::util::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::process::Command;
 
 fn analyze(trace: &std::path::Path, args: &[&str]) -> Value {
@@ -226,4 +227,78 @@ fn sharing_on_both_cores_equals_the_merged_pass() {
     let v = analyze(&trace, &["sharing"]);
     assert_eq!(v["by_address"][0]["variable"], "stats.hits");
     assert_eq!(v["by_address"][0]["accesses"], 4 * 1500 * 200 * 2 + 1);
+}
+
+/// `analyze heap` sites in `allocwrap.c`: (function, line) → [blocks, bytes, bytes
+/// live at exit], the rows of one line summed (an unrolled loop calls from several
+/// pcs of one line: one row each).
+fn wrap_sites(trace: &std::path::Path, extra: &[&str]) -> BTreeMap<(String, u64), [u64; 3]> {
+    let mut args = vec!["heap", "--top", "0"];
+    args.extend_from_slice(extra);
+    let v = analyze(trace, &args);
+    let mut out: BTreeMap<(String, u64), [u64; 3]> = BTreeMap::new();
+    for s in v["sites"].as_array().unwrap() {
+        if !s["file"].as_str().is_some_and(|f| f.ends_with("allocwrap.c")) {
+            continue;
+        }
+        let key = (s["function"].as_str().unwrap().to_string(), s["line"].as_u64().unwrap());
+        let e = out.entry(key).or_default();
+        for (i, k) in ["blocks", "bytes", "live_bytes_at_end"].iter().enumerate() {
+            e[i] += s[k].as_u64().unwrap();
+        }
+    }
+    out
+}
+
+/// `--alloc-fn` (valgrind massif's option): a block allocated inside a wrapper
+/// belongs to the wrapper's first caller outside every wrapper, with the program's
+/// exact counts; a site outside them stays; bad globs are one-line errors.
+#[test]
+fn alloc_fn_moves_heap_sites_from_the_wrapper_to_its_callers() {
+    const SRC: &str = "allocwrap.c";
+    for cc in Cc::all() {
+        let dir = scratch("alloc-fn");
+        let exe = build(cc, SRC, &dir, &[]);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &["10"]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let l = |m: &str| line_of(SRC, m);
+        let direct = (("direct".to_string(), l("direct")), [1, 50, 0]);
+        // without: every block but direct's is xmalloc's (its stacks differ)
+        let plain = wrap_sites(&trace, &[]);
+        let x = &plain[&("xmalloc".to_string(), l("xmalloc"))];
+        assert_eq!(x[..2], [13, 10 * 16 + 3 * 1000], "{cc:?}: {plain:?}");
+        assert_eq!(plain.len(), 2, "{cc:?}: {plain:?}");
+        assert_eq!(plain[&direct.0], direct.1);
+        // with: the callers, xcalloc's callers through two wrappers
+        let want = BTreeMap::from([
+            (("small".to_string(), l("small")), [10, 160, 0]),
+            (("big".to_string(), l("big")), [3, 3000, 1000]),
+            direct.clone(),
+        ]);
+        for globs in [&["--alloc-fn", "x*alloc"][..], &["--alloc-fn", "xmalloc,xcalloc"]] {
+            assert_eq!(wrap_sites(&trace, globs), want, "{cc:?} {globs:?}");
+        }
+        // only xmalloc: big's blocks stop in xcalloc
+        let only = wrap_sites(&trace, &["--alloc-fn", "xmalloc"]);
+        assert!(only.keys().any(|k| k.0 == "xcalloc"), "{cc:?}: {only:?}");
+        assert_eq!(only[&("small".to_string(), l("small"))], want[&("small".into(), l("small"))]);
+        // the layout kernel's sites move alike
+        let lay = analyze(&trace, &["layout", "--top", "0", "--alloc-fn", "x*alloc"]);
+        let text = lay.to_string();
+        assert!(text.contains(&format!("{SRC}:{}", l("big"))), "{cc:?}: {text}");
+        assert!(!text.contains(&format!("{SRC}:{}", l("xmalloc"))), "{cc:?}: {text}");
+
+        let t = trace.to_str().unwrap();
+        for (args, says) in [
+            (&["analyze", "heap", "--alloc-fn", "no_such_fn", t][..], "names no function"),
+            (&["analyze", "heap", "--alloc-fn", "!xmalloc", t], "name the wrappers"),
+            (&["analyze", "counts", "--alloc-fn", "xmalloc", t], "heap and layout"),
+        ] {
+            let out = run_memlens(args);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(says) && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+        }
+    }
 }

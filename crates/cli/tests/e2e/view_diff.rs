@@ -365,6 +365,60 @@ fn view_diff_call_tree_is_both_traces_trees_merged_by_path() {
     assert!(String::from_utf8_lossy(&body).contains("no node 99999"));
 }
 
+/// `memlens view --alloc-fn GLOBS A B`: the allocation sites of the diff are the
+/// wrappers' callers, with each run's exact bytes; an index built with other
+/// globs (or none) is rebuilt, so the same traces without the option show the
+/// wrapper again.
+#[test]
+fn view_diff_allocation_sites_see_through_alloc_fn_wrappers() {
+    const W: &str = "allocwrap.c";
+    let dir = scratch("view-diff-alloc-fn");
+    let exe = build(Cc::Gcc, W, &dir, &[]);
+    let (a, b) = (dir.join("a.trace"), dir.join("b.trace"));
+    for (t, n) in [(&a, "10"), (&b, "30")] {
+        let out = record(&exe, t, &[n]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // site line → (A bytes, B bytes) of the rows in allocwrap.c
+    let sites = |args: &[&str]| -> BTreeMap<u64, (u64, u64)> {
+        let mut all = args.to_vec();
+        all.push(a.to_str().unwrap());
+        let (_server, port, token) = serve_in_background(&b, &all, None);
+        let heap = api(port, &token, "/api/diff/heap");
+        let mut out = BTreeMap::new();
+        for r in heap["rows"].as_array().unwrap() {
+            if r["file"].as_str().is_some_and(|f| f.ends_with(W)) {
+                let e = out.entry(n(r, "line")).or_insert((0, 0));
+                e.0 += n(r, "a_bytes");
+                e.1 += n(r, "b_bytes");
+            }
+        }
+        out
+    };
+    let l = |m: &str| line_of(W, m);
+    let through = BTreeMap::from([
+        (l("small"), (160, 480)),
+        (l("big"), (3000, 3000)),
+        (l("direct"), (50, 50)),
+    ]);
+    assert_eq!(sites(&["--alloc-fn", "x*alloc"]), through);
+    let wrapper = BTreeMap::from([(l("xmalloc"), (3160, 3480)), (l("direct"), (50, 50))]);
+    assert_eq!(sites(&[]), wrapper, "built again without --alloc-fn");
+    assert_eq!(sites(&["--alloc-fn", "xmalloc,xcalloc"]), through);
+    // a glob naming nothing: one line, nothing served
+    let out = run_memlens(&[
+        "view",
+        "--no-serve",
+        "--alloc-fn",
+        "nope_*",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--alloc-fn nope_*") && err.trim_end().lines().count() == 1, "{err}");
+}
+
 #[test]
 fn view_diff_names_a_missing_or_damaged_trace_in_one_line() {
     let (dir, a, b) = recorded("view-diff-bad");
