@@ -2,7 +2,8 @@
 // `allocwrap N`. Every block comes through xmalloc, which calls malloc; xcalloc
 // calls xmalloc. Without --alloc-fn every site is xmalloc's malloc line; with
 // `--alloc-fn 'x*alloc'` the sites are the callers:
-// - small(N): N blocks of 16 bytes through xmalloc (@small), freed;
+// - small(N): N blocks of 16 bytes (a struct pair) through xmalloc (@small), two
+//   stores into each (fields a and b), freed;
 // - big(): 3 blocks of 1000 bytes through xcalloc (@big), the last one leaked;
 // - direct(): one block of 50 bytes from malloc itself (@direct), freed.
 #include <stdio.h>
@@ -32,9 +33,16 @@ NOIPA void *xcalloc(size_t n) {
     return p;
 }
 
+struct pair {
+    long a, b;
+};
+
 NOIPA void small(int n) {
     for (int i = 0; i < n; i++) {
-        void *p = xmalloc(16); // @small
+        struct pair *p = xmalloc(sizeof *p); // @small
+        p->a = i;                            // @small-a
+        p->b = -i;
+        sink(p);
         free(p);
     }
 }

@@ -2,7 +2,6 @@
 
 use anyhow::{bail, Context, Result};
 use memlens_analysis::cachesim::{CacheConfig, CacheReport};
-use memlens_analysis::heap::AllocFns;
 use memlens_analysis::registry::{self, KernelInfo, KernelOption};
 use memlens_analysis::{Filter, KernelOptions, Pipeline, RenderOpts, Report, WindowBasis};
 use memlens_format::{Addr, Pc, ThreadId, TraceReader};
@@ -220,54 +219,28 @@ pub(crate) fn kernel_options(
     info: &KernelInfo,
     o: &AnalyzeOpts,
     names: &Names,
-    r: &TraceReader,
 ) -> Result<KernelOptions> {
     let mut k = KernelOptions { line: o.line, interval: o.interval, ..Default::default() };
     if info.reads(KernelOption::Cache) {
         k.cache = cache_config(o)?;
     }
-    if !o.alloc_fns.is_empty() {
-        if !info.reads(KernelOption::AllocFn) {
-            bail!("--alloc-fn is for the heap and layout kernels, not {}", info.name);
-        }
-        k.alloc_fns = alloc_fns(names, r, &o.alloc_fns)?;
-    }
+    k.alloc_fns = names.alloc_fns().clone();
     Ok(k)
 }
 
-/// The code of the allocation wrappers `globs` name (comma-separated function glob
-/// lists) in every module of the trace, as [`AllocFns`]. Globs that match nothing
-/// get one warning; none matching at all is an error.
-pub(crate) fn alloc_fns(names: &Names, r: &TraceReader, globs: &[String]) -> Result<AllocFns> {
-    let mut spec = memlens_symbols::CodeFilter::default();
-    for g in globs {
-        if g.split(',').any(|x| x.trim_start().starts_with('!')) {
-            bail!("--alloc-fn {g}: name the wrappers (a `!glob` excludes nothing here)");
-        }
-        spec.add_list(g, false)?;
-    }
-    let labels: Vec<String> =
-        spec.labels().iter().map(|l| l.replace("--functions", "--alloc-fn")).collect();
-    let mut matched = vec![false; labels.len()];
-    let mut out = Vec::new();
-    for m in &r.meta().modules {
-        let Ok(syms) = names.symbolizer().module_symbols(m.id) else { continue };
-        let sel = syms.select_code(&spec)?;
-        for (a, b) in matched.iter_mut().zip(&sel.matched) {
-            *a |= b;
-        }
-        // only the functions the globs name (select_code keeps whole modules for
-        // a filter with no include, which this is not)
-        out.extend(sel.ranges.iter().map(|rg| Pc(rg.start.0 + 1)..Pc(rg.end.0 + 1)));
-    }
-    if out.is_empty() {
-        bail!(
-            "{} names no function of the traced program (see `memlens report --by function`)",
-            labels.join(", ")
+/// Names for trace `r` with `--alloc-fn` resolved (a warning for globs that match
+/// nothing): heap blocks allocated in those wrappers are their callers'.
+pub(crate) fn names_for(r: &TraceReader, alloc_fns: &[String]) -> Result<Names> {
+    let mut names = Names::new(&r.meta().modules);
+    let unmatched = names.set_alloc_fns(alloc_fns)?;
+    if !unmatched.is_empty() {
+        let verb = if unmatched.len() == 1 { "matches" } else { "match" };
+        eprintln!(
+            "memlens: warning: {} {verb} nothing in the traced program",
+            unmatched.join(", ")
         );
     }
-    crate::filter::warn_unmatched(&labels, &matched, "the traced program");
-    Ok(AllocFns::new(out))
+    Ok(names)
 }
 
 /// The cache hierarchy `o` describes (flags, config file, cores, annotation).
@@ -317,10 +290,10 @@ pub fn analyze(o: AnalyzeOpts) -> Result<()> {
 /// for the kernels that name each access, whose namer reads the whole trace's heap).
 pub(crate) fn offline(o: &AnalyzeOpts, info: &KernelInfo) -> Result<()> {
     let r = crate::inspect::open(&o.trace)?;
-    let names = Names::new(&r.meta().modules);
+    let names = names_for(&r, &o.alloc_fns)?;
     let namer = memlens_names::TraceNamer::lazy(&r, &names);
     let filter = build_filter(&names, &r, o)?;
-    let kopts = kernel_options(info, o, &names, &r)?;
+    let kopts = kernel_options(info, o, &names)?;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let pb = progress_bar(&r);
     let mut tick = |n| {

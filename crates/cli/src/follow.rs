@@ -44,9 +44,9 @@ pub fn follow(o: &AnalyzeOpts, info: &KernelInfo, every: Every) -> Result<()> {
             _ => std::thread::sleep(POLL),
         }
     };
-    let names = Names::new(&r.meta().modules);
+    let names = analyze::names_for(&r, &o.alloc_fns)?;
     let filter = analyze::build_filter(&names, &r, o)?;
-    let kopts = analyze::kernel_options(info, o, &names, &r)?;
+    let kopts = analyze::kernel_options(info, o, &names)?;
     drop(names);
     // order-free sums take chunks as they land, everything else the merged order
     let live = info.follow(&o.trace, &kopts, Pipeline { filter, roi: o.roi })?;

@@ -345,16 +345,21 @@ fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io
 }
 
 /// `memlens report`.
-pub fn report(path: &Path, by: By, top: usize, as_json: bool) -> Result<()> {
+/// `alloc_fns`: `--alloc-fn` globs (heap blocks allocated in those wrappers are
+/// named after their callers; `--by variable` only).
+pub fn report(path: &Path, by: By, top: usize, as_json: bool, alloc_fns: &[String]) -> Result<()> {
+    if !alloc_fns.is_empty() && !matches!(by, By::Variable(_)) {
+        anyhow::bail!("--alloc-fn names heap blocks for --by variable; for allocation sites use `memlens analyze heap --alloc-fn`");
+    }
     let r = open(path)?;
     // --by variable makes its own pass; the counts would be thrown away
     let c = if matches!(by, By::Variable(_)) { Counts::default() } else { counts(&r)? };
-    let names = Names::new(&r.meta().modules);
+    let names = crate::analyze::names_for(&r, alloc_fns)?;
     let top = if top == 0 { usize::MAX } else { top };
     let out = std::io::stdout();
     let mut out = BufWriter::new(out.lock());
     let rows: Vec<Value> = match by {
-        By::Variable(g) => memlens_names::variable_rows(&r, g, top)?,
+        By::Variable(g) => memlens_names::variable_rows(&r, &names, g, top)?,
         By::Line | By::Function => {
             let mut agg: HashMap<RowKey, Row> = HashMap::new();
             for (pc, pcc) in &c.by_pc {

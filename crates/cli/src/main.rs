@@ -93,6 +93,11 @@ enum Cmd {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// With --by variable: allocation wrappers (function globs, comma-separated,
+        /// as massif takes them); a heap block allocated inside one is named after
+        /// its first caller outside them.
+        #[arg(long, value_name = "GLOBS")]
+        alloc_fn: Vec<String>,
         /// The trace.
         trace: PathBuf,
     },
@@ -598,7 +603,7 @@ fn real_main() -> Result<i32> {
         Cmd::Info { fast, format, trace } => {
             inspect::info(&trace, format == Format::Json, !fast).map(|_| 0)
         }
-        Cmd::Report { by, group_by, top, format, trace } => {
+        Cmd::Report { by, group_by, top, format, alloc_fn, trace } => {
             let by = match by {
                 By::Line => inspect::By::Line,
                 By::Function => inspect::By::Function,
@@ -609,7 +614,7 @@ fn real_main() -> Result<i32> {
                 By::Thread => inspect::By::Thread,
                 By::Alloc => inspect::By::Alloc,
             };
-            inspect::report(&trace, by, top, format == Format::Json).map(|_| 0)
+            inspect::report(&trace, by, top, format == Format::Json, &alloc_fn).map(|_| 0)
         }
         Cmd::Analyze(a) => {
             let window = a.window.as_deref().map(analyze::parse_window).transpose()?;

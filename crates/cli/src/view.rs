@@ -3,7 +3,6 @@
 //! diff page (B against A) instead.
 
 use anyhow::{Context, Result};
-use memlens_names::Names;
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -99,15 +98,10 @@ fn ensure_index(
     {
         return Ok(());
     }
-    let names = Names::new(&r.meta().modules);
-    let alloc_fns = if alloc_fn_globs.is_empty() {
-        Default::default()
-    } else {
-        crate::analyze::alloc_fns(&names, r, alloc_fn_globs)
-            .with_context(|| format!("in {}", trace.display()))?
-    };
+    let names = crate::analyze::names_for(r, alloc_fn_globs)
+        .with_context(|| format!("in {}", trace.display()))?;
     let opts = memlens_view::BuildOptions {
-        alloc_fns,
+        alloc_fns: names.alloc_fns().clone(),
         alloc_fn_globs: alloc_fn_globs.to_vec(),
         ..Default::default()
     };

@@ -1,5 +1,6 @@
 //! Names for code addresses, cached per distinct pc.
 
+use memlens_analysis::heap::AllocFns;
 use memlens_format::{Module, Pc};
 use memlens_symbols::Symbolizer;
 use std::cell::RefCell;
@@ -31,12 +32,63 @@ pub fn is_toolchain_source(path: &str) -> bool {
 pub struct Names {
     sym: Symbolizer,
     cache: RefCell<HashMap<Pc, CodeName>>,
+    alloc_fns: AllocFns,
 }
 
 impl Names {
     /// For the modules of a trace.
     pub fn new(modules: &[Module]) -> Names {
-        Names { sym: Symbolizer::new(modules), cache: RefCell::default() }
+        Names {
+            sym: Symbolizer::new(modules),
+            cache: RefCell::default(),
+            alloc_fns: AllocFns::default(),
+        }
+    }
+
+    /// Allocation wrappers (`--alloc-fn`, valgrind massif's option): function
+    /// globs, each a comma-separated list; a heap block allocated inside a matching
+    /// function belongs to its first caller outside every one of them, for the
+    /// names of heap blocks and for the allocation sites of the heap kernels (see
+    /// [`Names::alloc_fns`]). Returns the globs (as `--alloc-fn GLOB`) that match no
+    /// function of the trace's modules, for a warning; none matching at all, a
+    /// `!glob` or a malformed glob is an error.
+    pub fn set_alloc_fns(&mut self, globs: &[String]) -> Result<Vec<String>, crate::Error> {
+        let bad = |m: String| crate::Error::AllocFn(m);
+        let mut spec = memlens_symbols::CodeFilter::default();
+        for g in globs {
+            if memlens_symbols::split_glob_list(g).iter().any(|x| x.starts_with('!')) {
+                return Err(bad(format!(
+                    "--alloc-fn {g}: name the wrappers (a `!glob` excludes nothing here)"
+                )));
+            }
+            spec.add_list(g, false).map_err(|e| bad(format!("--alloc-fn {g}: {e}")))?;
+        }
+        let labels: Vec<String> =
+            spec.labels().iter().map(|l| l.replace("--functions", "--alloc-fn")).collect();
+        let mut matched = vec![false; labels.len()];
+        let mut out = Vec::new();
+        for m in self.sym.modules() {
+            let Ok(syms) = self.sym.module_symbols(m.id) else { continue };
+            let sel = syms.select_code(&spec).map_err(|e| bad(format!("--alloc-fn: {e}")))?;
+            for (a, b) in matched.iter_mut().zip(&sel.matched) {
+                *a |= b;
+            }
+            // call stacks hold return addresses: one past the call instruction
+            out.extend(sel.ranges.iter().map(|r| Pc(r.start.0 + 1)..Pc(r.end.0 + 1)));
+        }
+        if out.is_empty() && !globs.is_empty() {
+            return Err(bad(format!(
+                "{} names no function of the traced program (see `memlens report --by function`)",
+                labels.join(", ")
+            )));
+        }
+        self.alloc_fns = AllocFns::new(out);
+        Ok(labels.into_iter().zip(matched).filter(|(_, m)| !m).map(|(l, _)| l).collect())
+    }
+
+    /// The allocation wrappers [`Names::set_alloc_fns`] resolved (none by default).
+    pub fn alloc_fns(&self) -> &AllocFns {
+        &self.alloc_fns
     }
 
     /// The symboliser, for data names.

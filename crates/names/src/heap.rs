@@ -1,6 +1,7 @@
 //! Every heap block of a trace, for naming heap addresses.
 
 use crate::FastMap;
+use memlens_analysis::heap::AllocFns;
 use memlens_format::{Addr, Pc, ThreadId};
 
 /// One allocated block.
@@ -51,6 +52,8 @@ pub struct HeapIndex {
     /// After `finish`: per start, the largest end of its blocks.
     group_end: Vec<u64>,
     max_end: Vec<u64>,
+    /// Allocation wrappers: a block allocated in one is its caller's.
+    alloc_fns: AllocFns,
 }
 
 /// A search's answer: the block and offset, and the event range it holds over.
@@ -64,6 +67,12 @@ const WINDOW: usize = 64;
 const SOLO_STEPS: usize = 4096;
 
 impl HeapIndex {
+    /// An empty index whose blocks allocated inside `alloc_fns` (`--alloc-fn`)
+    /// belong to the first caller outside them.
+    pub fn with_alloc_fns(alloc_fns: AllocFns) -> HeapIndex {
+        HeapIndex { alloc_fns, ..HeapIndex::default() }
+    }
+
     /// Records an allocation (first pass).
     pub fn add_block(
         &mut self,
@@ -77,6 +86,12 @@ impl HeapIndex {
         if addr.0 == 0 {
             return;
         }
+        let (site, stack) = if self.alloc_fns.is_empty() {
+            (site, stack)
+        } else {
+            let (s, rest) = self.alloc_fns.site(site, &stack);
+            (s, rest.to_vec())
+        };
         let i = self.blocks.len();
         self.blocks.push(Block {
             start: addr.0,

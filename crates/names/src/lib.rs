@@ -80,6 +80,9 @@ pub enum Error {
     /// The trace could not be read.
     #[error(transparent)]
     Trace(#[from] memlens_format::Error),
+    /// `--alloc-fn` named nothing or was malformed.
+    #[error("{0}")]
+    AllocFn(String),
 }
 
 /// A hash map with a fast, non-cryptographic hasher: attribution looks up every

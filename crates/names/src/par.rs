@@ -278,7 +278,7 @@ impl<'a> Worker<'a> {
 /// Names every access of `r` on `threads` worker threads. The result equals
 /// [`attribute_trace_serial`](crate::attribute_trace_serial)'s.
 pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Error> {
-    let Naming { trace: r, sym, maps, site_namer, granularity: g } = n;
+    let Naming { trace: r, sym, maps, site_namer, granularity: g, alloc_fns } = n;
     let work = r.stream_chunks();
     // pass 1: heap events and frame summaries per chunk
     let pres = for_chunks(
@@ -297,7 +297,7 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
         }
     }
     // serially, stream by stream: the heap index and each chunk's starting state
-    let mut heap = HeapIndex::default();
+    let mut heap = HeapIndex::with_alloc_fns(alloc_fns.clone());
     let mut starts: Vec<ChunkStart> = Vec::with_capacity(work.len());
     let mut earlier: Vec<(ThreadId, Option<(u64, u64)>)> = Vec::new();
     let mut pos = 0usize;

@@ -5,6 +5,7 @@ use crate::counts::{Accum, Pending, BATCH};
 use crate::{
     attribute_trace, Attribution, Error, Granularity, HeapIndex, Maps, SiteNamer, BIG_BLOCK,
 };
+use memlens_analysis::heap::AllocFns;
 use memlens_format::{Event, TraceReader};
 use memlens_symbols::Symbolizer;
 
@@ -20,12 +21,14 @@ pub struct Naming<'a> {
     pub site_namer: SiteNamer<'a>,
     /// Whole variables or each field.
     pub granularity: Granularity,
+    /// Allocation wrappers whose callers are the heap blocks' sites.
+    pub alloc_fns: &'a AllocFns,
 }
 
 /// Names every access of the trace in one serial pass of an
 /// [`Attributor`](crate::Attributor): the reference [`attribute_trace`] must agree with.
 pub fn attribute_trace_serial(n: Naming<'_>) -> Result<Attribution, Error> {
-    let heap = HeapIndex::from_trace(n.trace)?;
+    let heap = HeapIndex::from_trace(n.trace, n.alloc_fns)?;
     serial_with(n, heap)
 }
 
@@ -44,7 +47,7 @@ pub fn attribute_trace_auto(n: Naming<'_>, threads: usize) -> Result<Attribution
         // whole blocks have one name each: no need to look at the heap first
         return attribute_trace(n, threads);
     }
-    let heap = HeapIndex::from_trace(n.trace)?;
+    let heap = HeapIndex::from_trace(n.trace, n.alloc_fns)?;
     let big: u64 = heap.blocks().iter().map(|b| b.end - b.start).filter(|&n| n >= BIG_BLOCK).sum();
     if parallel && big <= PARALLEL_MAX_BIG_HEAP {
         return attribute_trace(n, threads);
@@ -103,9 +106,9 @@ fn serial_with(n: Naming<'_>, heap: HeapIndex) -> Result<Attribution, Error> {
 
 impl HeapIndex {
     /// Every block of a trace: a pass over the chunks that hold allocations or frees,
-    /// stream by stream.
-    pub fn from_trace(r: &TraceReader) -> Result<HeapIndex, Error> {
-        let mut h = HeapIndex::default();
+    /// stream by stream; a block allocated inside `alloc_fns` is its caller's.
+    pub fn from_trace(r: &TraceReader, alloc_fns: &AllocFns) -> Result<HeapIndex, Error> {
+        let mut h = HeapIndex::with_alloc_fns(alloc_fns.clone());
         for s in r.streams() {
             let mut it = r.events_where(s.thread, |c| c.counts.allocs > 0 || c.counts.frees > 0);
             while let Some(ev) = it.next() {

@@ -10,8 +10,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Builds the heap index: a pass over the chunks that hold allocations or frees.
-pub fn heap_index(r: &TraceReader) -> Result<HeapIndex, Error> {
-    HeapIndex::from_trace(r)
+pub fn heap_index(r: &TraceReader, names: &Names) -> Result<HeapIndex, Error> {
+    HeapIndex::from_trace(r, names.alloc_fns())
 }
 
 /// Code names through DWARF; data addresses are not needed by any export.
@@ -140,7 +140,7 @@ impl Namer for TraceNamer<'_> {
 
 /// An attributor for a trace, naming heap sites by their source line.
 pub fn attributor<'a>(r: &TraceReader, names: &'a Names) -> Result<Attributor<'a>, Error> {
-    let heap = heap_index(r)?;
+    let heap = heap_index(r, names)?;
     let maps = r.meta().maps.as_deref().map(Maps::parse);
     let mut a = Attributor::new(names.symbolizer(), heap, maps);
     a.set_site_namer(move |pc: Pc| site_name(names, pc));
@@ -187,7 +187,9 @@ pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<V
     let namer = |pc: Pc| site_name(names, pc);
     let n = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sym = names.symbolizer();
-    let naming = crate::Naming { trace: r, sym, maps, site_namer: &namer, granularity: g };
+    let alloc_fns = names.alloc_fns();
+    let naming =
+        crate::Naming { trace: r, sym, maps, site_namer: &namer, granularity: g, alloc_fns };
     let att = match std::env::var("MEMLENS_NAMES_PARALLEL").as_deref() {
         Ok("0") => crate::attribute_trace_serial(naming)?,
         Ok("1") => crate::attribute_trace(naming, n)?,
@@ -241,11 +243,11 @@ fn no_line_where(names: &Names, pc: Pc) -> String {
 /// variable (`stats`; then no label is made per field or element).
 pub fn variable_rows(
     r: &TraceReader,
+    names: &Names,
     group: Granularity,
     top: usize,
 ) -> Result<Vec<serde_json::Value>, Error> {
-    let names = Names::new(&r.meta().modules);
-    let rep = attribute_all(r, &names, group)?;
+    let rep = attribute_all(r, names, group)?;
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
     // is shown (a heap array of structs has millions of labels, a report 20 rows).
     let mut at: FastMap<(String, Kind), u32> = FastMap::default();

@@ -190,6 +190,7 @@ fn rows(a: &Attribution) -> Vec<Row> {
 fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
     let sym = Symbolizer::new(&[]);
     let site = |pc: Pc| format!("site{:x}", pc.0);
+    let no_alloc_fns = memlens_analysis::heap::AllocFns::default();
     for seed in 1..=12u64 {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0x1234_5678_9abc_def1));
         let path = std::env::temp_dir()
@@ -199,8 +200,14 @@ fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
         std::fs::remove_file(&path).unwrap();
         assert!(r.stream_chunks().len() > 6, "seed {seed}: several chunks per thread");
         for g in [Granularity::Field, Granularity::Variable] {
-            let naming =
-                || Naming { trace: &r, sym: &sym, maps: None, site_namer: &site, granularity: g };
+            let naming = || Naming {
+                trace: &r,
+                sym: &sym,
+                maps: None,
+                site_namer: &site,
+                granularity: g,
+                alloc_fns: &no_alloc_fns,
+            };
             let serial = attribute_trace_serial(naming()).unwrap();
             assert!(serial.labels.len() > 5, "seed {seed}");
             for workers in [2, 3] {

@@ -289,11 +289,46 @@ fn alloc_fn_moves_heap_sites_from_the_wrapper_to_its_callers() {
         assert!(text.contains(&format!("{SRC}:{}", l("big"))), "{cc:?}: {text}");
         assert!(!text.contains(&format!("{SRC}:{}", l("xmalloc"))), "{cc:?}: {text}");
 
+        // The one namer: heap blocks are named after the caller's site, so a block
+        // gets the type its caller gives it (struct pair), and its fields.
+        let vars = |group: &str, extra: &[&str]| -> BTreeMap<String, (u64, u64)> {
+            let mut a = vec!["report", "--by", "variable", "--group-by", group, "--top", "0"];
+            a.extend_from_slice(extra);
+            a.extend(["--format", "json", trace.to_str().unwrap()]);
+            json(&a)
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["kind"] == "heap")
+                .map(|r| {
+                    let n = |k: &str| r[k].as_u64().unwrap();
+                    (r["variable"].as_str().unwrap().to_string(), (n("stores"), n("bytes_written")))
+                })
+                .collect()
+        };
+        let site = |m: &str, f: &str| format!("heap({SRC}:{} {f})", l(m));
+        let wrapper = site("xmalloc", "xmalloc");
+        assert_eq!(vars("variable", &[]), BTreeMap::from([(wrapper.clone(), (23, 3160))]));
+        let wrapped =
+            BTreeMap::from([("pair".to_string(), (20, 160)), (site("big", "big"), (3, 3000))]);
+        assert_eq!(vars("variable", &["--alloc-fn", "x*alloc"]), wrapped, "{cc:?}");
+        let fields = vars("field", &["--alloc-fn", "x*alloc"]);
+        assert_eq!((fields["pair.a"], fields["pair.b"]), ((10, 80), (10, 80)), "{cc:?}");
+        // a kernel that names data names it alike
+        let shared = analyze(&trace, &["cachesim", "--top", "0", "--alloc-fn", "x*alloc"]);
+        let names: Vec<&str> = shared["by_variable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["variable"].as_str())
+            .collect();
+        assert!(names.contains(&"pair") && !names.contains(&wrapper.as_str()), "{cc:?}: {names:?}");
+
         let t = trace.to_str().unwrap();
         for (args, says) in [
             (&["analyze", "heap", "--alloc-fn", "no_such_fn", t][..], "names no function"),
             (&["analyze", "heap", "--alloc-fn", "!xmalloc", t], "name the wrappers"),
-            (&["analyze", "counts", "--alloc-fn", "xmalloc", t], "heap and layout"),
+            (&["report", "--by", "line", "--alloc-fn", "xmalloc", t], "--by variable"),
         ] {
             let out = run_memlens(args);
             let err = stderr(&out);

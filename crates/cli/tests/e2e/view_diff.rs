@@ -379,11 +379,16 @@ fn view_diff_allocation_sites_see_through_alloc_fn_wrappers() {
         let out = record(&exe, t, &[n]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
-    // site line → (A bytes, B bytes) of the rows in allocwrap.c
-    let sites = |args: &[&str]| -> BTreeMap<u64, (u64, u64)> {
+    // site line → (A bytes, B bytes) of the rows in allocwrap.c; the variables
+    // table's (A stores, B stores) of `pair`, the struct small() allocates
+    let mut pair = Vec::new();
+    let mut sites = |args: &[&str]| -> BTreeMap<u64, (u64, u64)> {
         let mut all = args.to_vec();
         all.push(a.to_str().unwrap());
         let (_server, port, token) = serve_in_background(&b, &all, None);
+        let vars = api(port, &token, "/api/diff/variables");
+        let p = vars["rows"].as_array().unwrap().iter().find(|r| r["name"] == "pair");
+        pair.push(p.map(|r| (n(r, "a_stores"), n(r, "b_stores"))));
         let heap = api(port, &token, "/api/diff/heap");
         let mut out = BTreeMap::new();
         for r in heap["rows"].as_array().unwrap() {
@@ -405,6 +410,8 @@ fn view_diff_allocation_sites_see_through_alloc_fn_wrappers() {
     let wrapper = BTreeMap::from([(l("xmalloc"), (3160, 3480)), (l("direct"), (50, 50))]);
     assert_eq!(sites(&[]), wrapper, "built again without --alloc-fn");
     assert_eq!(sites(&["--alloc-fn", "xmalloc,xcalloc"]), through);
+    // the one namer: with the wrappers named, the block has its caller's type
+    assert_eq!(pair, [Some((20, 60)), None, Some((20, 60))]);
     // a glob naming nothing: one line, nothing served
     let out = run_memlens(&[
         "view",
