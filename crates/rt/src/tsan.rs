@@ -20,9 +20,18 @@ pub(crate) const W4: u8 = access_tag(Write, false, 4);
 
 /// `(addr, return address)`: one load or store.
 pub(crate) unsafe extern "C" fn imp_access<const TAG: u8>(addr: usize, pc: usize) {
+    // A live watch probe is rare: its check is a tail call out of line, so the
+    // common path keeps no registers of its own (no stack frame, no pushes).
     if livewatch::on() {
-        livewatch::access(TAG, addr, pc);
+        return watched_access::<TAG>(addr, pc);
     }
+    record::access::<TAG>(pc as u64, addr as u64);
+}
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn watched_access<const TAG: u8>(addr: usize, pc: usize) {
+    livewatch::access(TAG, addr, pc);
     record::access::<TAG>(pc as u64, addr as u64);
 }
 
