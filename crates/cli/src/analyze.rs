@@ -233,6 +233,12 @@ pub(crate) fn kernel_options(
 pub(crate) fn names_for(r: &TraceReader, alloc_fns: &[String]) -> Result<Names> {
     let mut names = Names::new(&r.meta().modules);
     let unmatched = names.set_alloc_fns(alloc_fns)?;
+    if !alloc_fns.is_empty() && names.alloc_fns().is_empty() {
+        bail!(
+            "{} names no function of the traced program (see `memlens report --by function`)",
+            unmatched.join(", ")
+        );
+    }
     if !unmatched.is_empty() {
         let verb = if unmatched.len() == 1 { "matches" } else { "match" };
         eprintln!(

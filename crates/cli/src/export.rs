@@ -3,7 +3,7 @@
 use anyhow::Result;
 use memlens_analysis::cachesim::CacheConfig;
 use memlens_export::CachegrindOpts;
-use memlens_names::{CodeNamer, Names};
+use memlens_names::CodeNamer;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +44,8 @@ pub struct ExportOpts {
     pub cache_args: Vec<String>,
     /// cachegrind: a hierarchy file (implies the simulation).
     pub cache_config: Option<PathBuf>,
+    /// dhat: `--alloc-fn` globs.
+    pub alloc_fns: Vec<String>,
 }
 
 fn default_name(f: ExportFormat, pid: u32) -> PathBuf {
@@ -78,8 +80,11 @@ pub fn export(o: ExportOpts) -> Result<()> {
             "--cache-sim, --D1, --LL and --cache-config apply to --format cachegrind only"
         );
     }
+    if !o.alloc_fns.is_empty() && o.format != ExportFormat::Dhat {
+        anyhow::bail!("--alloc-fn applies to --format dhat and parquet only");
+    }
     let r = crate::inspect::open(&o.trace)?;
-    let names = Names::new(&r.meta().modules);
+    let names = crate::analyze::names_for(&r, &o.alloc_fns)?;
     let namer = CodeNamer(&names);
     let path = o.output.clone().unwrap_or_else(|| default_name(o.format, r.header().pid));
     let to_stdout = path == Path::new("-");
@@ -98,7 +103,7 @@ pub fn export(o: ExportOpts) -> Result<()> {
             memlens_export::cachegrind(&r, &namer, &CachegrindOpts { cache }, out)
         }
         ExportFormat::Callgrind => memlens_export::callgrind(&r, &namer, out),
-        ExportFormat::Dhat => memlens_export::dhat(&r, &namer, out),
+        ExportFormat::Dhat => memlens_export::dhat(&r, &namer, names.alloc_fns(), out),
         ExportFormat::Parquet => anyhow::bail!("parquet is written by sql::export_parquet"),
     }?;
     if let Some(f) = file {

@@ -121,7 +121,9 @@ fn follow_loop(
 fn snapshot(o: &AnalyzeOpts, live: &Live<DynKernel>, start: Instant, tty: bool) -> Result<()> {
     let out = live.snapshot();
     let r = TraceReader::open(&o.trace)?;
-    let names = Names::new(&r.meta().modules);
+    // the globs matched at the start (and warned about then)
+    let mut names = Names::new(&r.meta().modules);
+    names.set_alloc_fns(&o.alloc_fns)?;
     let namer = memlens_names::TraceNamer::new(&r, &names)?;
     let t = out.render(&namer, &analyze::render_opts(o));
     let mut err = std::io::stderr().lock();
@@ -155,7 +157,8 @@ fn print_final(o: &AnalyzeOpts, out: &dyn Report) -> Result<()> {
     } else {
         crate::inspect::open(&o.trace)?
     };
-    let names = Names::new(&r.meta().modules);
+    let mut names = Names::new(&r.meta().modules);
+    names.set_alloc_fns(&o.alloc_fns)?;
     let namer = memlens_names::TraceNamer::new(&r, &names)?;
     let complete = r.completeness().is_complete();
     analyze::print(out.render(&namer, &analyze::render_opts(o)), o.json, complete)

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use memlens_analysis::counts::{Counts, PcCounts};
 use memlens_format::{EndStatus, Event, ThreadId, TraceReader};
-use memlens_names::{CodeName, Names};
+use memlens_names::CodeName;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufWriter, Write};
@@ -494,9 +494,20 @@ fn short_path(s: &str) -> String {
 }
 
 /// `memlens dump`.
-pub fn dump(path: &Path, as_json: bool, thread: Option<u32>, with_names: bool) -> Result<()> {
+/// `alloc_fns`: `--alloc-fn` globs (heap blocks allocated in those wrappers are
+/// named after their callers).
+pub fn dump(
+    path: &Path,
+    as_json: bool,
+    thread: Option<u32>,
+    with_names: bool,
+    alloc_fns: &[String],
+) -> Result<()> {
     let r = open(path)?;
-    let names = with_names.then(|| Names::new(&r.meta().modules));
+    if !with_names && !alloc_fns.is_empty() {
+        anyhow::bail!("--alloc-fn names heap blocks, which --no-names leaves out");
+    }
+    let names = with_names.then(|| crate::analyze::names_for(&r, alloc_fns)).transpose()?;
     let mut attr = match &names {
         Some(n) => Some(memlens_names::attributor(&r, n)?),
         None => None,

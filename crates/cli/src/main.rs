@@ -119,6 +119,11 @@ enum Cmd {
         /// (`clock thread index event`; `--format amt`: atomic-memory-trace's text).
         #[arg(long)]
         merged: bool,
+        /// Allocation wrappers (function globs, comma-separated, as massif takes
+        /// them): a heap block allocated inside one is named after its first caller
+        /// outside them.
+        #[arg(long, value_name = "GLOBS")]
+        alloc_fn: Vec<String>,
         /// The trace.
         trace: PathBuf,
     },
@@ -205,6 +210,11 @@ enum Cmd {
         /// traces at the same absolute path.
         #[arg(long, value_name = "df://HOST:PORT")]
         cluster: Option<String>,
+        /// Allocation wrappers (function globs, comma-separated, as massif takes
+        /// them): a heap block allocated inside one is its first caller's, in
+        /// `allocations.site`, `data` and `variable()`.
+        #[arg(long, value_name = "GLOBS")]
+        alloc_fn: Vec<String>,
         /// Traces, or directories of traces: one dataset with a `trace` column.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
@@ -272,6 +282,10 @@ struct ExportArgs {
     /// --format parquet: the traces (after OUT_DIR).
     #[arg(value_name = "TRACE")]
     more: Vec<PathBuf>,
+    /// dhat, parquet: allocation wrappers (function globs, comma-separated, as
+    /// massif takes them); a heap block allocated inside one is its first caller's.
+    #[arg(long, value_name = "GLOBS")]
+    alloc_fn: Vec<String>,
 }
 
 /// The simulated caches of `analyze cachesim` and `export --format cachegrind`.
@@ -641,16 +655,20 @@ fn real_main() -> Result<i32> {
             })
             .map(|_| 0)
         }
-        Cmd::Dump { format, thread, no_names, merged, trace } => {
+        Cmd::Dump { format, thread, no_names, merged, alloc_fn, trace } => {
             if merged || format == DumpFormat::Amt {
                 let f = match format {
                     DumpFormat::Text => merge::MergedFormat::Text,
                     DumpFormat::Json => merge::MergedFormat::Json,
                     DumpFormat::Amt => merge::MergedFormat::Amt,
                 };
+                if !alloc_fn.is_empty() {
+                    anyhow::bail!("--alloc-fn names heap blocks; the merged dump names none");
+                }
                 return merge::dump_merged(&trace, f).map(|_| 0);
             }
-            inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names).map(|_| 0)
+            inspect::dump(&trace, format == DumpFormat::Json, thread, !no_names, &alloc_fn)
+                .map(|_| 0)
         }
         Cmd::Live(a) => live::live(a),
         Cmd::Probe(a) => live::probe(a),
@@ -678,8 +696,8 @@ fn real_main() -> Result<i32> {
         Cmd::Merge { strip_ts, trace: None, .. } => {
             merge::merge_amt(std::io::stdin().lock(), std::io::stdout().lock(), strip_ts).map(|_| 0)
         }
-        Cmd::Sql { query, format, cluster, traces } => {
-            sql::sql(&traces, query.as_deref(), format, cluster.as_deref())
+        Cmd::Sql { query, format, cluster, alloc_fn, traces } => {
+            sql::sql(&traces, query.as_deref(), format, cluster.as_deref(), &alloc_fn)
         }
         Cmd::Cluster(c) => sql::cluster(c).map(|_| 0),
         Cmd::Export(a) if a.format == export::ExportFormat::Parquet => {
@@ -687,7 +705,7 @@ fn real_main() -> Result<i32> {
                 Some(o) => (o, std::iter::once(a.trace).chain(a.more).collect::<Vec<_>>()),
                 None => (a.trace, a.more),
             };
-            sql::export_parquet(&out, &traces).map(|_| 0)
+            sql::export_parquet(&out, &traces, &a.alloc_fn).map(|_| 0)
         }
         Cmd::Export(a) => {
             if !a.more.is_empty() {
@@ -700,6 +718,7 @@ fn real_main() -> Result<i32> {
                 cache_sim: a.cache_sim,
                 cache_args: a.cache.cachegrind_args(),
                 cache_config: a.cache.cache_config,
+                alloc_fns: a.alloc_fn,
             })
             .map(|_| 0)
         }

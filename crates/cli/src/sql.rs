@@ -84,9 +84,12 @@ pub fn sql(
     query: Option<&str>,
     format: crate::SqlFormat,
     cluster: Option<&str>,
+    alloc_fns: &[String],
 ) -> Result<i32> {
     let format = engine_format(format);
-    let data = Arc::new(Dataset::open(traces)?);
+    let mut data = Dataset::open(traces)?;
+    data.set_alloc_fns(alloc_fns)?;
+    let data = Arc::new(data);
     let s = match cluster {
         None => Session::new(data)?,
         Some(url) => connect(url, data)?,
@@ -159,11 +162,12 @@ fn interactive(s: &Session, format: Format) -> Result<i32> {
 }
 
 /// `memlens export --format parquet OUT_DIR TRACE...`.
-pub fn export_parquet(out: &Path, traces: &[PathBuf]) -> Result<()> {
+pub fn export_parquet(out: &Path, traces: &[PathBuf], alloc_fns: &[String]) -> Result<()> {
     if traces.is_empty() {
         anyhow::bail!("export --format parquet takes OUT_DIR then one or more traces: memlens export --format parquet OUT_DIR TRACE");
     }
-    let data = Dataset::open(traces)?;
+    let mut data = Dataset::open(traces)?;
+    data.set_alloc_fns(alloc_fns)?;
     for w in data.take_warnings() {
         eprintln!("memlens: warning: {w}");
     }

@@ -12,7 +12,7 @@
 //! then its callers, innermost first, as `0xPC: function (file:line)`.
 
 use crate::{DynNamer, Error, Summary};
-use memlens_analysis::heap::{track_allocs, AllocTracker, Heap, HeapConfig, SiteStats};
+use memlens_analysis::heap::{track_allocs, AllocFns, AllocTracker, Heap, HeapConfig, SiteStats};
 use memlens_analysis::{drive_merged, Kernel};
 use memlens_format::{Event, Pc, ThreadId, TraceReader};
 use serde_json::json;
@@ -116,8 +116,14 @@ fn acc(by_offset: &[u64]) -> Vec<i64> {
 }
 
 /// Writes the heap profile as DHAT JSON.
-pub fn dhat(r: &TraceReader, namer: DynNamer<'_>, out: impl Write) -> Result<Summary, Error> {
-    let cfg = HeapConfig::default();
+/// `alloc_fns`: allocation wrappers whose callers are the sites (`--alloc-fn`).
+pub fn dhat(
+    r: &TraceReader,
+    namer: DynNamer<'_>,
+    alloc_fns: &AllocFns,
+    out: impl Write,
+) -> Result<Summary, Error> {
+    let cfg = HeapConfig { alloc_fns: alloc_fns.clone(), ..HeapConfig::default() };
     let tuth = cfg.short_lived;
     let (heap, peak) = drive_merged(r, (Heap::new(cfg), Peak::default()), |_| {})?;
     let mut ftbl: Vec<String> = vec!["[root]".into()];
@@ -239,7 +245,7 @@ mod tests {
         ];
         let r = trace(&[(0, evs)]);
         let mut out = Vec::new();
-        let s = dhat(&r, &NoNames, &mut out).unwrap();
+        let s = dhat(&r, &NoNames, &AllocFns::default(), &mut out).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         for f in TOP_FIELDS {
             assert!(v.get(f).is_some(), "missing {f}");

@@ -50,8 +50,8 @@ impl Names {
     /// function belongs to its first caller outside every one of them, for the
     /// names of heap blocks and for the allocation sites of the heap kernels (see
     /// [`Names::alloc_fns`]). Returns the globs (as `--alloc-fn GLOB`) that match no
-    /// function of the trace's modules, for a warning; none matching at all, a
-    /// `!glob` or a malformed glob is an error.
+    /// function of the trace's modules (all of them when [`Names::alloc_fns`] stays
+    /// empty: the caller says so); a `!glob` or a malformed glob is an error.
     pub fn set_alloc_fns(&mut self, globs: &[String]) -> Result<Vec<String>, crate::Error> {
         let bad = |m: String| crate::Error::AllocFn(m);
         let mut spec = memlens_symbols::CodeFilter::default();
@@ -75,12 +75,6 @@ impl Names {
             }
             // call stacks hold return addresses: one past the call instruction
             out.extend(sel.ranges.iter().map(|r| Pc(r.start.0 + 1)..Pc(r.end.0 + 1)));
-        }
-        if out.is_empty() && !globs.is_empty() {
-            return Err(bad(format!(
-                "{} names no function of the traced program (see `memlens report --by function`)",
-                labels.join(", ")
-            )));
         }
         self.alloc_fns = AllocFns::new(out);
         Ok(labels.into_iter().zip(matched).filter(|(_, m)| !m).map(|(l, _)| l).collect())

@@ -55,6 +55,8 @@ pub use code::{is_toolchain_source, CodeName, Names};
 pub use counts::{Attribution, LabelCounts, SiteNamer};
 pub use heap::{Block, HeapIndex};
 pub use maps::{Mapping, Maps};
+/// Allocation wrappers (`--alloc-fn`; see [`Names::set_alloc_fns`]).
+pub use memlens_analysis::heap::AllocFns;
 pub use par::attribute_trace;
 pub use serial::{attribute_trace_auto, attribute_trace_serial, Naming};
 pub use vars::{

@@ -3,6 +3,7 @@
 use crate::names::TraceNames;
 use crate::Error;
 use memlens_format::TraceReader;
+use memlens_names::{AllocFns, Names};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +19,20 @@ pub struct Trace {
     /// The open trace.
     pub reader: Arc<TraceReader>,
     names: OnceLock<Arc<TraceNames>>,
+    /// `--alloc-fn` globs and their code in this trace ([`Dataset::set_alloc_fns`]).
+    alloc_fn: (Vec<String>, AllocFns),
 }
 
 impl Trace {
     /// Code and data names of this trace, loaded on first use.
     pub(crate) fn names(&self) -> &Arc<TraceNames> {
-        self.names.get_or_init(|| Arc::new(TraceNames::new(self.reader.clone())))
+        self.names
+            .get_or_init(|| Arc::new(TraceNames::new(self.reader.clone(), self.alloc_fn.0.clone())))
+    }
+
+    /// The allocation wrappers whose callers are this trace's heap sites.
+    pub(crate) fn alloc_fns(&self) -> &AllocFns {
+        &self.alloc_fn.1
     }
 }
 
@@ -105,9 +114,45 @@ impl Dataset {
                 path: f.clone(),
                 reader: Arc::new(r),
                 names: OnceLock::new(),
+                alloc_fn: Default::default(),
             });
         }
         Ok(Dataset { traces, ..d })
+    }
+
+    /// Allocation wrappers (`--alloc-fn`, function glob lists; see
+    /// `memlens_names::Names::set_alloc_fns`): a heap block allocated in one is
+    /// its first caller's, in `allocations.site`, `data` and `variable()`. Set it
+    /// before a session registers the tables. A glob that matches in no trace at
+    /// all is an error; one that misses in some traces is a warning.
+    pub fn set_alloc_fns(&mut self, globs: &[String]) -> Result<(), Error> {
+        if globs.is_empty() {
+            return Ok(());
+        }
+        let mut missed = Vec::new();
+        for t in &mut self.traces {
+            let mut names = Names::new(&t.reader.meta().modules);
+            let unmatched = names.set_alloc_fns(globs).map_err(|e| Error::Input(e.to_string()))?;
+            if !unmatched.is_empty() {
+                missed.push(format!("{} matches nothing in {}", unmatched.join(", "), t.name));
+            }
+            t.alloc_fn = (globs.to_vec(), names.alloc_fns().clone());
+        }
+        if !self.traces.is_empty() && self.traces.iter().all(|t| t.alloc_fn.1.is_empty()) {
+            return Err(Error::Input(format!(
+                "--alloc-fn {} names no function of the traced programs (see `memlens report --by function`)",
+                globs.join(",")
+            )));
+        }
+        for m in missed {
+            self.warn(m);
+        }
+        Ok(())
+    }
+
+    /// The `--alloc-fn` globs set ([`Dataset::set_alloc_fns`]).
+    pub fn alloc_fn_globs(&self) -> Vec<String> {
+        self.traces.first().map(|t| t.alloc_fn.0.clone()).unwrap_or_default()
     }
 
     /// No trace: every table is empty (a query can be checked before any trace exists).

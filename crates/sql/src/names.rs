@@ -45,16 +45,19 @@ pub(crate) struct TraceNames {
     /// The attributor lives on a thread of its own (it is not `Send`): requests go there.
     data: Mutex<Option<mpsc::Sender<DataRequest>>>,
     reader: Arc<TraceReader>,
+    /// `--alloc-fn` globs for the naming thread's heap index.
+    alloc_fn: Vec<String>,
 }
 
 impl TraceNames {
-    pub fn new(reader: Arc<TraceReader>) -> TraceNames {
+    pub fn new(reader: Arc<TraceReader>, alloc_fn: Vec<String>) -> TraceNames {
         TraceNames {
             sym: Symbolizer::new(&reader.meta().modules),
             names: Mutex::new(Names::new(&reader.meta().modules)),
             code: Mutex::default(),
             data: Mutex::new(None),
             reader,
+            alloc_fn,
         }
     }
 
@@ -101,7 +104,9 @@ impl TraceNames {
     pub fn data(&self, addrs: Vec<u64>, g: Granularity) -> Vec<Arc<str>> {
         let tx = {
             let mut guard = self.data.lock().unwrap_or_else(|e| e.into_inner());
-            guard.get_or_insert_with(|| spawn_namer(self.reader.clone())).clone()
+            guard
+                .get_or_insert_with(|| spawn_namer(self.reader.clone(), self.alloc_fn.clone()))
+                .clone()
         };
         let (rtx, rrx) = mpsc::channel();
         let n = addrs.len();
@@ -114,10 +119,12 @@ impl TraceNames {
 
 /// The naming thread: `report`'s attributor (heap index, site names) built once
 /// per granularity, then answers requests.
-fn spawn_namer(reader: Arc<TraceReader>) -> mpsc::Sender<DataRequest> {
+fn spawn_namer(reader: Arc<TraceReader>, alloc_fn: Vec<String>) -> mpsc::Sender<DataRequest> {
     let (tx, rx) = mpsc::channel::<DataRequest>();
     std::thread::spawn(move || {
-        let names = Names::new(&reader.meta().modules);
+        let mut names = Names::new(&reader.meta().modules);
+        // checked when the dataset took them (Dataset::set_alloc_fns)
+        let _ = names.set_alloc_fns(&alloc_fn);
         let make = |g: Granularity| -> Option<Attributor<'_>> {
             let mut a = memlens_names::attributor(&reader, &names).ok()?;
             a.set_granularity(g);

@@ -85,7 +85,7 @@ fn allocations(data: &Dataset) -> DfResult<Vec<ArrayRef>> {
     let (mut tr, mut th, mut seq, mut site, mut size, mut addr, mut freed) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for t in &data.traces {
-        let heap = HeapIndex::from_trace(&t.reader, &Default::default()).map_err(ext)?;
+        let heap = HeapIndex::from_trace(&t.reader, t.alloc_fns()).map_err(ext)?;
         for b in heap.blocks() {
             tr.push(t.name.as_str());
             th.push(b.thread.0);
@@ -190,7 +190,7 @@ fn data_table(data: &Dataset) -> DfResult<Vec<ArrayRef>> {
                 kind.push("global");
             }
         }
-        let heap = HeapIndex::from_trace(&t.reader, &Default::default()).map_err(ext)?;
+        let heap = HeapIndex::from_trace(&t.reader, t.alloc_fns()).map_err(ext)?;
         let starts: Vec<u64> = heap.blocks().iter().map(|b| b.start).collect();
         let labels = names.data(starts, Granularity::Variable);
         for (b, l) in heap.blocks().iter().zip(labels) {

@@ -26,6 +26,9 @@ pub const MAGIC: &[u8; 5] = b"\xffMLNS";
 struct DataRef {
     traces: Vec<(String, PathBuf)>,
     plain: bool,
+    /// `--alloc-fn` globs (none in plans of older builds).
+    #[serde(default)]
+    alloc_fn: Vec<String>,
 }
 
 impl DataRef {
@@ -35,7 +38,7 @@ impl DataRef {
             .iter()
             .map(|t| (t.name.clone(), std::fs::canonicalize(&t.path).unwrap_or(t.path.clone())))
             .collect();
-        DataRef { traces, plain: d.plain_text() }
+        DataRef { traces, plain: d.plain_text(), alloc_fn: d.alloc_fn_globs() }
     }
 }
 
@@ -147,7 +150,8 @@ fn open(d: &DataRef) -> Result<Arc<Dataset>, Error> {
         return Ok(data);
     }
     g.retain(|(r, _, _)| r != d);
-    let data = Dataset::open_named(&d.traces)?;
+    let mut data = Dataset::open_named(&d.traces)?;
+    data.set_alloc_fns(&d.alloc_fn)?;
     if d.plain {
         data.set_plain_text();
     }

@@ -325,10 +325,66 @@ fn alloc_fn_moves_heap_sites_from_the_wrapper_to_its_callers() {
         assert!(names.contains(&"pair") && !names.contains(&wrapper.as_str()), "{cc:?}: {names:?}");
 
         let t = trace.to_str().unwrap();
+        // SQL: variable() is the namer's; allocations.site the heap kernel's sites
+        let sql = |q: &str| -> BTreeMap<String, u64> {
+            let o = run_memlens(&["sql", "--alloc-fn", "x*alloc", "--format", "json", "-e", q, t]);
+            assert!(o.status.success(), "{cc:?} {q}: {}", stderr(&o));
+            let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let rows = rows.as_array().unwrap().iter();
+            rows.map(|r| (r["k"].as_str().unwrap().to_string(), r["n"].as_u64().unwrap())).collect()
+        };
+        let stores = sql("SELECT variable(address) k, count(*) n FROM accesses WHERE kind = 'store' AND variable(address) IN ('pair', 'heap(allocwrap.c:' || CAST(line_big AS VARCHAR) || ' big)') GROUP BY 1".replace("line_big", &l("big").to_string()).as_str());
+        assert_eq!(
+            stores,
+            BTreeMap::from([("pair".into(), 20), (site("big", "big"), 3)]),
+            "{cc:?}"
+        );
+        let blocks = sql("SELECT line(site) k, count(*) n FROM allocations GROUP BY 1");
+        let mine: BTreeMap<u64, u64> = blocks
+            .iter()
+            .filter(|(k, _)| k.contains(SRC))
+            .map(|(k, n)| (k.rsplit(':').next().unwrap().parse().unwrap(), *n))
+            .collect();
+        assert_eq!(mine, BTreeMap::from([(l("small"), 10), (l("big"), 3), (l("direct"), 1)]));
+        // DHAT's program points start at the callers too
+        let dj = dir.join("dhat.json");
+        let o = run_memlens(&[
+            "export",
+            "--format",
+            "dhat",
+            "--alloc-fn",
+            "x*alloc",
+            "-o",
+            dj.to_str().unwrap(),
+            t,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let d: Value = serde_json::from_slice(&std::fs::read(&dj).unwrap()).unwrap();
+        // bytes per first frame (clang's unrolled loop calls from three pcs of a line)
+        let mut top: BTreeMap<String, u64> = BTreeMap::new();
+        for p in d["pps"].as_array().unwrap() {
+            let f = d["ftbl"][p["fs"][0].as_u64().unwrap() as usize].as_str().unwrap();
+            let f = f.split_once(": ").unwrap().1.to_string();
+            if f.contains(SRC) {
+                *top.entry(f).or_default() += p["tb"].as_u64().unwrap();
+            }
+        }
+        let at = |f: &str, m: &str| format!("{f} ({}:{})", programs().join(SRC).display(), l(m));
+        assert_eq!(
+            top,
+            BTreeMap::from([
+                (at("small", "small"), 160),
+                (at("big", "big"), 3000),
+                (at("direct", "direct"), 50)
+            ]),
+            "{cc:?}"
+        );
         for (args, says) in [
             (&["analyze", "heap", "--alloc-fn", "no_such_fn", t][..], "names no function"),
             (&["analyze", "heap", "--alloc-fn", "!xmalloc", t], "name the wrappers"),
             (&["report", "--by", "line", "--alloc-fn", "xmalloc", t], "--by variable"),
+            (&["export", "--format", "perfetto", "--alloc-fn", "xmalloc", t], "dhat and parquet"),
+            (&["sql", "--alloc-fn", "nope_*", "-e", "SELECT 1", t], "names no function"),
         ] {
             let out = run_memlens(args);
             let err = stderr(&out);

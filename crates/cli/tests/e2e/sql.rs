@@ -592,8 +592,9 @@ fn sql_on_a_ballista_cluster_equals_the_embedded_engine() {
         wait_listening(grpc, "executor", &mut kids.0);
     }
     let url = format!("df://127.0.0.1:{sched}");
-    let run = |q: &str, cluster: bool| -> String {
+    let run_with = |q: &str, cluster: bool, extra: &[&str]| -> String {
         let mut args = vec!["sql", "--format", "csv", "-e", q];
+        args.extend_from_slice(extra);
         if cluster {
             args.extend(["--cluster", &url]);
         }
@@ -608,6 +609,7 @@ fn sql_on_a_ballista_cluster_equals_the_embedded_engine() {
         );
         stdout(&o)
     };
+    let run = |q: &str, cluster: bool| run_with(q, cluster, &[]);
     for q in [
         "SELECT trace, thread, kind, count(*) n, sum(size) b FROM accesses GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
         "SELECT trace, variable(address, trace) v, count(*) n FROM accesses GROUP BY 1, 2 ORDER BY 1, 2",
@@ -618,6 +620,13 @@ fn sql_on_a_ballista_cluster_equals_the_embedded_engine() {
         assert!(embedded.lines().count() > 2, "{q}: {embedded}");
         assert_eq!(run(q, true), embedded, "{q}");
     }
+    // --alloc-fn reaches the executors: main's block is named after main's caller
+    // there as here
+    let q = "SELECT trace, variable(address, trace) v, count(*) n FROM accesses GROUP BY 1, 2 ORDER BY 1, 2";
+    let wrapped = run_with(q, false, &["--alloc-fn", "main"]);
+    assert!(wrapped.contains("__libc_start_call_main"), "{wrapped}");
+    assert_ne!(wrapped, run(q, false));
+    assert_eq!(run_with(q, true, &["--alloc-fn", "main"]), wrapped);
     // both executors ran tasks: each wrote shuffle files in its work directory
     for e in 0..2 {
         let work = a.dir.join(format!("work{e}"));
