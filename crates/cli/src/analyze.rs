@@ -228,6 +228,14 @@ pub(crate) fn kernel_options(
     Ok(k)
 }
 
+/// After a table of heap blocks (text output): a note when a function of the
+/// program looks like an allocation wrapper (`memlens_names::alloc_fn_hint`).
+pub(crate) fn note_alloc_fn(r: &TraceReader, names: &Names) {
+    if let Ok(Some(h)) = memlens_names::alloc_fn_hint(r, names) {
+        eprintln!("memlens: note: {h}");
+    }
+}
+
 /// Names for trace `r` with `--alloc-fn` resolved (a warning for globs that match
 /// nothing): heap blocks allocated in those wrappers are their callers'.
 pub(crate) fn names_for(r: &TraceReader, alloc_fns: &[String]) -> Result<Names> {
@@ -313,7 +321,11 @@ pub(crate) fn offline(o: &AnalyzeOpts, info: &KernelInfo) -> Result<()> {
         pb.finish_and_clear();
     }
     write_annotation(o, &*rep)?;
-    print(rep.render(&namer, &render_opts(o)), o.json, r.completeness().is_complete())
+    print(rep.render(&namer, &render_opts(o)), o.json, r.completeness().is_complete())?;
+    if !o.json && matches!(info.name, "heap" | "layout") {
+        note_alloc_fn(&r, &names);
+    }
+    Ok(())
 }
 
 /// Parses `A..B`.

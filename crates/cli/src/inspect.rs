@@ -481,7 +481,11 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool, alloc_fns: &[Strin
         })
         .collect();
     table(&mut out, cols, &cells)?;
-    Ok(out.flush()?)
+    out.flush()?;
+    if matches!(by, By::Variable(_)) {
+        crate::analyze::note_alloc_fn(&r, &names);
+    }
+    Ok(())
 }
 
 fn short_path(s: &str) -> String {

@@ -60,8 +60,8 @@ pub use memlens_analysis::heap::AllocFns;
 pub use par::attribute_trace;
 pub use serial::{attribute_trace_auto, attribute_trace_serial, Naming};
 pub use vars::{
-    attribute_all, attributor, coverage, heap_index, variable_rows, AccessNames, CodeNamer,
-    TraceNamer, VarCounts, VarReport,
+    alloc_fn_hint, attribute_all, attributor, coverage, heap_index, variable_rows, AccessNames,
+    CodeNamer, TraceNamer, VarCounts, VarReport,
 };
 
 pub(crate) use label::{

@@ -360,3 +360,54 @@ pub fn coverage(r: &TraceReader) -> Result<serde_json::Value, Error> {
         "unnamed": unnamed.iter().map(|(k, n)| serde_json::json!({"where": k, "accesses": n})).collect::<Vec<_>>(),
     }))
 }
+
+/// A hint for `--alloc-fn`: the function of the program (not a library's, not
+/// inlined: it has a frame to step over) inside which a quarter or more of the
+/// heap's bytes were allocated, called from two or more places, as an
+/// allocation wrapper (`xmalloc`, `default_bzalloc`) is. Its blocks are all named
+/// after its one call site, so the note says how to name them after its callers.
+/// `None` when no function looks like that (or the stacks were not recorded).
+pub fn alloc_fn_hint(r: &TraceReader, names: &Names) -> Result<Option<String>, Error> {
+    let heap = heap_index(r, names)?;
+    let sym = names.symbolizer();
+    let exe = sym.modules().first().map(|m| m.id);
+    let mut total = 0u64;
+    // per function: bytes, its site's location, the places calling it
+    let mut per: HashMap<String, (u64, String, std::collections::BTreeSet<Pc>)> = HashMap::new();
+    for b in heap.blocks() {
+        let bytes = b.end - b.start;
+        total += bytes;
+        let (Some(f), Some(caller)) = (sym.function_symbol(b.site), b.stack.first()) else {
+            continue;
+        };
+        if sym.module_of_pc(b.site).map(|m| m.id) != exe {
+            continue;
+        }
+        let code = names.code(b.site);
+        // an inlined wrapper has no frame: its callers are already the sites
+        if code.line == 0 || !f.name.starts_with(&*code.function) {
+            continue;
+        }
+        let e = per.entry(code.function.to_string()).or_insert_with(|| {
+            let file = code.file.rsplit('/').next().unwrap_or(&code.file).to_string();
+            (0, format!("{file}:{}", code.line), Default::default())
+        });
+        e.0 += bytes;
+        // recursion into itself is not a wrapper's
+        if names.code(*caller).function != code.function {
+            e.2.insert(*caller);
+        }
+    }
+    let best = per
+        .into_iter()
+        .filter(|(f, (bytes, _, callers))| f != "main" && callers.len() >= 2 && bytes * 4 >= total)
+        .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then_with(|| b.0.cmp(&a.0)));
+    Ok(best.map(|(f, (bytes, at, callers))| {
+        let pct = (bytes as f64 * 100.0 / total.max(1) as f64).round();
+        format!(
+            "{pct}% of the heap's bytes were allocated in {f} ({at}), called from {} places: \
+             if {f} wraps malloc, `--alloc-fn {f}` names those blocks after its callers",
+            callers.len()
+        )
+    }))
+}
