@@ -63,6 +63,14 @@ impl Names {
             }
             spec.add_list(g, false).map_err(|e| bad(format!("--alloc-fn {g}: {e}")))?;
         }
+        if spec.include_functions.is_empty() {
+            // (a filter without includes selects every function)
+            self.alloc_fns = AllocFns::default();
+            if globs.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Err(bad("--alloc-fn takes function names or globs (xmalloc,*_alloc)".into()));
+        }
         let labels: Vec<String> =
             spec.labels().iter().map(|l| l.replace("--functions", "--alloc-fn")).collect();
         let mut matched = vec![false; labels.len()];

@@ -398,6 +398,9 @@ fn alloc_fn_moves_heap_sites_from_the_wrapper_to_its_callers() {
         for (args, says) in [
             (&["analyze", "heap", "--alloc-fn", "no_such_fn", t][..], "names no function"),
             (&["analyze", "heap", "--alloc-fn", "!xmalloc", t], "name the wrappers"),
+            // an empty list would select every function: refused
+            (&["analyze", "heap", "--alloc-fn", "", t], "takes function names"),
+            (&["report", "--by", "variable", "--alloc-fn", "x[", t], "bad glob"),
             (&["report", "--by", "line", "--alloc-fn", "xmalloc", t], "--by variable"),
             (&["export", "--format", "perfetto", "--alloc-fn", "xmalloc", t], "dhat and parquet"),
             (&["sql", "--alloc-fn", "nope_*", "-e", "SELECT 1", t], "names no function"),
