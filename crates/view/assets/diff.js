@@ -105,40 +105,58 @@
   hooks.sortBy = sortBy;
   hooks.rows = (name) => sorted(tables[name]).map((r) => r.name);
 
-  // ---------- call tree ----------
-  // Both traces' top-down trees merged by call path (/api/diff/calltree): a row per
-  // path, expanded on demand; the path that changed most opens first.
-  const TREE_COLS = [["a_calls", "A calls", "grp-a"], ["b_calls", "B calls", "grp-b"],
-    ["a_incl", "A incl.", "grp-a"], ["b_incl", "B incl.", "grp-b"], ["delta", "Δ incl.", ""],
-    ["a_excl", "A excl.", "grp-a"], ["b_excl", "B excl.", "grp-b"], ["delta_excl", "Δ excl.", ""]];
-  const tree = { body: null, open: new Set() };
-  // Loads + stores of a cost array [loads, stores, bytes(, misses)].
+  // ---------- call trees ----------
+  // Both traces' top-down trees merged by call path (/api/diff/calltree), and both
+  // inverted trees merged by name (/api/diff/bottomup: a function, then its
+  // callers): a row per path, expanded on demand; the largest change first.
   const acc = (c) => c[0] + c[1];
-  async function treeRows(node) {
-    return (await api("api/diff/calltree", { node })).json();
-  }
-  function treeRow(r, depth) {
+  const trees = {
+    tree: {
+      cols: [["a_calls", "A calls", "grp-a"], ["b_calls", "B calls", "grp-b"],
+        ["a_incl", "A incl.", "grp-a"], ["b_incl", "B incl.", "grp-b"], ["delta", "Δ incl.", ""],
+        ["a_excl", "A excl.", "grp-a"], ["b_excl", "B excl.", "grp-b"], ["delta_excl", "Δ excl.", ""]],
+      head: "call path",
+      root: 0,
+      fetch: async (node) => {
+        const v = await (await api("api/diff/calltree", { node })).json();
+        return { more: v.more, rows: v.rows.map((r) => Object.assign(r, { key: r.node, kids: r.children > 0 })) };
+      },
+    },
+    callers: {
+      cols: [["a_calls", "A calls", "grp-a"], ["b_calls", "B calls", "grp-b"],
+        ["a_excl", "A excl.", "grp-a"], ["b_excl", "B excl.", "grp-b"], ["delta_excl", "Δ excl.", ""]],
+      head: "function ← its callers",
+      root: [],
+      fetch: async (path) => {
+        const v = await (await api("api/diff/bottomup", { path: JSON.stringify(path) })).json();
+        return { more: v.more, rows: v.rows.map((r) => Object.assign(r, { key: path.concat([r.name]), kids: !r.root })) };
+      },
+    },
+  };
+  for (const t of Object.values(trees)) Object.assign(t, { body: null, keys: new Map() });
+  function treeRow(t, r, depth) {
     const tr = el("tr", "row");
-    tr.dataset.node = r.node;
+    t.keys.set(tr, r.key);
     tr.dataset.name = r.name;
     tr.dataset.depth = depth;
     const name = el("td", "t");
     name.style.paddingLeft = 4 + 14 * depth + "px";
-    const tog = el("span", "tog", r.children ? "▸" : "");
+    const tog = el("span", "tog", r.kids ? "▸" : "");
     name.append(tog, document.createTextNode(r.name));
     name.title = r.name;
     tr.appendChild(name);
-    for (const [key, , c] of TREE_COLS) {
+    for (const [key, , c] of t.cols) {
       const v = Array.isArray(r[key]) ? acc(r[key]) : r[key];
       const td = isDelta(key) ? el("td", cls(v), signed(v)) : el("td", c, fmt(v));
       td.dataset.key = key;
       tr.appendChild(td);
     }
-    tr.title = "A: " + r.a_calls + " calls, inclusive " + r.a_incl[0] + " loads, " + r.a_incl[1] + " stores\nB: " +
-      r.b_calls + " calls, inclusive " + r.b_incl[0] + " loads, " + r.b_incl[1] + " stores";
-    if (r.children) tog.addEventListener("click", (e) => { e.stopPropagation(); track(toggleNode(tr)); });
+    const side = (k) => (r[k + "_incl"] ? "inclusive " + r[k + "_incl"][0] + " loads, " + r[k + "_incl"][1] + " stores; " : "") +
+      "exclusive " + r[k + "_excl"][0] + " loads, " + r[k + "_excl"][1] + " stores";
+    tr.title = "A: " + r.a_calls + " calls, " + side("a") + "\nB: " + r.b_calls + " calls, " + side("b");
+    if (r.kids) tog.addEventListener("click", (e) => { e.stopPropagation(); track(toggleNode(t, tr)); });
     tr.addEventListener("click", () => {
-      tree.body.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
+      t.body.querySelectorAll("tr.sel").forEach((e) => e.classList.remove("sel"));
       tr.classList.add("sel");
       // the function's source, where the flat table opens it
       const f = tables.functions.rows.find((x) => x.name === r.name);
@@ -147,72 +165,70 @@
     return tr;
   }
   // Opens (or closes) a row: its children's rows go right below it.
-  async function toggleNode(tr) {
-    const node = Number(tr.dataset.node), depth = Number(tr.dataset.depth);
-    if (tree.open.has(node)) {
-      tree.open.delete(node);
+  async function toggleNode(t, tr) {
+    const depth = Number(tr.dataset.depth);
+    const tog = tr.querySelector(".tog");
+    if (tog.textContent === "▾") {
       let n = tr.nextSibling;
       while (n && Number(n.dataset.depth) > depth) {
-        tree.open.delete(Number(n.dataset.node));
         const next = n.nextSibling;
         n.remove();
         n = next;
       }
-      tr.querySelector(".tog").textContent = "▸";
-      return;
+      tog.textContent = "▸";
+      return null;
     }
-    tree.open.add(node);
-    tr.querySelector(".tog").textContent = "▾";
-    const v = await treeRows(node);
+    tog.textContent = "▾";
+    const v = await t.fetch(t.keys.get(tr));
     let after = tr;
     for (const r of v.rows) {
-      const row = treeRow(r, depth + 1);
+      const row = treeRow(t, r, depth + 1);
       after.after(row);
       after = row;
     }
     if (v.more) {
       const m = el("tr", "more");
       m.dataset.depth = depth + 1;
-      const td = el("td", "t", "… " + v.more + " more paths with smaller changes");
-      td.colSpan = TREE_COLS.length + 1;
+      const td = el("td", "t", "… " + v.more + " more with smaller changes");
+      td.colSpan = t.cols.length + 1;
       m.appendChild(td);
       after.after(m);
     }
     return v;
   }
-  async function showTree() {
-    if (tree.body) return;
+  async function showTree(name) {
+    const t = trees[name];
+    if (t.body) return;
     const tbl = el("table");
     const hr = el("tr");
-    hr.appendChild(el("th", "t", "call path"));
-    for (const [, title, c] of TREE_COLS) hr.appendChild(el("th", c, title));
+    hr.appendChild(el("th", "t", t.head));
+    for (const [, title, c] of t.cols) hr.appendChild(el("th", c, title));
     tbl.appendChild(hr);
-    tree.body = tbl;
-    const v = await treeRows(0);
-    for (const r of v.rows) tbl.appendChild(treeRow(r, 0));
-    document.querySelector("#t-functions .tree").replaceChildren(tbl);
+    t.body = tbl;
+    const v = await t.fetch(t.root);
+    for (const r of v.rows) tbl.appendChild(treeRow(t, r, 0));
+    document.querySelector("#t-functions .scroll." + name).replaceChildren(tbl);
     // open the path that changed most, a few levels down
     let tr = tbl.querySelector("tr.row");
-    for (let k = 0; tr && k < 6 && Number(tr.dataset.node) && tr.querySelector(".tog").textContent; k++) {
-      const w = await toggleNode(tr);
-      if (!w || !w.rows.length || w.rows[0].delta === 0) break;
+    for (let k = 0; tr && k < 6 && tr.querySelector(".tog").textContent; k++) {
+      const w = await toggleNode(t, tr);
+      if (!w || !w.rows.length || (w.rows[0].delta ?? w.rows[0].delta_excl) === 0) break;
       tr = tr.nextSibling;
     }
   }
   function mode(m) {
     const box = $("t-functions");
     box.querySelectorAll(".modes button").forEach((b) => b.classList.toggle("on", b.dataset.mode === m));
-    box.querySelector(".scroll:not(.tree)").hidden = m === "tree";
-    box.querySelector(".scroll.tree").hidden = m !== "tree";
-    box.querySelector(".count").hidden = m === "tree";
+    for (const s of box.querySelectorAll(".scroll")) s.hidden = !s.classList.contains(m);
+    box.querySelector(".count").hidden = m !== "flat";
     hooks.mode = m;
-    return m === "tree" ? showTree() : Promise.resolve();
+    return trees[m] ? showTree(m) : Promise.resolve();
   }
   document.querySelectorAll("#t-functions .modes button").forEach((b) =>
     b.addEventListener("click", () => track(mode(b.dataset.mode))));
   hooks.mode = "flat";
   hooks.treeMode = (m) => track(mode(m));
-  hooks.treeRows = () => [...document.querySelectorAll("#t-functions .tree tr.row")].map((tr) =>
+  hooks.treeRows = (m) => [...document.querySelectorAll("#t-functions .scroll." + (m || "tree") + " tr.row")].map((tr) =>
     [Number(tr.dataset.depth), tr.dataset.name].concat([...tr.querySelectorAll("td[data-key]")].map((td) => td.textContent)));
 
   // ---------- source ----------

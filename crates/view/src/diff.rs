@@ -487,6 +487,12 @@ impl Diff {
         self.tree.node(node)
     }
 
+    /// Both inverted call trees under `path` (a function, its caller, ... by name),
+    /// merged by name (`/api/diff/bottomup`).
+    pub fn bottom_up(&self, path: &[String]) -> Value {
+        self.tree.bottom_up(path)
+    }
+
     /// The allocation sites, largest |Δ bytes allocated| first.
     pub fn heap_rows(&self) -> &[HeapRow] {
         &self.heap
@@ -580,6 +586,7 @@ pub fn serve_diff(diff: Diff, opts: ServeOptions, ready: impl FnOnce(&str)) -> R
         .route("/api/diff/variables", get(table(DiffTable::Variables)))
         .route("/api/diff/heap", get(heap_table))
         .route("/api/diff/calltree", get(call_tree))
+        .route("/api/diff/bottomup", get(bottom_up))
         .route("/api/source", get(source))
         .with_state(state);
     serve_app(app, &token, opts.port, 2, true, ready)
@@ -605,6 +612,24 @@ async fn call_tree(State(s): State<Arc<DiffState>>, Query(p): Params) -> Respons
         let node = num(&p, "node", 0).map_err(bad_request)?;
         let node = u32::try_from(node).unwrap_or(u32::MAX);
         Ok(vec![json_bytes(&s.diff.call_tree(node).map_err(bad_request)?)])
+    })
+    .await
+}
+
+/// `path=["f","caller",...]` (a JSON array of names; none: the top level): both
+/// inverted trees there.
+async fn bottom_up(State(s): State<Arc<DiffState>>, Query(p): Params) -> Response {
+    heavy(&s.heavy, &s, "application/json", move |s: &DiffState| {
+        let path: Vec<String> = match p.get("path") {
+            None => Vec::new(),
+            Some(t) => serde_json::from_str(t).map_err(|_| {
+                bad_request(format!("bad path: {t} (a JSON array of function names)"))
+            })?,
+        };
+        if path.len() > 256 {
+            return Err(bad_request("at most 256 functions in a path".into()));
+        }
+        Ok(vec![json_bytes(&s.diff.bottom_up(&path))])
     })
     .await
 }

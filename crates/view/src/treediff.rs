@@ -38,12 +38,65 @@ struct DNode {
 }
 
 /// The two trees merged by call path; node 0 is the root (outside any function).
+/// Keeps each side's function ids by name for the inverted tree.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TreeDiff {
     nodes: Vec<DNode>,
     children: Vec<Vec<u32>>,
     misses: bool,
+    /// Per side: the tree, its names, and name → function id.
+    sides: [Side; 2],
 }
+
+#[derive(Clone, Debug, Default)]
+struct Side {
+    tree: memlens_analysis::calltree::CallTreeReport,
+    names: Vec<String>,
+    ids: HashMap<String, u64>,
+}
+
+impl Side {
+    fn of(p: &Profile) -> Side {
+        let tree = p.tree().clone();
+        let n = tree.nodes.iter().map(|n| n.func).max().map_or(1, |m| m as usize + 1);
+        let names: Vec<String> = (0..n as u64).map(|f| p.name(f).to_string()).collect();
+        let ids = names.iter().enumerate().skip(1).map(|(i, s)| (s.clone(), i as u64)).collect();
+        Side { tree, names, ids }
+    }
+
+    /// The inverted tree of this side under `path` (names: a function, its
+    /// caller, ...), by caller name: calls and exclusive cost of the path's first
+    /// function along it; at the top level each function's calls, exclusive and
+    /// inclusive cost. Empty when the side has no such path.
+    fn bottom_up(&self, path: &[String]) -> HashMap<String, (u64, Cost, Option<Cost>)> {
+        let mut ids = Vec::with_capacity(path.len());
+        for n in path {
+            // a name this side never called (or the root, which calls nothing)
+            let Some(&i) = self.ids.get(n) else { return HashMap::new() };
+            ids.push(i);
+        }
+        let all = if path.is_empty() { self.tree.functions() } else { Default::default() };
+        let mut out: HashMap<String, (u64, Cost, Option<Cost>)> = HashMap::new();
+        for e in self.tree.bottom_up(&ids) {
+            let name = if e.func == 0 {
+                ROOT.to_string()
+            } else {
+                self.names.get(e.func as usize).cloned().unwrap_or_else(|| "?".into())
+            };
+            let f = all.get(&e.func);
+            let r = out.entry(name).or_default();
+            r.0 += f.map_or(e.calls, |f| f.0);
+            r.1.add(&e.cost);
+            if let Some(f) = f {
+                r.2.get_or_insert_with(Cost::default).add(&f.1);
+            }
+        }
+        out
+    }
+}
+
+/// The root's name, as the profile names it.
+const ROOT: &str = "(outside any function)";
 
 /// B − A of one figure, saturating.
 fn minus(a: u64, b: u64) -> i64 {
@@ -54,9 +107,10 @@ impl TreeDiff {
     /// Merges the call trees of `a` and `b`.
     pub(crate) fn new(a: &Profile, b: &Profile) -> TreeDiff {
         let mut d = TreeDiff {
-            nodes: vec![DNode { name: "(outside any function)".into(), ..DNode::default() }],
+            nodes: vec![DNode { name: ROOT.into(), ..DNode::default() }],
             children: vec![Vec::new()],
             misses: a.tree().has_misses || b.tree().has_misses,
+            sides: [Side::of(a), Side::of(b)],
         };
         // (merged parent, name) → merged node
         let mut at: HashMap<(u32, String), u32> = HashMap::new();
@@ -122,6 +176,52 @@ impl TreeDiff {
             "delta": minus(a.incl.accesses(), b.incl.accesses()),
             "delta_excl": minus(a.excl.accesses(), b.excl.accesses()),
             "delta_bytes": minus(a.incl.bytes, b.incl.bytes)})
+    }
+
+    /// `/api/diff/bottomup?path=[...]`: the inverted trees of both sides under
+    /// `path` (function names: a function, its caller, ...) merged by name. At
+    /// the top level one row per function (exclusive and inclusive costs); below,
+    /// one row per caller with the path's first function's exclusive cost along
+    /// it. Largest |Δ exclusive accesses| first.
+    pub(crate) fn bottom_up(&self, path: &[String]) -> Value {
+        let [a, b] = [&self.sides[0], &self.sides[1]].map(|s| s.bottom_up(path));
+        let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let cost = |c: &Cost| {
+            if self.misses {
+                json!([c.loads, c.stores, c.bytes, c.misses])
+            } else {
+                json!([c.loads, c.stores, c.bytes])
+            }
+        };
+        let mut rows: Vec<(i64, Value)> = keys
+            .into_iter()
+            .map(|k| {
+                let (x, y) =
+                    (a.get(k).cloned().unwrap_or_default(), b.get(k).cloned().unwrap_or_default());
+                let d = minus(x.1.accesses(), y.1.accesses());
+                let mut r = json!({"name": k, "root": k == ROOT, "a_calls": x.0, "b_calls": y.0,
+                    "delta_calls": minus(x.0, y.0), "a_excl": cost(&x.1), "b_excl": cost(&y.1),
+                    "delta_excl": d});
+                if path.is_empty() {
+                    let (ia, ib) = (x.2.unwrap_or_default(), y.2.unwrap_or_default());
+                    r["a_incl"] = cost(&ia);
+                    r["b_incl"] = cost(&ib);
+                    r["delta"] = json!(minus(ia.accesses(), ib.accesses()));
+                }
+                (d, r)
+            })
+            .collect();
+        rows.sort_by(|x, y| {
+            y.0.unsigned_abs().cmp(&x.0.unsigned_abs()).then_with(|| {
+                x.1["name"].as_str().unwrap_or("").cmp(y.1["name"].as_str().unwrap_or(""))
+            })
+        });
+        let more = rows.len().saturating_sub(MAX_ROWS);
+        rows.truncate(MAX_ROWS);
+        json!({"misses": self.misses, "path": path,
+            "rows": rows.into_iter().map(|r| r.1).collect::<Vec<_>>(), "more": more})
     }
 
     /// `/api/diff/calltree?node=N`: node N (with its path from the root) and its
@@ -220,5 +320,45 @@ mod tests {
         assert_eq!((get(leaf, "b_incl", 0), leaf["delta"].as_i64()), (0, Some(-6)));
         assert_eq!(m["rows"][1]["a_incl"], json!([0, 0, 0]), "extra: B only");
         assert!(d.node(6).unwrap_err().contains("no node 6"));
+
+        // Inverted: the functions by |Δ exclusive|, then a function's callers.
+        let top = d.bottom_up(&[]);
+        let rows: Vec<(&str, i64, u64, u64)> = top["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let n = |k: &str| r[k].as_u64().unwrap();
+                (
+                    r["name"].as_str().unwrap(),
+                    r["delta_excl"].as_i64().unwrap(),
+                    n("a_calls"),
+                    n("b_calls"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("scan", 640 - 192, 1, 2),
+                ("extra", 16, 0, 1),
+                ("leaf", -6, 3, 0),
+                ("fixed", 0, 1, 1),
+                ("main", 0, 1, 1)
+            ]
+        );
+        let main = top["rows"].as_array().unwrap().iter().find(|r| r["name"] == "main").unwrap();
+        assert_eq!((get(main, "a_incl", 0), get(main, "b_incl", 0)), (192 + 6 + 32, 640 + 32));
+        let leaf = d.bottom_up(&["leaf".into()]);
+        assert_eq!(leaf["rows"].as_array().unwrap().len(), 1);
+        let r = &leaf["rows"][0];
+        assert_eq!(
+            (r["name"].as_str(), get(r, "a_excl", 0), get(r, "b_excl", 0)),
+            (Some("scan"), 6, 0)
+        );
+        assert!(r.get("a_incl").is_none(), "below the top: exclusive along the caller only");
+        let deeper = d.bottom_up(&["leaf".into(), "scan".into()]);
+        assert_eq!(deeper["rows"][0]["name"], "main");
+        assert_eq!(d.bottom_up(&["nothing".into()])["rows"], json!([]));
     }
 }

@@ -327,13 +327,51 @@ fn view_diff_call_tree_is_both_traces_trees_merged_by_path() {
     let (_server, port, token) = serve_in_background(&b, &[a.to_str().unwrap()], None);
     let mut sides = [Paths::new(), Paths::new()];
     diff_tree(port, &token, 0, Vec::new(), &mut sides);
+    // the inverted trees: at the top and under scan, each side is the trace's own
+    // bottom-up view (`/api/calltree?view=bottom`), by name
+    let enc = |p: &[&str]| {
+        let j = serde_json::to_string(p).unwrap();
+        j.bytes().map(|c| format!("%{c:02X}")).collect::<String>()
+    };
+    let inv = |path: &[&str]| api(port, &token, &format!("/api/diff/bottomup?path={}", enc(path)));
+    let (top, under_scan) = (inv(&[]), inv(&["scan"]));
     for (i, t) in [&a, &b].into_iter().enumerate() {
         let (_single, sp, st) = serve_in_background(t, &[], None);
         let mut want = Paths::new();
         single_tree(sp, &st, 0, Vec::new(), &mut want);
         assert!(!want.is_empty());
         assert_eq!(sides[i], want, "side {i}: the trace's own tree");
+        let side = ["a", "b"][i];
+        let by_name = |v: &Value, calls: bool| -> BTreeMap<String, (u64, Vec<u64>)> {
+            v["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|r| {
+                    let (c, e) = if calls {
+                        (n(r, &format!("{side}_calls")), costs(&r[&format!("{side}_excl")]))
+                    } else {
+                        (n(r, "calls"), costs(&r["excl"]))
+                    };
+                    (c > 0 || e.iter().any(|&x| x > 0))
+                        .then(|| (r["name"].as_str().unwrap().to_string(), (c, e)))
+                })
+                .collect()
+        };
+        let own = api(sp, &st, "/api/calltree?view=bottom&path=");
+        assert_eq!(by_name(&top, true), by_name(&own, false), "side {side}: the functions");
+        let scan_id = own["rows"].as_array().unwrap().iter().find(|r| r["name"] == "scan").unwrap()
+            ["function"]
+            .clone();
+        let own_scan = api(sp, &st, &format!("/api/calltree?view=bottom&path={scan_id}"));
+        assert_eq!(
+            by_name(&under_scan, true),
+            by_name(&own_scan, false),
+            "side {side}: scan's callers"
+        );
     }
+    assert_eq!(under_scan["rows"][0]["name"], "main");
+    assert_eq!(under_scan["rows"][0]["delta_excl"], json!(64 * (B_ROUNDS - A_ROUNDS)));
     // What the program does, on its paths.
     let p = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let [sa, sb] = &sides;
@@ -363,6 +401,10 @@ fn view_diff_call_tree_is_both_traces_trees_merged_by_path() {
         get_raw(port, &format!("/api/diff/calltree?node=99999&token={token}"), &host);
     assert_eq!(st, 400);
     assert!(String::from_utf8_lossy(&body).contains("no node 99999"));
+    let (st, _, body) =
+        get_raw(port, &format!("/api/diff/bottomup?path=scan&token={token}"), &host);
+    assert_eq!(st, 400);
+    assert!(String::from_utf8_lossy(&body).contains("JSON array"));
 }
 
 /// `memlens view --alloc-fn GLOBS A B`: the allocation sites of the diff are the
@@ -594,11 +636,31 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     );
     assert_eq!(fits, json!(true));
     shot(&br, &dir, "diff-tree.png");
-    // closing main hides its paths; the flat table comes back
+    // closing main hides its paths
     br.js("document.querySelector('#t-functions .tree tr.row .tog').click()");
     wait("window.memlens.treeRows().length === 1");
+    // inverted: scan, the largest change in exclusive accesses, opened on main, its caller
+    br.js("memlens.treeMode('callers')");
+    wait("window.memlens.treeRows('callers').length >= 3");
+    let rows = br.js("return memlens.treeRows('callers')");
+    let want = |depth: u64, name: &str| {
+        json!([
+            depth,
+            name,
+            "1",
+            "1",
+            (64 * A_ROUNDS).to_string(),
+            (64 * B_ROUNDS).to_string(),
+            format!("+{d}")
+        ])
+    };
+    assert_eq!(rows[0], want(0, "scan"), "{rows}");
+    assert_eq!(rows[1], want(1, "main"), "{rows}");
+    assert!(rows.as_array().unwrap().iter().any(|r| r[1] == "extra" && r[0] == 0), "{rows}");
+    shot(&br, &dir, "diff-callers.png");
+    // the flat table comes back
     br.js("memlens.treeMode('flat')");
-    wait("!document.querySelector('#t-functions .scroll:not(.tree)').hidden");
+    wait("!document.querySelector('#t-functions .scroll.flat').hidden && document.querySelector('#t-functions .scroll.callers').hidden");
 }
 
 fn shot(b: &Browser, dir: &Path, name: &str) {
