@@ -11,7 +11,13 @@ pub type Continuous = (String, std::time::Duration, crate::SqlFormat);
 const WHY: &str = "this memlens was built without SQL (the `sql` feature); \
     build it with `cargo build --release` (default features) for sql, parquet and collect --query";
 
-pub fn sql(_: &[PathBuf], _: Option<&str>, _: crate::SqlFormat, _: Option<&str>) -> Result<i32> {
+pub fn sql(
+    _: &[PathBuf],
+    _: Option<&str>,
+    _: crate::SqlFormat,
+    _: Option<&str>,
+    _: &[String],
+) -> Result<i32> {
     bail!(WHY)
 }
 
@@ -19,7 +25,7 @@ pub fn cluster(_: crate::ClusterCmd) -> Result<()> {
     bail!(WHY)
 }
 
-pub fn export_parquet(_: &Path, _: &[PathBuf]) -> Result<()> {
+pub fn export_parquet(_: &Path, _: &[PathBuf], _: &[String]) -> Result<()> {
     bail!(WHY)
 }
 
