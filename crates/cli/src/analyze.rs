@@ -247,13 +247,7 @@ pub(crate) fn names_for(r: &TraceReader, alloc_fns: &[String]) -> Result<Names> 
             unmatched.join(", ")
         );
     }
-    if !unmatched.is_empty() {
-        let verb = if unmatched.len() == 1 { "matches" } else { "match" };
-        eprintln!(
-            "memlens: warning: {} {verb} nothing in the traced program",
-            unmatched.join(", ")
-        );
-    }
+    crate::filter::warn_unmatched(&unmatched, &vec![false; unmatched.len()], "the traced program");
     Ok(names)
 }
 
