@@ -23,6 +23,7 @@ mod dataset;
 mod names;
 mod output;
 mod parquet_out;
+mod pq_pages;
 mod small;
 mod tables;
 pub mod wire;

@@ -2,17 +2,19 @@
 //! directory per table, Hive-style partitions (`trace=…/thread=…`), zstd.
 
 use crate::dataset::Dataset;
+use crate::pq_pages::PageFile;
 use crate::tables::{plain_batch, plain_schema, schema, ChunkRows, Keep, StreamState};
 use crate::Error;
-use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{filter_record_batch, take};
+use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{Int32Type, SchemaRef, UInt64Type};
-use datafusion::common::HashMap;
+use datafusion::common::{HashMap, HashSet};
 use memlens_format::{ChunkDecoder, StreamChunk};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
+use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -85,63 +87,57 @@ fn create(path: &Path) -> Result<File, Error> {
         .map_err(|e| Error::Io(path.display().to_string(), e))
 }
 
-/// A chunk's `accesses` rows grouped by instruction (`pc`, in order of first
-/// appearance), each instruction's rows in `seq` order. A loop's accesses through
-/// one instruction move by a steady stride, so the delta-encoded `address` and
-/// `seq` columns shrink to a few bits a row, where interleaved instructions jump
-/// between arrays on every row. `seq` keeps the order for whoever needs it.
-fn group_by_pc(b: RecordBatch) -> Result<RecordBatch, Error> {
-    let Some(pc) = b.column_by_name("pc").and_then(|c| c.as_primitive_opt::<UInt64Type>()) else {
-        return Ok(b);
-    };
-    let pcs = pc.values();
-    // a counting sort: stable, one hash probe a row
+/// The order that groups a chunk's `accesses` rows by instruction (`pc`, in
+/// order of first appearance), each instruction's rows in `seq` order; None:
+/// keep the recorded order. A loop's accesses through one instruction move by a
+/// steady stride, so the delta-encoded `address` and `seq` columns shrink to a
+/// few bits a row, where interleaved instructions jump between arrays on every
+/// row. `seq` keeps the order for whoever needs it.
+fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
+    let pcs = b.column_by_name("pc")?.as_primitive_opt::<UInt64Type>()?.values();
+    // a counting sort: stable; a loop's few pcs hit a small cache before the map
     let mut ids: HashMap<u64, u32> = HashMap::default();
+    let mut cache = [(u64::MAX, 0u32); 64];
     let mut of_row = Vec::with_capacity(pcs.len());
-    let mut counts: Vec<u32> = Vec::new();
     for &p in pcs.iter() {
-        let next = ids.len() as u32;
-        let id = *ids.entry(p).or_insert(next);
-        if id == next {
-            counts.push(0);
-        }
-        counts[id as usize] += 1;
+        let slot = &mut cache[((p ^ (p >> 6)) & 63) as usize];
+        let id = if slot.0 == p {
+            slot.1
+        } else {
+            let next = ids.len() as u32;
+            let id = *ids.entry(p).or_insert(next);
+            *slot = (p, id);
+            id
+        };
         of_row.push(id);
     }
-    if counts.len() < 2 {
-        return Ok(b);
+    if ids.len() < 2 {
+        return None;
+    }
+    let mut start = vec![0u32; ids.len()];
+    for &id in &of_row {
+        start[id as usize] += 1;
     }
     let mut at = 0u32;
-    for c in counts.iter_mut() {
+    for c in start.iter_mut() {
         let n = *c;
         *c = at;
         at += n;
     }
     let mut perm = vec![0u32; pcs.len()];
     for (row, &id) in of_row.iter().enumerate() {
-        let slot = &mut counts[id as usize];
+        let slot = &mut start[id as usize];
         perm[*slot as usize] = row as u32;
         *slot += 1;
     }
     // Random accesses (a hash table) gain nothing and `seq` loses its steady
     // step: keep the order that packs smaller.
     let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
-    let (Some(addr), Some(seq)) = (col("address"), col("seq")) else { return Ok(b) };
-    let (addr, seq) = (addr.values(), seq.values());
+    let (addr, seq) = (col("address")?.values(), col("seq")?.values());
     let now = packed_bits(addr.len(), |i| addr[i]) + packed_bits(seq.len(), |i| seq[i]);
     let grouped = packed_bits(perm.len(), |i| addr[perm[i] as usize])
         + packed_bits(perm.len(), |i| seq[perm[i] as usize]);
-    if grouped >= now {
-        return Ok(b);
-    }
-    let idx = UInt32Array::from(perm);
-    let cols = b
-        .columns()
-        .iter()
-        .map(|c| take(c.as_ref(), &idx, None))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(datafusion::error::DataFusionError::from)?;
-    Ok(RecordBatch::try_new(b.schema(), cols).map_err(datafusion::error::DataFusionError::from)?)
+    (grouped < now).then_some(perm)
 }
 
 /// About what Parquet's delta encoding takes for the `n` values `v(i)`: per
@@ -207,8 +203,9 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     // the parts of `accesses` then fill the cores up to the end, where a long
     // unit started last would leave all but one idle (the code table reads every
     // chunk, on every core).
+    // `code` comes last, from the pcs the `accesses` parts saw (no second pass).
     let mut units: Vec<Unit> =
-        ["code", "data", "allocations", "threads"].into_iter().map(Unit::Small).collect();
+        ["data", "allocations", "threads"].into_iter().map(Unit::Small).collect();
     let mut parts = Vec::new();
     for (ti, t) in data.traces.iter().enumerate() {
         let mut by_stream: Vec<(u32, Vec<StreamChunk>)> = Vec::new();
@@ -229,10 +226,13 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     units.extend(parts);
     let next = AtomicU64::new(0);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let pcs: Vec<Mutex<HashSet<u64>>> = data.traces.iter().map(|_| Mutex::default()).collect();
     std::thread::scope(|s| {
         for _ in 0..cores.min(units.len()) {
             s.spawn(|| {
                 let mut dec = ChunkDecoder::new();
+                let seen: Vec<RefCell<HashSet<u64>>> =
+                    data.traces.iter().map(|_| RefCell::default()).collect();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                     let Some(unit) = units.get(i) else { break };
@@ -240,19 +240,25 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
                         break;
                     }
                     let done = match unit {
-                        Unit::Small(table) => write_small(data, out, table).map(|files| {
-                            stats.lock().unwrap_or_else(|e| e.into_inner()).files += files;
-                        }),
+                        Unit::Small(table) => crate::small::build(data, table)
+                            .map_err(Error::from)
+                            .and_then(|b| write_small(data, out, table, b))
+                            .map(|files| {
+                                stats.lock().unwrap_or_else(|e| e.into_inner()).files += files;
+                            }),
                         Unit::Stream { calls, trace, thread, part, chunks } => {
                             let at = (*calls, *trace, *thread, *part);
-                            write_stream(data, out, &mut dec, at, chunks).map(|(rows, bytes)| {
-                                let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
-                                g.files += 1;
-                                if !*calls {
-                                    g.accesses += rows;
-                                    g.access_bytes += bytes;
-                                }
-                            })
+                            let seen = &seen[*trace];
+                            write_stream(data, out, &mut dec, at, chunks, seen).map(
+                                |(rows, bytes)| {
+                                    let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
+                                    g.files += 1;
+                                    if !*calls {
+                                        g.accesses += rows;
+                                        g.access_bytes += bytes;
+                                    }
+                                },
+                            )
                         }
                     };
                     if let Err(e) = done {
@@ -260,12 +266,24 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
                         break;
                     }
                 }
+                for (all, mine) in pcs.iter().zip(seen) {
+                    all.lock().unwrap_or_else(|e| e.into_inner()).extend(mine.into_inner());
+                }
             });
         }
     });
     if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
+    let mut pcs = pcs.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let code = crate::small::code_of(data, |_| {
+        let mut v: Vec<u64> = pcs.next().unwrap_or_default().into_iter().collect();
+        v.sort_unstable();
+        v
+    });
+    let code = RecordBatch::try_new(schema("code"), code)
+        .map_err(datafusion::error::DataFusionError::from)?;
+    stats.lock().unwrap_or_else(|e| e.into_inner()).files += write_small(data, out, "code", code)?;
     Ok(stats.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
@@ -277,6 +295,7 @@ fn write_stream(
     dec: &mut ChunkDecoder,
     at: (bool, usize, u32, usize),
     chunks: &[StreamChunk],
+    pcs: &RefCell<HashSet<u64>>,
 ) -> Result<(u64, u64), Error> {
     let (calls, ti, th, part) = at;
     let table = if calls { "calls" } else { "accesses" };
@@ -291,7 +310,8 @@ fn write_stream(
     let mut st = StreamState::default();
     let mut rows = 0u64;
     let mut stop = false;
-    let rows_of = ChunkRows { data, trace: ti, calls, keep: &keep, schema: &sch };
+    let pcs = (!calls).then_some(pcs);
+    let rows_of = ChunkRows { data, trace: ti, calls, keep: &keep, schema: &sch, pcs };
     let batches = chunks.iter().map_while(|c| {
         if stop {
             return None;
@@ -304,24 +324,25 @@ fn write_stream(
         Some(b)
     });
     let batches = batches.flatten().inspect(|b| rows += b.num_rows() as u64).map(|b| {
-        if calls {
-            Ok(b)
-        } else {
-            group_by_pc(b)
-        }
+        let order = if calls { None } else { pc_order(&b) };
+        (b, order)
     });
     let path: PathBuf = out
         .join(table)
         .join(format!("trace={}", hive(&t.name)))
         .join(format!("thread={th}"))
         .join(format!("part-{part:05}.parquet"));
-    let bytes = write_file(&path, &sch, batches)?;
+    let mut w = PageFile::new(create(&path)?, sch.clone(), &plain_schema(&sch), ROW_GROUP)?;
+    for (b, order) in batches {
+        w.write(b, order)?;
+    }
+    w.close()?;
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     Ok((rows, bytes))
 }
 
 /// A small table, one file per trace. Returns the files written.
-fn write_small(data: &Dataset, out: &Path, table: &str) -> Result<u64, Error> {
-    let b = crate::small::build(data, table)?;
+fn write_small(data: &Dataset, out: &Path, table: &str, b: RecordBatch) -> Result<u64, Error> {
     let trace_col =
         b.schema().index_of("trace").map_err(datafusion::error::DataFusionError::from)?;
     let keep: Vec<usize> = (0..b.num_columns()).filter(|&i| i != trace_col).collect();
@@ -346,7 +367,8 @@ fn write_small(data: &Dataset, out: &Path, table: &str) -> Result<u64, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{ArrayRef, UInt64Array};
+    use datafusion::arrow::array::{ArrayRef, UInt32Array, UInt64Array};
+    use datafusion::arrow::compute::take;
 
     fn batch(rows: &[(u64, u64, u64)]) -> RecordBatch {
         let col = |f: fn(&(u64, u64, u64)) -> u64| -> ArrayRef {
@@ -366,6 +388,12 @@ mod tests {
         (0..b.num_rows()).map(|i| (s.value(i), a.value(i), p.value(i))).collect()
     }
 
+    fn grouped(b: RecordBatch) -> RecordBatch {
+        let idx = UInt32Array::from(pc_order(&b).unwrap());
+        let cols = b.columns().iter().map(|c| take(c.as_ref(), &idx, None).unwrap()).collect();
+        RecordBatch::try_new(b.schema(), cols).unwrap()
+    }
+
     #[test]
     fn a_loops_rows_are_grouped_by_instruction_in_seq_order() {
         // two arrays walked in step, as `c[i] = a[i] + b[i]` does
@@ -374,7 +402,7 @@ mod tests {
             r.push((2 * i, 0x10000 + 8 * i, 0x401000));
             r.push((2 * i + 1, 0x90000 + 8 * i, 0x401008));
         }
-        let got = rows(&group_by_pc(batch(&r)).unwrap());
+        let got = rows(&grouped(batch(&r)));
         let mut want: Vec<_> = r.iter().filter(|x| x.2 == 0x401000).copied().collect();
         want.extend(r.iter().filter(|x| x.2 == 0x401008));
         assert_eq!(got, want);
@@ -391,7 +419,7 @@ mod tests {
                 (i, 0x10000 + (x % (1 << 22)) * 8, 0x401000 + (i % 3) * 8)
             })
             .collect();
-        assert_eq!(rows(&group_by_pc(batch(&r)).unwrap()), r);
+        assert_eq!(pc_order(&batch(&r)), None);
     }
 
     #[test]

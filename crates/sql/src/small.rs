@@ -6,6 +6,7 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
 };
 use datafusion::common::{DataFusionError, HashSet, Result as DfResult};
+use memlens_format::codec::Columns;
 use memlens_format::{ChunkDecoder, Event};
 use memlens_names::{Granularity, HeapIndex};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,10 +110,15 @@ fn allocations(data: &Dataset) -> DfResult<Vec<ArrayRef>> {
 
 /// Every distinct code address of the trace's events, with its source location.
 fn code(data: &Dataset) -> Vec<ArrayRef> {
+    code_of(data, |t| code_pcs(data, t))
+}
+
+/// The `code` table of the pcs `pcs_of` gives for each trace (ascending).
+pub(crate) fn code_of(data: &Dataset, mut pcs_of: impl FnMut(&Trace) -> Vec<u64>) -> Vec<ArrayRef> {
     let (mut tr, mut pcs, mut func, mut file, mut line, mut col, mut inl) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for t in &data.traces {
-        let set = code_pcs(data, t);
+        let set = pcs_of(t);
         let named = t.names().codes(&set);
         for (pc, c) in set.into_iter().zip(named) {
             tr.push(t.name.as_str());
@@ -140,16 +146,7 @@ fn code_pcs(data: &Dataset, t: &Trace) -> Vec<u64> {
                 s.spawn(|| {
                     let (mut set, mut dec) = (HashSet::new(), ChunkDecoder::new());
                     while let Some(c) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        let mut last = None;
-                        let r = dec.for_columns(&t.reader, c, |cols| {
-                            for &p in &cols.pc {
-                                if last != Some(p) {
-                                    set.insert(p);
-                                    last = Some(p);
-                                }
-                            }
-                            set.extend(cols.other.iter().filter_map(|(_, e)| e.pc()).map(|p| p.0));
-                        });
+                        let r = dec.for_columns(&t.reader, c, |cols| add_pcs(&mut set, cols));
                         if let Err(e) = r {
                             data.warn(format!(
                                 "{}: {e}; rows read up to the damage",
@@ -173,6 +170,20 @@ fn code_pcs(data: &Dataset, t: &Trace) -> Vec<u64> {
     let mut v: Vec<u64> = all.unwrap_or_default().into_iter().collect();
     v.sort_unstable();
     v
+}
+
+/// Adds the code addresses of a chunk's events to `set`.
+pub(crate) fn add_pcs(set: &mut HashSet<u64>, cols: &Columns) {
+    // a loop's few pcs take turns: a small cache of those already added
+    let mut seen = [u64::MAX; 64];
+    for &p in &cols.pc {
+        let slot = &mut seen[((p ^ (p >> 6)) & 63) as usize];
+        if *slot != p {
+            set.insert(p);
+            *slot = p;
+        }
+    }
+    set.extend(cols.other.iter().filter_map(|(_, e)| e.pc()).map(|p| p.0));
 }
 
 /// Static variables of every module and the heap blocks, each an address range.

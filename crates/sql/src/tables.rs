@@ -276,6 +276,9 @@ pub(crate) struct ChunkRows<'a> {
     pub keep: &'a Keep,
     /// The projected schema of the rows.
     pub schema: &'a SchemaRef,
+    /// Where the code addresses of every event go, when someone collects them
+    /// (the export builds its `code` table from them: no second pass).
+    pub pcs: Option<&'a std::cell::RefCell<datafusion::common::HashSet<u64>>>,
 }
 
 impl ChunkRows<'_> {
@@ -336,13 +339,17 @@ impl ChunkRows<'_> {
         let t = self.trace();
         let mut cols = Columns::new();
         let warning = self.damage(dec.decode_columns(&t.reader, c, &mut cols));
+        if let Some(set) = self.pcs {
+            crate::small::add_pcs(&mut set.borrow_mut(), &cols);
+        }
         let full = schema_for(false);
         let want = |n: &str| self.keep.cols.iter().any(|&i| full.field(i).name() == n);
         let plain = cols.len();
         let has_values = !cols.value.is_empty();
         cols.value.resize(if has_values { plain } else { 0 }, 0);
         let mut values: Vec<Option<u64>> = Vec::new();
-        if want("value") {
+        // left empty while every row so far has no value (most traces record none)
+        if want("value") && has_values {
             values = (0..plain)
                 .map(|i| (cols.kind[i] & Columns::VALUE != 0).then(|| cols.value[i]))
                 .collect();
@@ -364,7 +371,8 @@ impl ChunkRows<'_> {
                 cols.addr.push(addr.0);
                 cols.size.push(u64::from(size));
                 kind.push(2);
-                if want("value") {
+                if want("value") && (value.is_some() || !values.is_empty()) {
+                    values.resize(kind.len() - 1, None);
                     values.push(value);
                 }
                 if want("atomic") {
@@ -387,7 +395,14 @@ impl ChunkRows<'_> {
             "size" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.size))),
             "address" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.addr))),
             "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.pc))),
-            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut values))),
+            // most traces record no value: one null bitmap, not a row at a time
+            "value" if values.is_empty() => {
+                datafusion::arrow::array::new_null_array(&DataType::UInt64, rows)
+            }
+            "value" => {
+                values.resize(rows, None);
+                Arc::new(UInt64Array::from(std::mem::take(&mut values)))
+            }
             "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut atomic))),
             other => unreachable!("accesses has no column {other}"),
         })
@@ -962,8 +977,14 @@ impl Scan {
                 continue;
             };
             *k += 1;
-            let rows =
-                ChunkRows { data: &data, trace: *trace, calls, keep: &keep, schema: &schema };
+            let rows = ChunkRows {
+                data: &data,
+                trace: *trace,
+                calls,
+                keep: &keep,
+                schema: &schema,
+                pcs: None,
+            };
             let (b, w) = rows.batch(c, &mut dec, st);
             if let Some(w) = w {
                 data.warn(w);

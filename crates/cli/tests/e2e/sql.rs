@@ -412,6 +412,75 @@ print(json.dumps(out))
     assert_eq!(v["kinds"]["store"], stores);
     assert_eq!(v["rows"], loads + stores);
     assert_eq!(v["threads"], threads.len());
+    parquet_equals_sql(&py, &out, &t.trace);
+    // atomic read-modify-writes and recorded values, on several threads
+    let dir = scratch("sql-parquet-rmw");
+    let exe = build(Cc::Gcc, "inc.c", &dir, &[]);
+    let trace = dir.join("inc.trace");
+    let o = Command::new(memlens())
+        .args(["record", "-q", "--values", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .args(["add", "3", "3000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "inc: {}", stderr(&o));
+    let out = dir.join("pq");
+    let o = run_memlens(&[
+        "export",
+        "--format",
+        "parquet",
+        out.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = parquet_equals_sql(&py, &out, &trace);
+    // the 3000 increments are atomic read-modify-writes; --values recorded values
+    let rmw = sql(&[&trace], "SELECT count(*) n FROM accesses WHERE kind = 'rmw' AND atomic");
+    assert_eq!(rmw[0]["n"].as_u64(), Some(3000), "{rmw:?} of {n} rows");
+    let values = sql(&[&trace], "SELECT count(value) n FROM accesses");
+    assert!(values[0]["n"].as_u64().unwrap() >= 3000, "{values:?} of {n} rows");
+}
+
+/// Every row and column of `OUT/accesses` as pyarrow reads it equals the embedded
+/// engine's `accesses` over `trace`, and `OUT/code` its `code`. Returns the rows.
+fn parquet_equals_sql(py: &Path, out: &Path, trace: &Path) -> usize {
+    let script = r#"
+import sys, json, pyarrow.dataset as ds
+t = ds.dataset(sys.argv[1] + "/accesses", format="parquet", partitioning="hive").to_table()
+cols = sys.argv[2].split(",")
+rows = t.select(cols).to_pylist()
+rows.sort(key=lambda r: (r["thread"], r["seq"]))
+code = ds.dataset(sys.argv[1] + "/code", format="parquet", partitioning="hive").to_table()
+print(json.dumps({
+    "rows": [[r[c] for c in cols] for r in rows],
+    "code": sorted([r["pc"], r["function"], r["line"]] for r in code.select(["pc", "function", "line"]).to_pylist()),
+}))
+"#;
+    let cols = ["thread", "seq", "clock", "kind", "size", "address", "pc", "value", "atomic"];
+    let o = Command::new(py).args(["-c", script]).arg(out).arg(cols.join(",")).output().unwrap();
+    assert!(o.status.success(), "pyarrow: {}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let q = format!("SELECT {} FROM accesses ORDER BY thread, seq", cols.join(", "));
+    let want: Vec<Value> = sql(&[trace], &q)
+        .iter()
+        .map(|r| Value::Array(cols.iter().map(|c| r[*c].clone()).collect()))
+        .collect();
+    let got = v["rows"].as_array().unwrap();
+    let rows = got.len();
+    assert_eq!(rows, want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
+    // the code table, built from the pcs the export saw, equals the query's
+    let want: Vec<Value> = sql(&[trace], "SELECT pc, function, line FROM code ORDER BY pc")
+        .iter()
+        .map(|r| serde_json::json!([r["pc"], r["function"], r["line"]]))
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(v["code"].as_array().unwrap(), &want);
+    rows
 }
 
 /// `collect --query`: a continuous query over the traces streaming in prints a

@@ -120,7 +120,7 @@ impl Columns {
         self.kind.push(k);
     }
 
-    fn reserve(&mut self, n: usize) {
+    pub(crate) fn reserve(&mut self, n: usize) {
         self.seq.reserve(n);
         self.pc.reserve(n);
         self.addr.reserve(n);
