@@ -34,7 +34,9 @@ pub(crate) struct CodeName {
     pub inlined: String,
 }
 
-type DataRequest = (Vec<u64>, Granularity, mpsc::Sender<Vec<Arc<str>>>);
+/// Addresses to name, and where the answer goes: per address an index into the
+/// answer's names (distinct texts).
+type DataRequest = (Vec<u64>, Granularity, mpsc::Sender<(Vec<u32>, Vec<Arc<str>>)>);
 
 /// Code and data names of one trace.
 pub(crate) struct TraceNames {
@@ -102,6 +104,12 @@ impl TraceNames {
     /// context (globals, thread-locals by address, heap blocks by the most recent
     /// block at the address; a stack address is named after the stack mapping).
     pub fn data(&self, addrs: Vec<u64>, g: Granularity) -> Vec<Arc<str>> {
+        let (ids, names) = self.data_ids(addrs, g);
+        ids.into_iter().map(|i| names[i as usize].clone()).collect()
+    }
+
+    /// [`TraceNames::data`] as an index per address into distinct names.
+    pub fn data_ids(&self, addrs: Vec<u64>, g: Granularity) -> (Vec<u32>, Vec<Arc<str>>) {
         let tx = {
             let mut guard = self.data.lock().unwrap_or_else(|e| e.into_inner());
             guard
@@ -109,11 +117,12 @@ impl TraceNames {
                 .clone()
         };
         let (rtx, rrx) = mpsc::channel();
+        let unknown = |n: usize| (vec![0; n], vec![Arc::from("?")]);
         let n = addrs.len();
         if tx.send((addrs, g, rtx)).is_err() {
-            return vec![Arc::from("?"); n];
+            return unknown(n);
         }
-        rrx.recv().unwrap_or_else(|_| vec![Arc::from("?"); n])
+        rrx.recv().unwrap_or_else(|_| unknown(n))
     }
 }
 
@@ -132,31 +141,53 @@ fn spawn_namer(reader: Arc<TraceReader>, alloc_fn: Vec<String>) -> mpsc::Sender<
         };
         let mut by_var: Option<Option<Attributor>> = None;
         let mut by_field: Option<Option<Attributor>> = None;
-        let mut cache: [HashMap<u64, Arc<str>>; 2] = [HashMap::new(), HashMap::new()];
+        // The labels of recently named addresses, direct-mapped: a map of every
+        // address ever named grew to millions of entries on random (hash-table)
+        // accesses, slower than naming them again and hundreds of MB.
+        const CACHE: usize = 1 << 16;
+        let mut cache: [Vec<(u64, u32)>; 2] =
+            [vec![(u64::MAX, 0); CACHE], vec![(u64::MAX, 0); CACHE]];
         while let Ok((addrs, g, reply)) = rx.recv() {
             let (a, c) = match g {
                 Granularity::Variable => (by_var.get_or_insert_with(|| make(g)), &mut cache[0]),
                 Granularity::Field => (by_field.get_or_insert_with(|| make(g)), &mut cache[1]),
             };
             let Some(a) = a else {
-                let _ = reply.send(vec![Arc::from("?"); addrs.len()]);
+                let _ = reply.send((vec![0; addrs.len()], vec![Arc::from("?")]));
                 continue;
             };
-            let out = addrs
-                .into_iter()
-                .map(|x| {
-                    c.entry(x)
-                        .or_insert_with(|| {
-                            let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), Addr(x));
-                            let l = a.label(id);
-                            match g {
-                                Granularity::Variable => l.base.clone(),
-                                Granularity::Field => Arc::from(l.display()),
-                            }
+            // per label, its index in `names`; names distinct by text
+            let mut of_label: HashMap<u32, u32> = HashMap::new();
+            let mut of_text: HashMap<Arc<str>, u32> = HashMap::new();
+            let mut names: Vec<Arc<str>> = Vec::new();
+            let mut last = (u32::MAX, 0u32);
+            let mut ids = Vec::with_capacity(addrs.len());
+            for x in addrs {
+                let slot = &mut c[((x ^ (x >> 16) ^ (x >> 32)) as usize) & (CACHE - 1)];
+                let label = if slot.0 == x {
+                    slot.1
+                } else {
+                    let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), Addr(x));
+                    *slot = (x, id);
+                    id
+                };
+                if label != last.0 {
+                    let i = *of_label.entry(label).or_insert_with(|| {
+                        let l = a.label(label);
+                        let text = match g {
+                            Granularity::Variable => l.base.clone(),
+                            Granularity::Field => Arc::from(l.display()),
+                        };
+                        *of_text.entry(text.clone()).or_insert_with(|| {
+                            names.push(text);
+                            names.len() as u32 - 1
                         })
-                        .clone()
-                })
-                .collect();
+                    });
+                    last = (label, i);
+                }
+                ids.push(last.1);
+            }
+            let out = (ids, names);
             let _ = reply.send(out);
         }
     });
@@ -246,54 +277,72 @@ impl ScalarUDFImpl for NameUdf {
                 self.which.name()
             );
         }
-        // distinct (trace, address) per batch, each named once; the result is a
-        // dictionary (one key per row), cheap to build and to group by
-        let mut key_of: HashMap<(usize, u64), i32> = HashMap::new();
-        let mut distinct: Vec<(usize, u64)> = Vec::new();
-        let mut keys: Vec<Option<i32>> = Vec::with_capacity(rows);
+        // each row's trace (None: a null row)
         let tarr = traces.as_ref().map(|t| t.as_string::<i32>());
+        let mut trace_of: Vec<Option<usize>> = Vec::with_capacity(rows);
         for i in 0..rows {
-            if addr.is_null(i) {
-                keys.push(None);
-                continue;
-            }
-            let t = match tarr {
-                None => 0,
-                Some(t) if t.is_null(i) => {
-                    keys.push(None);
-                    continue;
-                }
+            trace_of.push(match tarr {
+                _ if addr.is_null(i) => None,
+                None => Some(0),
+                Some(t) if t.is_null(i) => None,
                 Some(t) => match self.data.traces.iter().position(|x| x.name == t.value(i)) {
-                    Some(k) => k,
+                    Some(k) => Some(k),
                     None => return exec_err!("no trace named {:?} in the dataset", t.value(i)),
                 },
-            };
-            let k = *key_of.entry((t, addr.value(i))).or_insert_with(|| {
-                distinct.push((t, addr.value(i)));
-                distinct.len() as i32 - 1
             });
-            keys.push(Some(k));
         }
-        let mut values: Vec<Arc<str>> = vec![Arc::from(""); distinct.len()];
-        let mut per: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (k, &(t, _)) in distinct.iter().enumerate() {
-            per.entry(t).or_default().push(k);
-        }
-        for (t, ks) in per {
-            let names = self.data.traces[t].names();
-            let addrs: Vec<u64> = ks.iter().map(|&k| distinct[k].1).collect();
-            let got: Vec<Arc<str>> = match self.which {
-                Which::Line => names.codes(&addrs).into_iter().map(|c| c.file_line).collect(),
-                Which::Function => names.codes(&addrs).into_iter().map(|c| c.function).collect(),
-                Which::Variable => names.data(addrs, Granularity::Variable),
-                Which::Field => names.data(addrs, Granularity::Field),
+        // The result is a dictionary with one entry per name (not per address:
+        // random addresses name a handful of variables), cheap to group by.
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut of_text: HashMap<Arc<str>, i32> = HashMap::new();
+        let mut keys: Vec<Option<i32>> = vec![None; rows];
+        let used: std::collections::BTreeSet<usize> = trace_of.iter().flatten().copied().collect();
+        for t in used {
+            let rows_t: Vec<usize> = (0..rows).filter(|&i| trace_of[i] == Some(t)).collect();
+            let addrs: Vec<u64> = rows_t.iter().map(|&i| addr.value(i)).collect();
+            let tn = self.data.traces[t].names();
+            let (ids, got) = match self.which {
+                Which::Variable => tn.data_ids(addrs, Granularity::Variable),
+                Which::Field => tn.data_ids(addrs, Granularity::Field),
+                Which::Line | Which::Function => {
+                    // few distinct pcs, each named once
+                    let mut of_pc: HashMap<u64, u32> = HashMap::new();
+                    let mut pcs = Vec::new();
+                    let ids: Vec<u32> = addrs
+                        .iter()
+                        .map(|&p| {
+                            *of_pc.entry(p).or_insert_with(|| {
+                                pcs.push(p);
+                                pcs.len() as u32 - 1
+                            })
+                        })
+                        .collect();
+                    let line = self.which == Which::Line;
+                    let got = tn
+                        .codes(&pcs)
+                        .into_iter()
+                        .map(|c| if line { c.file_line } else { c.function })
+                        .collect();
+                    (ids, got)
+                }
             };
-            for (k, n) in ks.into_iter().zip(got) {
-                values[k] = n;
+            let remap: Vec<i32> = got
+                .into_iter()
+                .map(|n| {
+                    let k = names.len() as i32;
+                    *of_text.entry(n.clone()).or_insert_with(|| {
+                        names.push(n);
+                        k
+                    })
+                })
+                .collect();
+            for (&i, id) in rows_t.iter().zip(ids) {
+                keys[i] = Some(remap[id as usize]);
             }
         }
-        let values = StringArray::from_iter_values(values.iter().map(|v| v.as_ref()));
-        let d = DictionaryArray::<Int32Type>::try_new(Int32Array::from(keys), Arc::new(values))?;
+        let keys: Int32Array = keys.into_iter().collect();
+        let values = StringArray::from_iter_values(names.iter().map(|n| n.as_ref()));
+        let d = DictionaryArray::<Int32Type>::try_new(keys, Arc::new(values))?;
         if self.data.plain_text() {
             return Ok(ColumnarValue::Array(cast(&d, &DataType::Utf8)?));
         }

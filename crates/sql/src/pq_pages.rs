@@ -448,7 +448,13 @@ fn int_dictionary(v: &[u64], bits32: bool) -> Option<Values> {
     impl Dict {
         /// Appends the ids of `part`; None once there would be a 257th value.
         fn add(&mut self, part: &[u64], ids: &mut Vec<u8>) -> Option<()> {
+            let mut last = (u64::MAX, 0u8);
             for &x in part {
+                // rows grouped by pc repeat one value
+                if x == last.0 {
+                    ids.push(last.1);
+                    continue;
+                }
                 let slot = &mut self.cache[((x ^ (x >> 6)) & 63) as usize];
                 if slot.0 != x {
                     let id = match self.index.get(&x) {
@@ -463,6 +469,7 @@ fn int_dictionary(v: &[u64], bits32: bool) -> Option<Values> {
                     };
                     *slot = (x, id);
                 }
+                last = *slot;
                 ids.push(slot.1);
             }
             Some(())
@@ -680,7 +687,9 @@ mod tests {
                     )
                     .unwrap(),
                 ),
-                Arc::new(BooleanArray::from(ix.clone().map(|i| r[i].is_multiple_of(5)).collect::<Vec<_>>())),
+                Arc::new(BooleanArray::from(
+                    ix.clone().map(|i| r[i].is_multiple_of(5)).collect::<Vec<_>>(),
+                )),
                 Arc::new(UInt64Array::from(vec![None::<u64>; end - at])),
                 // few distinct values in no order: a dictionary
                 u64s(&|i| [1, 2, 4, 8, 16][(r[i] % 5) as usize] << 40),
