@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex};
 /// Rows per row group: large enough for zstd, small enough that a scan of one
 /// thread's file runs on every core.
 const ROW_GROUP: usize = 1 << 20;
+/// Rows of a chunk that decide whether grouping it by pc pays (see [`pc_order`]).
+const ORDER_SAMPLE: usize = 16 << 10;
 /// Chunks per file of a stream: files are written in parallel.
 const CHUNKS_PER_FILE: usize = 32;
 
@@ -94,8 +96,28 @@ fn create(path: &Path) -> Result<File, Error> {
 /// few bits a row, where interleaved instructions jump between arrays on every
 /// row. `seq` keeps the order for whoever needs it.
 fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
-    let pcs = b.column_by_name("pc")?.as_primitive_opt::<UInt64Type>()?.values();
-    // a counting sort: stable; a loop's few pcs hit a small cache before the map
+    let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
+    let (pcs, addr, seq) = (col("pc")?.values(), col("address")?.values(), col("seq")?.values());
+    // Random accesses (a hash table) gain nothing and `seq` loses its steady
+    // step: keep the order that packs smaller. The chunk's first rows tell
+    // first, so a chunk that keeps its order costs a sample, not a sort.
+    let pays = |n: usize, perm: &[u32]| {
+        let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
+        let grouped = packed_bits(n, |i| addr[perm[i] as usize])
+            + packed_bits(n, |i| seq[perm[i] as usize]);
+        grouped < now
+    };
+    let sample = pcs.len().min(ORDER_SAMPLE);
+    if sample < pcs.len() && !pays(sample, &by_pc(&pcs[..sample])?) {
+        return None;
+    }
+    let perm = by_pc(pcs)?;
+    pays(perm.len(), &perm).then_some(perm)
+}
+
+/// The stable order of `pcs` by pc (in order of first appearance); None: one pc.
+fn by_pc(pcs: &[u64]) -> Option<Vec<u32>> {
+    // a counting sort; a loop's few pcs hit a small cache before the map
     let mut ids: HashMap<u64, u32> = HashMap::default();
     let mut cache = [(u64::MAX, 0u32); 64];
     let mut of_row = Vec::with_capacity(pcs.len());
@@ -130,14 +152,7 @@ fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
         perm[*slot as usize] = row as u32;
         *slot += 1;
     }
-    // Random accesses (a hash table) gain nothing and `seq` loses its steady
-    // step: keep the order that packs smaller.
-    let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
-    let (addr, seq) = (col("address")?.values(), col("seq")?.values());
-    let now = packed_bits(addr.len(), |i| addr[i]) + packed_bits(seq.len(), |i| seq[i]);
-    let grouped = packed_bits(perm.len(), |i| addr[perm[i] as usize])
-        + packed_bits(perm.len(), |i| seq[perm[i] as usize]);
-    (grouped < now).then_some(perm)
+    Some(perm)
 }
 
 /// About what Parquet's delta encoding takes for the `n` values `v(i)`: per
@@ -398,7 +413,8 @@ mod tests {
     fn a_loops_rows_are_grouped_by_instruction_in_seq_order() {
         // two arrays walked in step, as `c[i] = a[i] + b[i]` does
         let mut r = Vec::new();
-        for i in 0..1000u64 {
+        // more rows than the sample that decides
+        for i in 0..20_000u64 {
             r.push((2 * i, 0x10000 + 8 * i, 0x401000));
             r.push((2 * i + 1, 0x90000 + 8 * i, 0x401008));
         }
@@ -411,7 +427,7 @@ mod tests {
     #[test]
     fn random_accesses_keep_their_order() {
         let mut x = 0x9e3779b97f4a7c15u64;
-        let r: Vec<_> = (0..4000u64)
+        let r: Vec<_> = (0..40_000u64)
             .map(|i| {
                 x ^= x << 13;
                 x ^= x >> 7;
