@@ -97,15 +97,36 @@ impl Dataset {
             plain: AtomicBool::new(false),
         };
         let mut traces = Vec::new();
-        for (name, f) in files {
+        for (_, f) in files {
             if !f.exists() {
                 return Err(Error::Input(format!(
                     "trace {} does not exist here (a cluster's machines must all see the traces at the same path)",
                     f.display()
                 )));
             }
-            let r = TraceReader::open(f)
-                .map_err(|e| Error::Trace { path: f.display().to_string(), source: e })?;
+        }
+        // opening reads each trace's chunk index: on every core
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let opened: Vec<Mutex<Option<Result<TraceReader, memlens_format::Error>>>> =
+            files.iter().map(|_| Mutex::new(None)).collect();
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        std::thread::scope(|s| {
+            for _ in 0..cores.min(files.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((_, f)) = files.get(i) else { break };
+                    let r = TraceReader::open(f);
+                    *opened[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                });
+            }
+        });
+        for ((name, f), r) in files.iter().zip(opened) {
+            let r = match r.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                Some(r) => {
+                    r.map_err(|e| Error::Trace { path: f.display().to_string(), source: e })?
+                }
+                None => return Err(Error::Input(format!("{}: not opened", f.display()))),
+            };
             if let Some(w) = r.completeness().warning() {
                 d.warn(format!("{}: {w}", f.display()));
             }

@@ -103,8 +103,8 @@ fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
     // first, so a chunk that keeps its order costs a sample, not a sort.
     let pays = |n: usize, perm: &[u32]| {
         let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
-        let grouped = packed_bits(n, |i| addr[perm[i] as usize])
-            + packed_bits(n, |i| seq[perm[i] as usize]);
+        let grouped =
+            packed_bits(n, |i| addr[perm[i] as usize]) + packed_bits(n, |i| seq[perm[i] as usize]);
         grouped < now
     };
     let sample = pcs.len().min(ORDER_SAMPLE);
