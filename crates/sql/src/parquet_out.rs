@@ -99,8 +99,8 @@ fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
     let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
     let (pcs, addr, seq) = (col("pc")?.values(), col("address")?.values(), col("seq")?.values());
     // Random accesses (a hash table) gain nothing and `seq` loses its steady
-    // step: keep the order that packs smaller. The chunk's first rows tell
-    // first, so a chunk that keeps its order costs a sample, not a sort.
+    // step: keep the order that packs smaller, as the chunk's first rows tell
+    // (a chunk that keeps its order costs a sample, not a sort).
     let pays = |n: usize, perm: &[u32]| {
         let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
         let grouped =
@@ -108,11 +108,14 @@ fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
         grouped < now
     };
     let sample = pcs.len().min(ORDER_SAMPLE);
-    if sample < pcs.len() && !pays(sample, &by_pc(&pcs[..sample])?) {
+    let first = by_pc(&pcs[..sample])?;
+    if !pays(sample, &first) {
         return None;
     }
-    let perm = by_pc(pcs)?;
-    pays(perm.len(), &perm).then_some(perm)
+    if sample == pcs.len() {
+        return Some(first);
+    }
+    by_pc(pcs)
 }
 
 /// The stable order of `pcs` by pc (in order of first appearance); None: one pc.

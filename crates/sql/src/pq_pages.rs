@@ -587,9 +587,14 @@ fn rle_hybrid(v: &[u8], w: u32, out: &mut Vec<u8>) {
         for part in vals.chunks(PACKED_RUN) {
             let groups = part.len().div_ceil(8);
             uleb(out, ((groups as u64) << 1) | 1);
-            let mut wide: Vec<u64> = part.iter().map(|&x| u64::from(x)).collect();
-            wide.resize(groups * 8, 0);
-            bit_pack(&wide, w, out);
+            // w ≤ 8: eight values fill w bytes
+            for g in part.chunks(8) {
+                let mut acc = 0u64;
+                for (i, &x) in g.iter().enumerate() {
+                    acc |= u64::from(x) << (i as u32 * w);
+                }
+                out.extend_from_slice(&acc.to_le_bytes()[..w as usize]);
+            }
         }
     };
     let (mut start, mut i) = (0usize, 0usize);
