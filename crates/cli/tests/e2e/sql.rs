@@ -453,13 +453,25 @@ cols = sys.argv[2].split(",")
 rows = t.select(cols).to_pylist()
 rows.sort(key=lambda r: (r["thread"], r["seq"]))
 code = ds.dataset(sys.argv[1] + "/code", format="parquet", partitioning="hive").to_table()
+calls = ds.dataset(sys.argv[1] + "/calls", format="parquet", partitioning="hive").to_table()
+ccols = sys.argv[3].split(",")
+crows = calls.select(ccols).to_pylist()
+crows.sort(key=lambda r: (r["thread"], r["seq"]))
 print(json.dumps({
     "rows": [[r[c] for c in cols] for r in rows],
+    "calls": [[r[c] for c in ccols] for r in crows],
     "code": sorted([r["pc"], r["function"], r["line"]] for r in code.select(["pc", "function", "line"]).to_pylist()),
 }))
 "#;
     let cols = ["thread", "seq", "clock", "kind", "size", "address", "pc", "value", "atomic"];
-    let o = Command::new(py).args(["-c", script]).arg(out).arg(cols.join(",")).output().unwrap();
+    let ccols = ["thread", "seq", "clock", "kind", "pc", "call_site", "frame", "depth"];
+    let o = Command::new(py)
+        .args(["-c", script])
+        .arg(out)
+        .arg(cols.join(","))
+        .arg(ccols.join(","))
+        .output()
+        .unwrap();
     assert!(o.status.success(), "pyarrow: {}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let q = format!("SELECT {} FROM accesses ORDER BY thread, seq", cols.join(", "));
@@ -473,6 +485,14 @@ print(json.dumps({
     for (g, w) in got.iter().zip(&want) {
         assert_eq!(g, w);
     }
+    // the calls, every column (their pages are encoded as the accesses' are)
+    let q = format!("SELECT {} FROM calls ORDER BY thread, seq", ccols.join(", "));
+    let want: Vec<Value> = sql(&[trace], &q)
+        .iter()
+        .map(|r| Value::Array(ccols.iter().map(|c| r[*c].clone()).collect()))
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(v["calls"].as_array().unwrap(), &want);
     // the code table, built from the pcs the export saw, equals the query's
     let want: Vec<Value> = sql(&[trace], "SELECT pc, function, line FROM code ORDER BY pc")
         .iter()
