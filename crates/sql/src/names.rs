@@ -44,8 +44,10 @@ pub(crate) struct TraceNames {
     /// `report`'s code namer (not `Sync`: behind a lock, asked once per distinct pc).
     names: Mutex<Names>,
     code: Mutex<HashMap<u64, CodeName>>,
-    /// The attributor lives on a thread of its own (it is not `Send`): requests go there.
-    data: Mutex<Option<mpsc::Sender<DataRequest>>>,
+    /// The attributor lives on a thread of its own (it is not `Send`): requests go
+    /// there. One such thread per core, taking turns, as each scan thread names.
+    data: Mutex<Vec<mpsc::Sender<DataRequest>>>,
+    turn: std::sync::atomic::AtomicUsize,
     reader: Arc<TraceReader>,
     /// `--alloc-fn` globs for the naming thread's heap index.
     alloc_fn: Vec<String>,
@@ -57,7 +59,8 @@ impl TraceNames {
             sym: Symbolizer::new(&reader.meta().modules),
             names: Mutex::new(Names::new(&reader.meta().modules)),
             code: Mutex::default(),
-            data: Mutex::new(None),
+            data: Mutex::default(),
+            turn: Default::default(),
             reader,
             alloc_fn,
         }
@@ -111,10 +114,13 @@ impl TraceNames {
     /// [`TraceNames::data`] as an index per address into distinct names.
     pub fn data_ids(&self, addrs: Vec<u64>, g: Granularity) -> (Vec<u32>, Vec<Arc<str>>) {
         let tx = {
-            let mut guard = self.data.lock().unwrap_or_else(|e| e.into_inner());
-            guard
-                .get_or_insert_with(|| spawn_namer(self.reader.clone(), self.alloc_fn.clone()))
-                .clone()
+            let mut namers = self.data.lock().unwrap_or_else(|e| e.into_inner());
+            let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            if namers.len() < cores && turn >= namers.len() {
+                namers.push(spawn_namer(self.reader.clone(), self.alloc_fn.clone()));
+            }
+            namers[turn % namers.len()].clone()
         };
         let (rtx, rrx) = mpsc::channel();
         let unknown = |n: usize| (vec![0; n], vec![Arc::from("?")]);
