@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 /// Rows per row group: large enough for zstd, small enough that a scan of one
 /// thread's file runs on every core.
 const ROW_GROUP: usize = 1 << 20;
-/// Rows of a chunk that decide whether grouping it by pc pays (see [`pc_order`]).
+/// Rows of a chunk that decide whether grouping it by pc pays (see [`grouping_pays`]).
 const ORDER_SAMPLE: usize = 16 << 10;
 /// Chunks per file of a stream: files are written in parallel.
 const CHUNKS_PER_FILE: usize = 32;
@@ -90,36 +90,42 @@ fn create(path: &Path) -> Result<File, Error> {
         .map_err(|e| Error::Io(path.display().to_string(), e))
 }
 
-/// The order that groups a chunk's `accesses` rows by instruction (`pc`, in
-/// order of first appearance), each instruction's rows in `seq` order; None:
-/// keep the recorded order. A loop's accesses through one instruction move by a
-/// steady stride, so the delta-encoded `address` and `seq` columns shrink to a
-/// few bits a row, where interleaved instructions jump between arrays on every
-/// row. `seq` keeps the order for whoever needs it.
-fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
+/// Whether grouping a chunk's `accesses` rows by instruction (`pc`, in order of
+/// first appearance; each instruction's rows in `seq` order) packs them smaller
+/// than the recorded order, as the chunk's first rows tell. A loop's accesses
+/// through one instruction move by a steady stride, so the delta-encoded
+/// `address` and `seq` columns shrink to a few bits a row, where interleaved
+/// instructions jump between arrays on every row; random accesses (a hash
+/// table) gain nothing and `seq` loses its steady step. `seq` keeps the order
+/// for whoever needs it.
+fn grouping_pays(b: &RecordBatch) -> bool {
     let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
-    let (pcs, addr, seq) = (col("pc")?.values(), col("address")?.values(), col("seq")?.values());
-    // Random accesses (a hash table) gain nothing and `seq` loses its steady
-    // step: keep the order that packs smaller, as the chunk's first rows tell
-    // (a chunk that keeps its order costs a sample, not a sort).
-    let pays = |n: usize, perm: &[u32]| {
-        let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
-        let grouped =
-            packed_bits(n, |i| addr[perm[i] as usize]) + packed_bits(n, |i| seq[perm[i] as usize]);
-        grouped < now
+    let (Some(pcs), Some(addr), Some(seq)) = (col("pc"), col("address"), col("seq")) else {
+        return false;
     };
-    let sample = pcs.len().min(ORDER_SAMPLE);
-    let first = by_pc(&pcs[..sample])?;
-    if !pays(sample, &first) {
-        return None;
+    let (pcs, addr, seq) = (pcs.values(), addr.values(), seq.values());
+    let n = pcs.len().min(ORDER_SAMPLE);
+    let Some(place) = by_pc(&pcs[..n]) else { return false };
+    // the row at each place
+    let mut perm = vec![0u32; n];
+    for (row, &at) in place.iter().enumerate() {
+        perm[at as usize] = row as u32;
     }
-    if sample == pcs.len() {
-        return Some(first);
-    }
-    by_pc(pcs)
+    let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
+    let grouped =
+        packed_bits(n, |i| addr[perm[i] as usize]) + packed_bits(n, |i| seq[perm[i] as usize]);
+    grouped < now
 }
 
-/// The stable order of `pcs` by pc (in order of first appearance); None: one pc.
+/// The order grouping the rows of `b` by pc (see [`grouping_pays`]), as each
+/// row's place; None: one pc, or no `pc` column.
+fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
+    let pcs = b.column_by_name("pc")?.as_primitive_opt::<UInt64Type>()?;
+    by_pc(pcs.values())
+}
+
+/// The stable order of `pcs` by pc (in order of first appearance), as each row's
+/// place; None: one pc.
 fn by_pc(pcs: &[u64]) -> Option<Vec<u32>> {
     // a counting sort; a loop's few pcs hit a small cache before the map
     let mut ids: HashMap<u64, u32> = HashMap::default();
@@ -150,13 +156,12 @@ fn by_pc(pcs: &[u64]) -> Option<Vec<u32>> {
         *c = at;
         at += n;
     }
-    let mut perm = vec![0u32; pcs.len()];
-    for (row, &id) in of_row.iter().enumerate() {
-        let slot = &mut start[id as usize];
-        perm[*slot as usize] = row as u32;
+    for id in of_row.iter_mut() {
+        let slot = &mut start[*id as usize];
+        *id = *slot;
         *slot += 1;
     }
-    Some(perm)
+    Some(of_row)
 }
 
 /// About what Parquet's delta encoding takes for the `n` values `v(i)`: per
@@ -342,17 +347,15 @@ fn write_stream(
         }
         Some(b)
     });
-    let batches = batches.flatten().inspect(|b| rows += b.num_rows() as u64).map(|b| {
-        let order = if calls { None } else { pc_order(&b) };
-        (b, order)
-    });
+    let batches = batches.flatten().inspect(|b| rows += b.num_rows() as u64);
     let path: PathBuf = out
         .join(table)
         .join(format!("trace={}", hive(&t.name)))
         .join(format!("thread={th}"))
         .join(format!("part-{part:05}.parquet"));
     let mut w = PageFile::new(create(&path)?, sch.clone(), &plain_schema(&sch), ROW_GROUP)?;
-    for (b, order) in batches {
+    for b in batches {
+        let order = if !calls && grouping_pays(&b) { pc_order(&b) } else { None };
         w.write(b, order)?;
     }
     w.close()?;
@@ -408,7 +411,13 @@ mod tests {
     }
 
     fn grouped(b: RecordBatch) -> RecordBatch {
-        let idx = UInt32Array::from(pc_order(&b).unwrap());
+        assert!(grouping_pays(&b));
+        let place = pc_order(&b).unwrap();
+        let mut perm = vec![0u32; place.len()];
+        for (row, &at) in place.iter().enumerate() {
+            perm[at as usize] = row as u32;
+        }
+        let idx = UInt32Array::from(perm);
         let cols = b.columns().iter().map(|c| take(c.as_ref(), &idx, None).unwrap()).collect();
         RecordBatch::try_new(b.schema(), cols).unwrap()
     }
@@ -439,7 +448,7 @@ mod tests {
                 (i, 0x10000 + (x % (1 << 22)) * 8, 0x401000 + (i % 3) * 8)
             })
             .collect();
-        assert_eq!(pc_order(&batch(&r)), None);
+        assert!(!grouping_pays(&batch(&r)));
     }
 
     #[test]

@@ -9,6 +9,11 @@
 //! run-length indices, flags bit-packed, each page zstd-compressed. parquet-rs
 //! still writes the page headers, the footer and the Arrow schema, so any
 //! Parquet reader (pyarrow, DuckDB, Spark, DataFusion) reads the files.
+//!
+//! Pages are encoded as the batches arrive: each column fills one page of
+//! [`PAGE_ROWS`] rows at a time (in the cache) and keeps only the compressed
+//! pages until its row group is written; no column of a row group is ever
+//! gathered whole.
 
 use crate::Error;
 use bytes::Bytes;
@@ -36,10 +41,14 @@ const ZSTD_LEVEL: i32 = 1;
 pub(crate) struct PageFile {
     w: SerializedFileWriter<File>,
     schema: SchemaRef,
-    pending: Vec<(RecordBatch, Option<Vec<u32>>)>,
+    cols: Vec<Col>,
     rows: usize,
     row_group: usize,
     z: zstd::bulk::Compressor<'static>,
+    /// The row at each place of the batch being written (scratch).
+    perm: Vec<u32>,
+    /// A page's bytes before compression (scratch).
+    buf: Vec<u8>,
 }
 
 impl PageFile {
@@ -60,20 +69,71 @@ impl PageFile {
             .map_err(perr)?;
         let z = zstd::bulk::Compressor::new(ZSTD_LEVEL)
             .map_err(|e| Error::Input(format!("zstd: {e}")))?;
-        Ok(PageFile { w, schema, pending: Vec::new(), rows: 0, row_group, z })
+        let descrs = w.schema_descr().columns().to_vec();
+        if descrs.len() != schema.fields().len() {
+            return Err(Error::Input("a nested schema".into()));
+        }
+        let mut cols = Vec::with_capacity(descrs.len());
+        for (f, d) in schema.fields().iter().zip(descrs) {
+            let ty = match f.data_type() {
+                DataType::UInt64 => Ty::Int { bits32: false },
+                DataType::UInt32 => Ty::Int { bits32: true },
+                DataType::Dictionary(k, v) if **k == DataType::Int8 && **v == DataType::Utf8 => {
+                    Ty::Words
+                }
+                DataType::Boolean => Ty::Bool,
+                other => {
+                    return Err(Error::Input(format!("no page encoder for a column of {other}")))
+                }
+            };
+            cols.push(Col::new(d, ty));
+        }
+        Ok(PageFile { w, schema, cols, rows: 0, row_group, z, perm: Vec::new(), buf: Vec::new() })
     }
 
-    /// Adds a batch, its rows in `order` (indices into it; None: as they are);
-    /// a row group is written once `row_group` rows are waiting.
+    /// Adds a batch, row `i` going to place `order[i]` among the batch's rows
+    /// (a permutation; None: as they are); a row group is written once
+    /// `row_group` rows are waiting.
     pub(crate) fn write(&mut self, b: RecordBatch, order: Option<Vec<u32>>) -> Result<(), Error> {
         if b.schema().fields() != self.schema.fields() {
             return Err(Error::Input("a batch of another schema".into()));
         }
-        if order.as_ref().is_some_and(|o| o.len() != b.num_rows()) {
-            return Err(Error::Input("an order of another length".into()));
+        let n = b.num_rows();
+        let perm = match order {
+            Some(o) => {
+                if o.len() != n {
+                    return Err(Error::Input("an order of another length".into()));
+                }
+                // u32::MAX: a place no row took (the order is not a permutation)
+                self.perm.clear();
+                self.perm.resize(n, u32::MAX);
+                for (row, &at) in o.iter().enumerate() {
+                    match self.perm.get_mut(at as usize) {
+                        Some(p) if *p == u32::MAX => *p = row as u32,
+                        _ => return Err(Error::Input("an order that is no permutation".into())),
+                    }
+                }
+                Some(&self.perm[..])
+            }
+            None => None,
+        };
+        for (ci, col) in self.cols.iter_mut().enumerate() {
+            let mut piece = Piece::of(b.column(ci).as_ref(), &mut col.words)?;
+            let mut at = 0;
+            while at < n {
+                let take = (PAGE_ROWS - col.page_rows).min(n - at);
+                let places = at..at + take;
+                match perm {
+                    Some(p) => col.append(&mut piece, p[places].iter().map(|&r| r as usize)),
+                    None => col.append(&mut piece, places),
+                }
+                at += take;
+                if col.page_rows == PAGE_ROWS {
+                    col.finish_page(&mut self.z, &mut self.buf)?;
+                }
+            }
         }
-        self.rows += b.num_rows();
-        self.pending.push((b, order));
+        self.rows += n;
         if self.rows >= self.row_group {
             self.flush()?;
         }
@@ -84,12 +144,11 @@ impl PageFile {
         if self.rows == 0 {
             return Ok(());
         }
-        let batches = std::mem::take(&mut self.pending);
-        let rows = std::mem::take(&mut self.rows);
-        let descrs: Vec<ColumnDescPtr> = self.w.schema_descr().columns().to_vec();
-        let mut chunks = Vec::with_capacity(descrs.len());
-        for (ci, d) in descrs.iter().enumerate() {
-            chunks.push(encode_chunk(&batches, ci, rows, d.clone(), &mut self.z)?);
+        self.rows = 0;
+        let mut chunks = Vec::with_capacity(self.cols.len());
+        for col in self.cols.iter_mut() {
+            col.finish_page(&mut self.z, &mut self.buf)?;
+            chunks.push(col.close(&mut self.z)?);
         }
         let mut rg = self.w.next_row_group().map_err(perr)?;
         for (bytes, close) in chunks {
@@ -111,395 +170,477 @@ fn perr(e: parquet::errors::ParquetError) -> Error {
     Error::Input(format!("parquet: {e}"))
 }
 
-/// A column of a row group, gathered from its batches.
-enum Values {
+fn zerr(e: std::io::Error) -> Error {
+    Error::Input(format!("zstd: {e}"))
+}
+
+/// What a column holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Ty {
     /// Unsigned integers (`bits32`: an INT32 column).
     Int {
-        v: Vec<u64>,
         bits32: bool,
     },
-    /// Dictionary indices, and the dictionary: its entries and their PLAIN bytes.
-    Dict {
-        ids: Vec<u8>,
-        len: usize,
-        plain: Vec<u8>,
-    },
-    Bool(Vec<bool>),
+    /// Text through a dictionary (`kind`).
+    Words,
+    Bool,
 }
 
-/// Column `ci` of `batches` (each in its order): the values of its non-null
-/// rows, and each row's validity when the column has nulls.
-fn gather(
-    batches: &[(RecordBatch, Option<Vec<u32>>)],
-    ci: usize,
-    rows: usize,
-) -> Result<(Values, Option<Vec<bool>>), Error> {
-    let dt = batches[0].0.column(ci).data_type().clone();
-    let nulls = batches.iter().any(|(b, _)| b.column(ci).null_count() > 0);
-    let unsupported = || Error::Input(format!("no page encoder for a column of {dt}"));
-    // the rows of a batch in its order
-    fn each<T: Copy>(v: &[T], order: &Option<Vec<u32>>, out: &mut Vec<T>) {
-        match order {
-            Some(o) => out.extend(o.iter().map(|&i| v[i as usize])),
-            None => out.extend_from_slice(v),
-        }
-    }
-    let mut valid = nulls.then(|| Vec::with_capacity(rows));
-    let mut keep: Vec<bool> = Vec::new(); // one batch's validity, in its order
-    for (b, order) in batches {
-        let c = b.column(ci);
-        if let Some(valid) = valid.as_mut() {
-            keep.clear();
-            match c.logical_nulls() {
-                Some(n) => {
-                    let bits: Vec<bool> = n.iter().collect();
-                    each(&bits, order, &mut keep);
-                }
-                None => keep.resize(c.len(), true),
-            }
-            valid.extend_from_slice(&keep);
-        }
-    }
-    // the values of the rows `valid` keeps, batch after batch
-    let mut at = 0usize;
-    let mut kept = |n: usize, f: &mut dyn FnMut(usize)| {
-        for i in 0..n {
-            if valid.as_ref().is_none_or(|v| v[at + i]) {
-                f(i);
-            }
-        }
-        at += n;
-    };
-    let vals = match &dt {
-        DataType::UInt64 | DataType::UInt32 => {
-            let mut v: Vec<u64> = Vec::with_capacity(rows);
-            let mut tmp: Vec<u64> = Vec::new();
-            for (b, order) in batches {
-                let c = b.column(ci);
-                let src: &[u64] = if let Some(a) = c.as_primitive_opt::<UInt64Type>() {
-                    a.values()
-                } else if let Some(a) = c.as_primitive_opt::<UInt32Type>() {
-                    tmp.clear();
-                    tmp.extend(a.values().iter().map(|&x| u64::from(x)));
-                    &tmp
-                } else {
-                    return Err(unsupported());
-                };
-                if nulls {
-                    let mut all = Vec::with_capacity(src.len());
-                    each(src, order, &mut all);
-                    kept(all.len(), &mut |i| v.push(all[i]));
-                } else {
-                    each(src, order, &mut v);
-                }
-            }
-            Values::Int { v, bits32: dt == DataType::UInt32 }
-        }
-        DataType::Dictionary(k, _) if **k == DataType::Int8 => {
-            let mut words: Vec<String> = Vec::new();
-            let mut ids = Vec::with_capacity(rows);
-            let mut keys: Vec<u8> = Vec::new();
-            for (b, order) in batches {
-                let d = b.column(ci).as_dictionary::<Int8Type>();
-                let dv = d.values().as_string_opt::<i32>().ok_or_else(unsupported)?;
-                // this batch's keys → indices of the file's dictionary
-                let mut map = Vec::with_capacity(dv.len());
-                for w in dv.iter() {
-                    let w = w.unwrap_or_default();
-                    let at = match words.iter().position(|x| x == w) {
-                        Some(p) => p,
-                        None => {
-                            words.push(w.to_string());
-                            words.len() - 1
-                        }
-                    };
-                    map.push(u8::try_from(at).map_err(|_| unsupported())?);
-                }
-                keys.clear();
-                for &k in d.keys().values().iter() {
-                    // a null row's key may be anything: it is dropped below
-                    keys.push(map.get(k as usize).copied().unwrap_or(0));
-                }
-                let mut all = Vec::with_capacity(keys.len());
-                each(&keys, order, &mut all);
-                if nulls {
-                    kept(all.len(), &mut |i| ids.push(all[i]));
-                } else {
-                    ids.extend_from_slice(&all);
-                }
-            }
-            let mut plain = Vec::new();
-            for w in &words {
-                plain.extend_from_slice(&(w.len() as u32).to_le_bytes());
-                plain.extend_from_slice(w.as_bytes());
-            }
-            Values::Dict { ids, len: words.len(), plain }
-        }
-        DataType::Boolean => {
-            let mut v = Vec::with_capacity(rows);
-            for (b, order) in batches {
-                let bits: Vec<bool> = b.column(ci).as_boolean().values().iter().collect();
-                let mut all = Vec::with_capacity(bits.len());
-                each(&bits, order, &mut all);
-                if nulls {
-                    kept(all.len(), &mut |i| v.push(all[i]));
-                } else {
-                    v.extend_from_slice(&all);
-                }
-            }
-            Values::Bool(v)
-        }
-        _ => return Err(unsupported()),
-    };
-    Ok((vals, valid))
+/// One column of a batch, ready to be read row by row.
+enum Piece<'a> {
+    U64(&'a [u64], Option<&'a datafusion::arrow::buffer::NullBuffer>),
+    U32(&'a [u32], Option<&'a datafusion::arrow::buffer::NullBuffer>),
+    /// Each row's index in the file's words.
+    Words(Vec<u8>),
+    Bool(datafusion::arrow::buffer::BooleanBuffer),
 }
 
-/// One column chunk of `rows` rows: its bytes and what the row group needs of it.
-fn encode_chunk(
-    batches: &[(RecordBatch, Option<Vec<u32>>)],
-    ci: usize,
-    rows: usize,
+impl<'a> Piece<'a> {
+    /// Column `c` of a batch; text is looked up in (and added to) `words`.
+    fn of(c: &'a dyn Array, words: &mut Vec<String>) -> Result<Piece<'a>, Error> {
+        let nulls = c.nulls().filter(|n| n.null_count() > 0);
+        if let Some(a) = c.as_primitive_opt::<UInt64Type>() {
+            return Ok(Piece::U64(a.values(), nulls));
+        }
+        if let Some(a) = c.as_primitive_opt::<UInt32Type>() {
+            return Ok(Piece::U32(a.values(), nulls));
+        }
+        if let Some(a) = c.as_boolean_opt() {
+            return Ok(Piece::Bool(a.values().clone()));
+        }
+        let unsupported =
+            || Error::Input(format!("no page encoder for a column of {}", c.data_type()));
+        let d = c.as_dictionary_opt::<Int8Type>().ok_or_else(unsupported)?;
+        let dv = d.values().as_string_opt::<i32>().ok_or_else(unsupported)?;
+        // this batch's keys → indices of the file's dictionary
+        let mut map = Vec::with_capacity(dv.len());
+        for w in dv.iter() {
+            let w = w.unwrap_or_default();
+            let at = match words.iter().position(|x| x == w) {
+                Some(p) => p,
+                None => {
+                    words.push(w.to_string());
+                    words.len() - 1
+                }
+            };
+            map.push(u8::try_from(at).map_err(|_| unsupported())?);
+        }
+        // a null row's key may be anything (`kind` has none)
+        Ok(Piece::Words(
+            d.keys().values().iter().map(|&k| map.get(k as usize).copied().unwrap_or(0)).collect(),
+        ))
+    }
+}
+
+/// A column of the row group being written: its compressed data pages so far
+/// (written after its dictionary page when the row group closes) and the page
+/// being filled.
+struct Col {
     descr: ColumnDescPtr,
-    z: &mut zstd::bulk::Compressor<'static>,
-) -> Result<(Bytes, ColumnCloseResult), Error> {
-    let (vals, valid) = gather(batches, ci, rows)?;
-    let nulls = valid.as_ref().map_or(0, |v| v.iter().filter(|&&b| !b).count()) as u64;
-    let stats = match &vals {
-        Values::Int { v, bits32 } => {
-            // a plain fold vectorises; Iterator::min does not
-            let (lo, hi) = v.iter().fold((u64::MAX, 0), |(l, h), &x| (l.min(x), h.max(x)));
-            let (lo, hi) = if v.is_empty() { (None, None) } else { (Some(lo), Some(hi)) };
-            Some(if *bits32 {
-                let s = ValueStatistics::new(
-                    lo.map(|x| x as u32 as i32),
-                    hi.map(|x| x as u32 as i32),
-                    None,
-                    Some(nulls),
-                    false,
-                );
-                Statistics::Int32(s.with_backwards_compatible_min_max(false))
-            } else {
-                let s = ValueStatistics::new(
-                    lo.map(|x| x as i64),
-                    hi.map(|x| x as i64),
-                    None,
-                    Some(nulls),
-                    false,
-                );
-                Statistics::Int64(s.with_backwards_compatible_min_max(false))
-            })
+    ty: Ty,
+    optional: bool,
+    // the page being filled: its rows, their validity (when optional), and the
+    // values of the valid ones
+    page_rows: usize,
+    page_nulls: usize,
+    valid: Vec<u8>,
+    ints: Vec<u64>,
+    ids: Vec<u8>,
+    bools: Vec<bool>,
+    // the chunk so far
+    pages: Vec<CompressedPage>,
+    rows: usize,
+    nulls: u64,
+    lo: u64,
+    hi: u64,
+    all: bool,
+    any: bool,
+    /// The integers' encoding is decided (on the chunk's first page).
+    decided: bool,
+    /// The dictionary of an integer chunk whose first page packed smaller that way.
+    dict: Option<IntDict>,
+    /// Pages still go through `dict` (until a 257th value).
+    dict_on: bool,
+    /// The file dictionary of a text column (its pages' indices point into it).
+    words: Vec<String>,
+    /// None: decided on the first data page.
+    zstd: Option<bool>,
+    delta_pages: bool,
+    dict_pages: bool,
+}
+
+impl Col {
+    fn new(descr: ColumnDescPtr, ty: Ty) -> Col {
+        Col {
+            optional: descr.max_def_level() > 0,
+            descr,
+            ty,
+            page_rows: 0,
+            page_nulls: 0,
+            valid: Vec::new(),
+            ints: Vec::new(),
+            ids: Vec::new(),
+            bools: Vec::new(),
+            pages: Vec::new(),
+            rows: 0,
+            nulls: 0,
+            lo: u64::MAX,
+            hi: 0,
+            all: true,
+            any: false,
+            decided: false,
+            dict: None,
+            dict_on: false,
+            words: Vec::new(),
+            zstd: None,
+            delta_pages: false,
+            dict_pages: false,
         }
-        Values::Bool(v) => {
-            let (lo, hi) = (v.iter().all(|&b| b), v.iter().any(|&b| b));
-            let s = ValueStatistics::new(
-                (!v.is_empty()).then_some(lo),
-                (!v.is_empty()).then_some(hi),
-                None,
-                Some(nulls),
-                false,
-            );
-            Some(Statistics::Boolean(s))
-        }
-        // three words prune nothing
-        Values::Dict { .. } => None,
-    };
-    let vals = match vals {
-        Values::Int { v, bits32 } => {
-            int_dictionary(&v, bits32).unwrap_or(Values::Int { v, bits32 })
-        }
-        other => other,
-    };
-    let optional = descr.max_def_level() > 0;
-    let mut sink = TrackedWrite::new(Vec::new());
-    let mut pw = SerializedPageWriter::new(&mut sink);
-    let (mut compressed, mut uncompressed) = (0i64, 0i64);
-    let mut encodings = vec![];
-    let mut dict_offset = None;
-    let mut data_offset = None;
-    let mut compress = |buf: &[u8]| -> Result<Bytes, Error> {
-        z.compress(buf).map(Bytes::from).map_err(|e| Error::Input(format!("zstd: {e}")))
-    };
-    // None: decided on the first data page
-    let mut zstd = None;
-    if let Values::Dict { len, plain, .. } = &vals {
-        zstd = Some(true);
-        let page = Page::DictionaryPage {
-            buf: compress(plain)?,
-            num_values: *len as u32,
-            encoding: Encoding::PLAIN,
-            is_sorted: false,
+    }
+
+    /// Appends rows `rows` of `piece` to the page being filled.
+    fn append(&mut self, piece: &mut Piece, rows: impl ExactSizeIterator<Item = usize> + Clone) {
+        let nulls = match piece {
+            Piece::U64(_, n) | Piece::U32(_, n) => *n,
+            _ => None,
         };
-        let spec = pw.write_page(CompressedPage::new(page, plain.len())).map_err(perr)?;
-        dict_offset = Some(spec.offset as i64);
-        compressed += spec.bytes_written as i64;
-        uncompressed += spec.uncompressed_size as i64;
-        encodings.push(Encoding::PLAIN);
-    }
-    let encoding = match vals {
-        Values::Int { .. } => Encoding::DELTA_BINARY_PACKED,
-        Values::Dict { .. } => Encoding::RLE_DICTIONARY,
-        Values::Bool(_) => Encoding::PLAIN,
-    };
-    encodings.push(encoding);
-    if optional {
-        encodings.push(Encoding::RLE);
-    }
-    let mut buf = Vec::new();
-    let mut levels = Vec::new();
-    let mut at = 0usize; // the first non-null value of the page
-    let mut row = 0usize;
-    while row < rows {
-        let end = (row + PAGE_ROWS).min(rows);
-        buf.clear();
-        let mut n_vals = end - row;
-        if optional {
-            levels.clear();
-            match &valid {
-                Some(v) => {
-                    let lv: Vec<u8> = v[row..end].iter().map(|&b| u8::from(b)).collect();
-                    n_vals = lv.iter().filter(|&&b| b == 1).count();
-                    rle_hybrid(&lv, 1, &mut levels);
+        let count = rows.len();
+        if self.optional {
+            match nulls {
+                Some(n) => {
+                    let before = self.valid.len();
+                    self.valid.extend(rows.clone().map(|r| u8::from(n.is_valid(r))));
+                    self.page_nulls += self.valid[before..].iter().filter(|&&v| v == 0).count();
                 }
-                None => rle_hybrid_run(end - row, 1, 1, &mut levels),
+                None => self.valid.resize(self.valid.len() + count, 1),
+            }
+        }
+        match piece {
+            Piece::U64(v, None) => self.ints.extend(rows.map(|r| v[r])),
+            Piece::U32(v, None) => self.ints.extend(rows.map(|r| u64::from(v[r]))),
+            Piece::U64(v, Some(n)) => {
+                self.ints.extend(rows.filter(|&r| n.is_valid(r)).map(|r| v[r]))
+            }
+            Piece::U32(v, Some(n)) => {
+                self.ints.extend(rows.filter(|&r| n.is_valid(r)).map(|r| u64::from(v[r])))
+            }
+            Piece::Words(k) => self.ids.extend(rows.map(|r| k[r])),
+            Piece::Bool(b) => self.bools.extend(rows.map(|r| b.value(r))),
+        }
+        self.page_rows += count;
+    }
+
+    /// Encodes and compresses the page being filled (nothing when it is empty).
+    fn finish_page(
+        &mut self,
+        z: &mut zstd::bulk::Compressor<'static>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let rows = std::mem::take(&mut self.page_rows);
+        if rows == 0 {
+            return Ok(());
+        }
+        buf.clear();
+        if self.optional {
+            let mut levels = Vec::new();
+            if self.page_nulls == 0 {
+                rle_hybrid_run(rows, 1, 1, &mut levels);
+            } else {
+                rle_hybrid(&self.valid, 1, &mut levels);
             }
             buf.extend_from_slice(&(levels.len() as u32).to_le_bytes());
             buf.extend_from_slice(&levels);
+            self.nulls += self.page_nulls as u64;
         }
-        match &vals {
-            Values::Int { v, bits32 } => {
-                delta_binary_packed(&v[at..at + n_vals], *bits32, &mut buf)
+        self.valid.clear();
+        self.page_nulls = 0;
+        self.rows += rows;
+        let encoding = match self.ty {
+            Ty::Int { bits32 } => {
+                let v = &self.ints;
+                // four lanes: one min/max chain each
+                let (mut lo, mut hi) = ([u64::MAX; 4], [0u64; 4]);
+                let mut quads = v.chunks_exact(4);
+                for q in &mut quads {
+                    for k in 0..4 {
+                        lo[k] = lo[k].min(q[k]);
+                        hi[k] = hi[k].max(q[k]);
+                    }
+                }
+                for &x in quads.remainder() {
+                    lo[0] = lo[0].min(x);
+                    hi[0] = hi[0].max(x);
+                }
+                self.lo = lo.iter().fold(self.lo, |a, &x| a.min(x));
+                self.hi = hi.iter().fold(self.hi, |a, &x| a.max(x));
+                self.any |= !v.is_empty();
+                if !self.decided {
+                    self.decided = true;
+                    self.dict = IntDict::pays(v, bits32);
+                    self.dict_on = self.dict.is_some();
+                    if self.dict_on {
+                        self.zstd = Some(true);
+                    }
+                }
+                let mut dict_ids = false;
+                if let Some(d) = self.dict.as_mut().filter(|_| self.dict_on) {
+                    self.ids.clear();
+                    if d.add(v, &mut self.ids).is_some() {
+                        dict_ids = true;
+                        let w = width(d.values.len());
+                        buf.push(w as u8);
+                        rle_hybrid(&self.ids, w, buf);
+                    } else {
+                        // a 257th value: this page and the rest of the chunk fall back
+                        self.dict_on = false;
+                    }
+                    self.ids.clear();
+                }
+                if dict_ids {
+                    self.dict_pages = true;
+                    Encoding::RLE_DICTIONARY
+                } else {
+                    self.delta_pages = true;
+                    delta_binary_packed(v, bits32, buf);
+                    Encoding::DELTA_BINARY_PACKED
+                }
             }
-            Values::Dict { ids, len, .. } => {
-                let w = (usize::BITS - len.saturating_sub(1).leading_zeros()) as u8;
-                buf.push(w);
-                rle_hybrid(&ids[at..at + n_vals], u32::from(w), &mut buf);
+            Ty::Words => {
+                self.zstd = Some(true);
+                self.dict_pages = true;
+                let w = width(self.words.len());
+                buf.push(w as u8);
+                rle_hybrid(&self.ids, w, buf);
+                Encoding::RLE_DICTIONARY
             }
-            Values::Bool(v) => bit_pack_bools(&v[at..at + n_vals], &mut buf),
-        }
-        at += n_vals;
+            Ty::Bool => {
+                self.all &= self.bools.iter().all(|&b| b);
+                self.any |= self.bools.iter().any(|&b| b);
+                bit_pack_bools(&self.bools, buf);
+                Encoding::PLAIN
+            }
+        };
+        self.ints.clear();
+        self.ids.clear();
+        self.bools.clear();
         // Random addresses do not shrink: a chunk whose first page zstd leaves
         // above 90 % is stored uncompressed (a tenth of the export's time saved).
-        let body = match zstd {
-            Some(true) => compress(&buf)?,
-            Some(false) => Bytes::copy_from_slice(&buf),
+        let body = match self.zstd {
+            Some(true) => Bytes::from(z.compress(buf).map_err(zerr)?),
+            Some(false) => Bytes::copy_from_slice(buf),
             None => {
-                let c = compress(&buf)?;
+                let c = z.compress(buf).map_err(zerr)?;
                 let worth = c.len() * 10 <= buf.len() * 9;
-                zstd = Some(worth);
+                self.zstd = Some(worth);
                 if worth {
-                    c
+                    Bytes::from(c)
                 } else {
-                    Bytes::copy_from_slice(&buf)
+                    Bytes::copy_from_slice(buf)
                 }
             }
         };
         let page = Page::DataPage {
             buf: body,
-            num_values: (end - row) as u32,
+            num_values: rows as u32,
             encoding,
             def_level_encoding: Encoding::RLE,
             rep_level_encoding: Encoding::RLE,
             statistics: None,
         };
-        let spec = pw.write_page(CompressedPage::new(page, buf.len())).map_err(perr)?;
-        data_offset.get_or_insert(spec.offset as i64);
-        compressed += spec.bytes_written as i64;
-        uncompressed += spec.uncompressed_size as i64;
-        row = end;
+        self.pages.push(CompressedPage::new(page, buf.len()));
+        Ok(())
     }
-    pw.close().map_err(perr)?;
-    let bytes = Bytes::from(sink.into_inner().map_err(perr)?);
-    let codec = match zstd {
-        Some(false) => Compression::UNCOMPRESSED,
-        _ => Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).map_err(perr)?),
-    };
-    let mut md = ColumnChunkMetaData::builder(descr)
-        .set_compression(codec)
-        .set_encodings_mask(EncodingMask::new_from_encodings(encodings.iter()))
-        .set_total_compressed_size(compressed)
-        .set_total_uncompressed_size(uncompressed)
-        .set_num_values(rows as i64)
-        .set_data_page_offset(data_offset.unwrap_or(0))
-        .set_dictionary_page_offset(dict_offset);
-    if let Some(s) = stats {
-        md = md.set_statistics(s);
+
+    /// The chunk's bytes (its dictionary page, then its data pages) and what the
+    /// row group needs of it; the column starts a new chunk.
+    fn close(
+        &mut self,
+        z: &mut zstd::bulk::Compressor<'static>,
+    ) -> Result<(Bytes, ColumnCloseResult), Error> {
+        let nulls = self.nulls;
+        let stats = match self.ty {
+            Ty::Int { bits32 } => {
+                let (lo, hi) = if self.any { (Some(self.lo), Some(self.hi)) } else { (None, None) };
+                Some(if bits32 {
+                    let s = ValueStatistics::new(
+                        lo.map(|x| x as u32 as i32),
+                        hi.map(|x| x as u32 as i32),
+                        None,
+                        Some(nulls),
+                        false,
+                    );
+                    Statistics::Int32(s.with_backwards_compatible_min_max(false))
+                } else {
+                    let s = ValueStatistics::new(
+                        lo.map(|x| x as i64),
+                        hi.map(|x| x as i64),
+                        None,
+                        Some(nulls),
+                        false,
+                    );
+                    Statistics::Int64(s.with_backwards_compatible_min_max(false))
+                })
+            }
+            Ty::Bool => {
+                let some = self.rows as u64 > nulls;
+                let s = ValueStatistics::new(
+                    some.then_some(self.all),
+                    some.then_some(self.any),
+                    None,
+                    Some(nulls),
+                    false,
+                );
+                Some(Statistics::Boolean(s))
+            }
+            // three words prune nothing
+            Ty::Words => None,
+        };
+        // the dictionary page, when a page points into one
+        let dict: Option<(Vec<u8>, usize)> = match (self.ty, &self.dict) {
+            _ if !self.dict_pages => None,
+            (Ty::Int { bits32 }, Some(d)) => {
+                let width = if bits32 { 4 } else { 8 };
+                let mut plain = Vec::with_capacity(d.values.len() * width);
+                for &x in &d.values {
+                    plain.extend_from_slice(&x.to_le_bytes()[..width]);
+                }
+                Some((plain, d.values.len()))
+            }
+            (Ty::Words, _) => {
+                let mut plain = Vec::new();
+                for w in &self.words {
+                    plain.extend_from_slice(&(w.len() as u32).to_le_bytes());
+                    plain.extend_from_slice(w.as_bytes());
+                }
+                Some((plain, self.words.len()))
+            }
+            _ => None,
+        };
+        let mut sink = TrackedWrite::new(Vec::new());
+        let mut pw = SerializedPageWriter::new(&mut sink);
+        let (mut compressed, mut uncompressed) = (0i64, 0i64);
+        let mut encodings = vec![];
+        let mut dict_offset = None;
+        let mut data_offset = None;
+        if let Some((plain, len)) = dict {
+            let page = Page::DictionaryPage {
+                buf: Bytes::from(z.compress(&plain).map_err(zerr)?),
+                num_values: len as u32,
+                encoding: Encoding::PLAIN,
+                is_sorted: false,
+            };
+            let spec = pw.write_page(CompressedPage::new(page, plain.len())).map_err(perr)?;
+            dict_offset = Some(spec.offset as i64);
+            compressed += spec.bytes_written as i64;
+            uncompressed += spec.uncompressed_size as i64;
+            encodings.push(Encoding::PLAIN);
+            encodings.push(Encoding::RLE_DICTIONARY);
+        }
+        if self.delta_pages {
+            encodings.push(Encoding::DELTA_BINARY_PACKED);
+        }
+        if self.ty == Ty::Bool {
+            encodings.push(Encoding::PLAIN);
+        }
+        if self.optional {
+            encodings.push(Encoding::RLE);
+        }
+        for page in self.pages.drain(..) {
+            let spec = pw.write_page(page).map_err(perr)?;
+            data_offset.get_or_insert(spec.offset as i64);
+            compressed += spec.bytes_written as i64;
+            uncompressed += spec.uncompressed_size as i64;
+        }
+        pw.close().map_err(perr)?;
+        let bytes = Bytes::from(sink.into_inner().map_err(perr)?);
+        let codec = match self.zstd {
+            Some(false) => Compression::UNCOMPRESSED,
+            _ => Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).map_err(perr)?),
+        };
+        let mut md = ColumnChunkMetaData::builder(self.descr.clone())
+            .set_compression(codec)
+            .set_encodings_mask(EncodingMask::new_from_encodings(encodings.iter()))
+            .set_total_compressed_size(compressed)
+            .set_total_uncompressed_size(uncompressed)
+            .set_num_values(self.rows as i64)
+            .set_data_page_offset(data_offset.unwrap_or(0))
+            .set_dictionary_page_offset(dict_offset);
+        if let Some(s) = stats {
+            md = md.set_statistics(s);
+        }
+        let close = ColumnCloseResult {
+            bytes_written: compressed as u64,
+            rows_written: self.rows as u64,
+            metadata: md.build().map_err(perr)?,
+            bloom_filter: None,
+            column_index: None,
+            offset_index: None,
+        };
+        *self = Col::new(self.descr.clone(), self.ty);
+        Ok((bytes, close))
     }
-    let close = ColumnCloseResult {
-        bytes_written: compressed as u64,
-        rows_written: rows as u64,
-        metadata: md.build().map_err(perr)?,
-        bloom_filter: None,
-        column_index: None,
-        offset_index: None,
-    };
-    Ok((bytes, close))
+}
+
+/// Bits of a dictionary index among `n` entries.
+fn width(n: usize) -> u32 {
+    usize::BITS - n.saturating_sub(1).leading_zeros()
 }
 
 /// Integers with at most 256 distinct values (the `pc`s of an unsorted chunk,
-/// `size`) as a dictionary, when their first page packs smaller that way.
-fn int_dictionary(v: &[u64], bits32: bool) -> Option<Values> {
-    /// The dictionary so far, its index, a cache of the last values seen.
-    #[derive(Default)]
-    struct Dict {
-        values: Vec<u64>,
-        index: HashMap<u64, u8>,
-        cache: Vec<(u64, u8)>,
-    }
-    impl Dict {
-        /// Appends the ids of `part`; None once there would be a 257th value.
-        fn add(&mut self, part: &[u64], ids: &mut Vec<u8>) -> Option<()> {
-            let mut last = (u64::MAX, 0u8);
-            for &x in part {
-                // rows grouped by pc repeat one value
-                if x == last.0 {
-                    ids.push(last.1);
-                    continue;
-                }
-                let slot = &mut self.cache[((x ^ (x >> 6)) & 63) as usize];
-                if slot.0 != x {
-                    let id = match self.index.get(&x) {
-                        Some(&id) => id,
-                        None if self.values.len() == 256 => return None,
-                        None => {
-                            let id = self.values.len() as u8;
-                            self.index.insert(x, id);
-                            self.values.push(x);
-                            id
-                        }
-                    };
-                    *slot = (x, id);
-                }
-                last = *slot;
-                ids.push(slot.1);
-            }
-            Some(())
+/// `size`) as a dictionary: its values, their index, the last values seen.
+struct IntDict {
+    values: Vec<u64>,
+    index: HashMap<u64, u8>,
+    cache: Vec<(u64, u8)>,
+}
+
+impl IntDict {
+    /// The dictionary of a chunk's first page `v`, when it packs smaller that way.
+    fn pays(v: &[u64], bits32: bool) -> Option<IntDict> {
+        let mut d =
+            IntDict { values: Vec::new(), index: HashMap::new(), cache: vec![(u64::MAX, 0); 64] };
+        let mut ids = Vec::with_capacity(v.len());
+        d.add(v, &mut ids)?;
+        if d.values.is_empty() {
+            return None;
         }
+        let mut delta = Vec::new();
+        delta_binary_packed(v, bits32, &mut delta);
+        let mut dictionary = Vec::new();
+        rle_hybrid(&ids, width(d.values.len()), &mut dictionary);
+        let bytes = if bits32 { 4 } else { 8 };
+        (dictionary.len() + 1 + d.values.len() * bytes < delta.len()).then_some(d)
     }
-    let mut d = Dict { cache: vec![(u64::MAX, 0); 64], ..Dict::default() };
-    let mut ids = Vec::with_capacity(v.len());
-    // the first page decides; the rest only when the dictionary won there
-    let first = v.len().min(PAGE_ROWS);
-    d.add(&v[..first], &mut ids)?;
-    let dict = &d.values;
-    if dict.is_empty() {
-        return None;
+
+    /// Appends the ids of `part`; None once there would be a 257th value.
+    fn add(&mut self, part: &[u64], ids: &mut Vec<u8>) -> Option<()> {
+        let mut last: Option<(u64, u8)> = None;
+        for &x in part {
+            // rows grouped by pc repeat one value
+            if let Some((_, id)) = last.filter(|l| l.0 == x) {
+                ids.push(id);
+                continue;
+            }
+            let slot = &mut self.cache[((x ^ (x >> 6)) & 63) as usize];
+            // an empty slot holds an id no value has yet
+            if slot.0 != x || self.values.get(slot.1 as usize) != Some(&x) {
+                let id = match self.index.get(&x) {
+                    Some(&id) => id,
+                    None if self.values.len() == 256 => return None,
+                    None => {
+                        let id = self.values.len() as u8;
+                        self.index.insert(x, id);
+                        self.values.push(x);
+                        id
+                    }
+                };
+                *slot = (x, id);
+            }
+            last = Some(*slot);
+            ids.push(slot.1);
+        }
+        Some(())
     }
-    let mut delta = Vec::new();
-    delta_binary_packed(&v[..first], bits32, &mut delta);
-    let mut dictionary = Vec::new();
-    let w = (usize::BITS - dict.len().saturating_sub(1).leading_zeros()) as u32;
-    rle_hybrid(&ids[..first], w, &mut dictionary);
-    let width = if bits32 { 4 } else { 8 };
-    if dictionary.len() + 1 + dict.len() * width >= delta.len() {
-        return None;
-    }
-    d.add(&v[first..], &mut ids)?;
-    let dict = &d.values;
-    let mut plain = Vec::with_capacity(dict.len() * width);
-    for &x in dict {
-        plain.extend_from_slice(&x.to_le_bytes()[..width]);
-    }
-    Some(Values::Dict { ids, len: dict.len(), plain })
 }
 
 fn uleb(out: &mut Vec<u8>, mut x: u64) {
@@ -701,6 +842,9 @@ mod tests {
                 Arc::new(UInt32Array::from(
                     ix.clone().map(|i| (r[i] % 7) as u32 * 1000).collect::<Vec<_>>(),
                 )),
+                // few values on the first page, then many: the chunk starts with a
+                // dictionary and falls back to delta packing at the 257th value
+                u64s(&|i| if i < 70_000 { [5, 1 << 40, 77][i % 3] } else { r[i] }),
             ];
             out.push(RecordBatch::try_new(schema.clone(), cols).unwrap());
             at = end;
@@ -722,6 +866,7 @@ mod tests {
             Field::new("none", DataType::UInt64, true),
             Field::new("size", DataType::UInt64, false),
             Field::new("small32", DataType::UInt32, false),
+            Field::new("grows", DataType::UInt64, false),
         ]));
         let plain = crate::tables::plain_schema(&schema);
         for rows in [0usize, 1, 2, 129, 300_000] {
@@ -731,11 +876,15 @@ mod tests {
                 .unwrap();
             let mut input = batches(&schema, rows, 0x9e37_79b9_7f4a_7c15 + rows as u64);
             for (k, b) in input.iter_mut().enumerate() {
-                // every other batch in an order of its own: last row first
-                let o = (k % 2 == 1).then(|| (0..b.num_rows() as u32).rev().collect::<Vec<u32>>());
+                // every other batch in an order of its own: row i to place i + 7
+                // (mod n), so a gather where a scatter is meant reads back wrong
+                let n = b.num_rows() as u32;
+                let o = (k % 2 == 1).then(|| (0..n).map(|i| (i + 7) % n).collect::<Vec<u32>>());
                 w.write(b.clone(), o.clone()).unwrap();
-                if let Some(o) = o {
-                    let idx = UInt32Array::from(o);
+                if o.is_some() {
+                    // the row at place j came from row j - 7
+                    let idx =
+                        UInt32Array::from((0..n).map(|j| (j + n - 7 % n) % n).collect::<Vec<_>>());
                     let cols = b
                         .columns()
                         .iter()
@@ -775,6 +924,12 @@ mod tests {
                     );
                 }
                 assert!(rg.column(0).dictionary_page_offset().is_none());
+                if rows > 100_000 {
+                    let g = rg.column(10);
+                    assert!(g.dictionary_page_offset().is_some(), "grows has no dictionary");
+                    let e: Vec<Encoding> = g.encodings().collect();
+                    assert!(e.contains(&Encoding::DELTA_BINARY_PACKED), "grows: {e:?}");
+                }
             }
             std::fs::remove_file(&dir).unwrap();
         }
