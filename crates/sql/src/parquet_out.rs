@@ -3,11 +3,11 @@
 
 use crate::dataset::Dataset;
 use crate::pq_pages::PageFile;
-use crate::tables::{plain_batch, plain_schema, schema, ChunkRows, Keep, StreamState};
+use crate::tables::{plain_batch, plain_schema, schema, ChunkRows, Keep};
 use crate::Error;
 use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
-use datafusion::arrow::datatypes::{Int32Type, SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{Int32Type, SchemaRef, UInt32Type, UInt64Type};
 use datafusion::common::{HashMap, HashSet};
 use memlens_format::{ChunkDecoder, StreamChunk};
 use parquet::arrow::ArrowWriter;
@@ -18,8 +18,9 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Rows per row group: large enough for zstd, small enough that a scan of one
 /// thread's file runs on every core.
@@ -205,9 +206,63 @@ fn write_file(
 enum Unit {
     /// A small table, built whole: one file per trace.
     Small(&'static str),
-    /// Part `part` of a stream's `accesses` rows, or (`calls`) its whole `calls` table
-    /// (a call's depth depends on every earlier event of its thread).
-    Stream { calls: bool, trace: usize, thread: u32, part: usize, chunks: Vec<StreamChunk> },
+    /// Part `part` of a stream: its `accesses` and `calls` rows, from one read.
+    Stream { trace: usize, thread: u32, part: usize, chunks: Vec<StreamChunk> },
+}
+
+/// How a run of calls moves the depth: (lowest running sum, net), see
+/// [`crate::tables::depth_steps`].
+type Steps = (i64, i64);
+/// A stream of a dataset: (trace, thread).
+type Stream = (usize, u32);
+
+/// The call depth at the start of each part of each stream. A call's depth
+/// depends on every earlier event of its thread, so each part publishes how its
+/// calls move the depth ([`crate::tables::depth_steps`]) as soon as it has read
+/// them, and writes its `depth` column once every earlier part of its stream has.
+#[derive(Default)]
+struct Depths {
+    /// Per (trace, thread), per part: its steps, once known.
+    parts: Mutex<HashMap<Stream, Vec<Option<Steps>>>>,
+    cv: Condvar,
+    /// The export failed: nobody waits any more.
+    stop: AtomicBool,
+}
+
+impl Depths {
+    fn publish(&self, stream: Stream, part: usize, steps: Steps) {
+        let mut g = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        let v = g.entry(stream).or_default();
+        if v.len() <= part {
+            v.resize(part + 1, None);
+        }
+        v[part] = Some(steps);
+        self.cv.notify_all();
+    }
+
+    /// The depth where part `part` of `stream` starts, once the parts before it
+    /// published theirs; None when the export stopped.
+    fn start_of(&self, stream: Stream, part: usize) -> Option<u64> {
+        let mut g = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            let v = g.get(&stream).map_or(&[][..], |v| &v[..]);
+            let before: Option<Vec<Steps>> =
+                (0..part).map(|k| v.get(k).copied().flatten()).collect();
+            if let Some(before) = before {
+                return Some(before.into_iter().fold(0, crate::tables::depth_after));
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn abort(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _g = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
+    }
 }
 
 /// Writes every table of `data` under `out`. Refuses a table directory that exists.
@@ -223,14 +278,13 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     }
     let stats = Mutex::new(ExportStats::default());
     let failed: Mutex<Option<Error>> = Mutex::new(None);
-    // The small tables and the calls (each a whole stream on one core) first:
-    // the parts of `accesses` then fill the cores up to the end, where a long
-    // unit started last would leave all but one idle (the code table reads every
-    // chunk, on every core).
+    // The small tables first: the parts of the streams then fill the cores up to
+    // the end, where a long unit started last would leave all but one idle.
     // `code` comes last, from the pcs the `accesses` parts saw (no second pass).
+    // A stream's parts are in order (a part waits for the call depth of those
+    // before it, which were handed out first).
     let mut units: Vec<Unit> =
         ["data", "allocations", "threads"].into_iter().map(Unit::Small).collect();
-    let mut parts = Vec::new();
     for (ti, t) in data.traces.iter().enumerate() {
         let mut by_stream: Vec<(u32, Vec<StreamChunk>)> = Vec::new();
         for c in t.reader.stream_chunks() {
@@ -242,12 +296,11 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
         for (th, chunks) in by_stream {
             for (k, part) in chunks.chunks(CHUNKS_PER_FILE).enumerate() {
                 let chunks = part.to_vec();
-                parts.push(Unit::Stream { calls: false, trace: ti, thread: th, part: k, chunks });
+                units.push(Unit::Stream { trace: ti, thread: th, part: k, chunks });
             }
-            units.push(Unit::Stream { calls: true, trace: ti, thread: th, part: 0, chunks });
         }
     }
-    units.extend(parts);
+    let depths = Depths::default();
     let next = AtomicU64::new(0);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let pcs: Vec<Mutex<HashSet<u64>>> = data.traces.iter().map(|_| Mutex::default()).collect();
@@ -270,23 +323,23 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
                             .map(|files| {
                                 stats.lock().unwrap_or_else(|e| e.into_inner()).files += files;
                             }),
-                        Unit::Stream { calls, trace, thread, part, chunks } => {
-                            let at = (*calls, *trace, *thread, *part);
+                        Unit::Stream { trace, thread, part, chunks } => {
+                            let at = (*trace, *thread, *part);
                             let seen = &seen[*trace];
-                            write_stream(data, out, &mut dec, at, chunks, seen).map(
-                                |(rows, bytes)| {
+                            write_stream(data, out, &mut dec, at, chunks, seen, &depths).map(
+                                |(rows, bytes, files)| {
                                     let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
-                                    g.files += 1;
-                                    if !*calls {
-                                        g.accesses += rows;
-                                        g.access_bytes += bytes;
-                                    }
+                                    g.files += files;
+                                    g.accesses += rows;
+                                    g.access_bytes += bytes;
                                 },
                             )
                         }
                     };
                     if let Err(e) = done {
-                        *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                        // the first error is the one to report
+                        failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                        depths.abort();
                         break;
                     }
                 }
@@ -311,56 +364,101 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     Ok(stats.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// One file of a stream: its `calls` table, or a part of its `accesses` rows
-/// (`at`: calls, trace, thread, part). Returns the rows and the file's bytes.
-fn write_stream(
-    data: &Dataset,
-    out: &Path,
-    dec: &mut ChunkDecoder,
-    at: (bool, usize, u32, usize),
-    chunks: &[StreamChunk],
-    pcs: &RefCell<HashSet<u64>>,
-) -> Result<(u64, u64), Error> {
-    let (calls, ti, th, part) = at;
-    let table = if calls { "calls" } else { "accesses" };
+/// The schema of `table`'s stream files and what to keep of its rows: the
+/// partition columns live in the path, not in the file.
+fn stream_schema(table: &str) -> Result<(SchemaRef, Keep), Error> {
     let full = schema(table);
-    // partition columns live in the path, not in the file
     let cols: Vec<usize> = (0..full.fields().len())
         .filter(|&i| !matches!(full.field(i).name().as_str(), "trace" | "thread"))
         .collect();
     let sch = Arc::new(full.project(&cols).map_err(|e| Error::Input(e.to_string()))?);
-    let keep = Keep { cols, ..Keep::default() };
+    Ok((sch, Keep { cols, ..Keep::default() }))
+}
+
+/// Part `part` of a stream (`at`: trace, thread, part): its `accesses` file and
+/// its `calls` file, from one read of its chunks (part 0 always has a `calls`
+/// file, the others only when they hold calls). Returns the accesses rows, the
+/// accesses file's bytes and the files written.
+fn write_stream(
+    data: &Dataset,
+    out: &Path,
+    dec: &mut ChunkDecoder,
+    at: (usize, u32, usize),
+    chunks: &[StreamChunk],
+    pcs: &RefCell<HashSet<u64>>,
+    depths: &Depths,
+) -> Result<(u64, u64, u64), Error> {
+    let (ti, th, part) = at;
+    let (acc_sch, acc_keep) = stream_schema("accesses")?;
+    let (call_sch, call_keep) = stream_schema("calls")?;
     let t = &data.traces[ti];
-    let mut st = StreamState::default();
+    let path = |table: &str| -> PathBuf {
+        out.join(table)
+            .join(format!("trace={}", hive(&t.name)))
+            .join(format!("thread={th}"))
+            .join(format!("part-{part:05}.parquet"))
+    };
+    let accesses = ChunkRows {
+        data,
+        trace: ti,
+        calls: false,
+        keep: &acc_keep,
+        schema: &acc_sch,
+        pcs: Some(pcs),
+    };
+    let calls =
+        ChunkRows { data, trace: ti, calls: true, keep: &call_keep, schema: &call_sch, pcs: None };
+    let new_calls = || -> Result<PageFile, Error> {
+        let f = create(&path("calls"))?;
+        Ok(PageFile::new(f, call_sch.clone(), &plain_schema(&call_sch), ROW_GROUP)?
+            .deferring_last())
+    };
+    let acc_path = path("accesses");
+    let mut aw =
+        PageFile::new(create(&acc_path)?, acc_sch.clone(), &plain_schema(&acc_sch), ROW_GROUP)?;
+    let mut cw = if part == 0 { Some(new_calls()?) } else { None };
     let mut rows = 0u64;
-    let mut stop = false;
-    let pcs = (!calls).then_some(pcs);
-    let rows_of = ChunkRows { data, trace: ti, calls, keep: &keep, schema: &sch, pcs };
-    let batches = chunks.iter().map_while(|c| {
-        if stop {
-            return None;
+    // how this part's calls move the depth: (lowest, net), see `depth_steps`
+    let mut steps = (0i64, 0i64);
+    for c in chunks {
+        let ((ab, warning), (cb, _)) = accesses.access_and_call_batches(&calls, c, dec);
+        if let Some(b) = ab {
+            rows += b.num_rows() as u64;
+            let order = if grouping_pays(&b) { pc_order(&b) } else { None };
+            aw.write(b, order)?;
         }
-        let (b, w) = rows_of.batch(c, dec, &mut st);
-        if let Some(w) = w {
+        if let Some(b) = cb {
+            let kinds = b
+                .column_by_name("depth")
+                .and_then(|d| d.as_primitive_opt::<UInt32Type>())
+                .ok_or_else(|| Error::Input("calls rows without a depth".into()))?;
+            let (low, net) =
+                crate::tables::depth_steps(kinds.values().iter().map(|&k| u64::from(k)));
+            steps = (steps.0.min(steps.1 + low), steps.1 + net);
+            let w = match cw.as_mut() {
+                Some(w) => w,
+                None => cw.insert(new_calls()?),
+            };
+            w.write(b, None)?;
+        }
+        if let Some(w) = warning {
+            // the rows before the damage are in; the chunks after it are not read
             data.warn(w);
-            stop = true;
+            break;
         }
-        Some(b)
-    });
-    let batches = batches.flatten().inspect(|b| rows += b.num_rows() as u64);
-    let path: PathBuf = out
-        .join(table)
-        .join(format!("trace={}", hive(&t.name)))
-        .join(format!("thread={th}"))
-        .join(format!("part-{part:05}.parquet"));
-    let mut w = PageFile::new(create(&path)?, sch.clone(), &plain_schema(&sch), ROW_GROUP)?;
-    for b in batches {
-        let order = if !calls && grouping_pays(&b) { pc_order(&b) } else { None };
-        w.write(b, order)?;
     }
-    w.close()?;
-    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    Ok((rows, bytes))
+    depths.publish((ti, th), part, steps);
+    aw.close()?;
+    let bytes = std::fs::metadata(&acc_path).map(|m| m.len()).unwrap_or(0);
+    let mut files = 1;
+    if let Some(w) = cw {
+        let start = depths
+            .start_of((ti, th), part)
+            .ok_or_else(|| Error::Input("the export stopped".into()))?;
+        w.close_with(|d| crate::tables::replay_depth(d, start as u32))?;
+        files += 1;
+    }
+    Ok((rows, bytes, files))
 }
 
 /// A small table, one file per trace. Returns the files written.
@@ -449,6 +547,39 @@ mod tests {
             })
             .collect();
         assert!(!grouping_pays(&batch(&r)));
+    }
+
+    #[test]
+    fn a_parts_depth_comes_from_the_steps_of_the_parts_before_it() {
+        use crate::tables::{depth_after, depth_steps, replay_depth};
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in [0usize, 1, 5, 64, 1000] {
+            // entries (0) and exits (1), exits more often at first: the depth hits 0
+            let kinds: Vec<u64> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    u64::from(x % 100 < if i < n / 3 { 60 } else { 40 })
+                })
+                .collect();
+            let mut whole = kinds.clone();
+            replay_depth(&mut whole, 0);
+            for cuts in [vec![], vec![n / 2], vec![n / 3, n / 3, 2 * n / 3, n]] {
+                let mut at = 0;
+                let mut bounds = cuts.clone();
+                bounds.push(n);
+                let mut before = Vec::new();
+                for end in bounds {
+                    let start = before.iter().copied().fold(0, depth_after);
+                    let mut part = kinds[at..end].to_vec();
+                    replay_depth(&mut part, start as u32);
+                    assert_eq!(part, whole[at..end], "{n} rows, part {at}..{end}");
+                    before.push(depth_steps(kinds[at..end].iter().copied()));
+                    at = end;
+                }
+            }
+        }
     }
 
     #[test]

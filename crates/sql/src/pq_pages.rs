@@ -49,6 +49,15 @@ pub(crate) struct PageFile {
     perm: Vec<u32>,
     /// A page's bytes before compression (scratch).
     buf: Vec<u8>,
+    /// The last column is finished at the end (see [`PageFile::deferring_last`]).
+    defer: Option<Deferred>,
+}
+
+/// The last column's values as written, and the row groups waiting for them.
+#[derive(Default)]
+struct Deferred {
+    values: Vec<u64>,
+    groups: Vec<(Vec<(Bytes, ColumnCloseResult)>, usize)>,
 }
 
 impl PageFile {
@@ -88,7 +97,27 @@ impl PageFile {
             };
             cols.push(Col::new(d, ty));
         }
-        Ok(PageFile { w, schema, cols, rows: 0, row_group, z, perm: Vec::new(), buf: Vec::new() })
+        Ok(PageFile {
+            w,
+            schema,
+            cols,
+            rows: 0,
+            row_group,
+            z,
+            perm: Vec::new(),
+            buf: Vec::new(),
+            defer: None,
+        })
+    }
+
+    /// The last column (an integer one without nulls) is kept as written and
+    /// finished by [`PageFile::close_with`], which rewrites it first: a column
+    /// that depends on what comes after the file's rows (a call's depth
+    /// depends on every earlier part of its stream). The other columns are
+    /// encoded as they come; the row groups wait, compressed, for the last one.
+    pub(crate) fn deferring_last(mut self) -> PageFile {
+        self.defer = Some(Deferred::default());
+        self
     }
 
     /// Adds a batch, row `i` going to place `order[i]` among the batch's rows
@@ -117,8 +146,18 @@ impl PageFile {
             }
             None => None,
         };
+        let last = self.cols.len() - 1;
         for (ci, col) in self.cols.iter_mut().enumerate() {
             let mut piece = Piece::of(b.column(ci).as_ref(), &mut col.words)?;
+            if let Some(d) = self.defer.as_mut().filter(|_| ci == last) {
+                let rows = |k: usize| perm.map_or(k, |p| p[k] as usize);
+                match piece {
+                    Piece::U64(v, None) => d.values.extend((0..n).map(|k| v[rows(k)])),
+                    Piece::U32(v, None) => d.values.extend((0..n).map(|k| u64::from(v[rows(k)]))),
+                    _ => return Err(Error::Input("a deferred column of nulls or text".into())),
+                }
+                continue;
+            }
             let mut at = 0;
             while at < n {
                 let take = (PAGE_ROWS - col.page_rows).min(n - at);
@@ -144,12 +183,21 @@ impl PageFile {
         if self.rows == 0 {
             return Ok(());
         }
-        self.rows = 0;
+        let rows = std::mem::take(&mut self.rows);
         let mut chunks = Vec::with_capacity(self.cols.len());
-        for col in self.cols.iter_mut() {
+        let n = self.cols.len() - usize::from(self.defer.is_some());
+        for col in self.cols[..n].iter_mut() {
             col.finish_page(&mut self.z, &mut self.buf)?;
             chunks.push(col.close(&mut self.z)?);
         }
+        if let Some(d) = self.defer.as_mut() {
+            d.groups.push((chunks, rows));
+            return Ok(());
+        }
+        self.append_group(chunks)
+    }
+
+    fn append_group(&mut self, chunks: Vec<(Bytes, ColumnCloseResult)>) -> Result<(), Error> {
         let mut rg = self.w.next_row_group().map_err(perr)?;
         for (bytes, close) in chunks {
             rg.append_column(&bytes, close).map_err(perr)?;
@@ -159,8 +207,31 @@ impl PageFile {
     }
 
     /// Writes what is waiting and the footer.
-    pub(crate) fn close(mut self) -> Result<(), Error> {
+    pub(crate) fn close(self) -> Result<(), Error> {
+        self.close_with(|_| {})
+    }
+
+    /// Like [`PageFile::close`], after `f` rewrote the deferred last column's
+    /// values (every row of the file, in order; see [`PageFile::deferring_last`]).
+    pub(crate) fn close_with(mut self, f: impl FnOnce(&mut [u64])) -> Result<(), Error> {
         self.flush()?;
+        if let Some(mut d) = self.defer.take() {
+            f(&mut d.values);
+            let mut at = 0;
+            for (mut chunks, rows) in d.groups {
+                let col = self.cols.last_mut().ok_or_else(|| Error::Input("no column".into()))?;
+                let end = at + rows;
+                let v =
+                    d.values.get(at..end).ok_or_else(|| Error::Input("deferred rows".into()))?;
+                for page in v.chunks(PAGE_ROWS) {
+                    col.append(&mut Piece::U64(page, None), 0..page.len());
+                    col.finish_page(&mut self.z, &mut self.buf)?;
+                }
+                chunks.push(col.close(&mut self.z)?);
+                self.append_group(chunks)?;
+                at = end;
+            }
+        }
         self.w.close().map_err(perr)?;
         Ok(())
     }

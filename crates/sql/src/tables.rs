@@ -339,6 +339,38 @@ impl ChunkRows<'_> {
         let t = self.trace();
         let mut cols = Columns::new();
         let warning = self.damage(dec.decode_columns(&t.reader, c, &mut cols));
+        self.access_rows(c, cols, warning)
+    }
+
+    /// `accesses` rows of one chunk (`self`) and, from the same decoding, its
+    /// `calls` rows in the projection of `calls`, their `depth` relative: 0 for an
+    /// entry, 1 for an exit (the depth depends on every earlier chunk of the
+    /// stream; [`replay_depth`] fills it in). One read of the trace for both
+    /// tables, where the calls' own scan walks every chunk again.
+    pub(crate) fn access_and_call_batches(
+        &self,
+        calls: &ChunkRows,
+        c: &StreamChunk,
+        dec: &mut ChunkDecoder,
+    ) -> (Batch, Batch) {
+        let t = self.trace();
+        let mut cols = Columns::new();
+        let warning = self.damage(dec.decode_columns(&t.reader, c, &mut cols));
+        let mut rows = CallCols::default();
+        let mut now = t.reader.chunks()[c.chunk].header.first_clock;
+        for (n, e) in &cols.other {
+            if let Event::Clock(v) = e {
+                now = *v;
+            }
+            rows.push(*n, now, e, |k| u32::from(k == 1));
+        }
+        let call = calls.call_rows(c, rows, warning.clone());
+        (self.access_rows(c, cols, warning), call)
+    }
+
+    /// The `accesses` batch of a decoded chunk.
+    fn access_rows(&self, c: &StreamChunk, mut cols: Columns, warning: Option<String>) -> Batch {
+        let t = self.trace();
         if let Some(set) = self.pcs {
             crate::small::add_pcs(&mut set.borrow_mut(), &cols);
         }
@@ -412,54 +444,104 @@ impl ChunkRows<'_> {
     /// carried from chunk to chunk of the stream).
     fn call_batch(&self, c: &StreamChunk, dec: &mut ChunkDecoder, st: &mut StreamState) -> Batch {
         let t = self.trace();
-        let mut seq: Vec<u64> = Vec::new();
-        let mut clock: Vec<u64> = Vec::new();
-        let mut kind: Vec<i8> = Vec::new();
-        let mut site: Vec<Option<u64>> = Vec::new();
-        let mut frame: Vec<u64> = Vec::new();
-        let mut pc: Vec<u64> = Vec::new();
-        let mut depth: Vec<u32> = Vec::new();
+        let mut rows = CallCols::default();
         let mut now = t.reader.chunks()[c.chunk].header.first_clock;
         // accesses are stepped over, not decoded
         let res = dec.skeleton(&t.reader, c, |n, e| {
-            let (k, s, f, p, d) = match e {
-                Event::Clock(v) => {
-                    now = v;
-                    return;
-                }
-                Event::FuncEnter { pc, call_site, frame } => {
-                    st.depth += 1;
-                    (0i8, Some(call_site.0), frame.0, pc.0, st.depth - 1)
-                }
-                Event::FuncExit { pc } => {
-                    st.depth = st.depth.saturating_sub(1);
-                    (1, None, 0, pc.0, st.depth)
-                }
-                _ => return,
-            };
-            seq.push(c.first_index + n);
-            clock.push(now);
-            kind.push(k);
-            site.push(s);
-            frame.push(f);
-            pc.push(p);
-            depth.push(d);
+            if let Event::Clock(v) = e {
+                now = v;
+            }
+            rows.push(c.first_index + n, now, &e, |k| step_depth(&mut st.depth, k));
         });
         let warning = self.damage(res);
-        let rows = kind.len();
+        self.call_rows(c, rows, warning)
+    }
+
+    /// The `calls` batch of a chunk's rows.
+    fn call_rows(&self, c: &StreamChunk, mut r: CallCols, warning: Option<String>) -> Batch {
+        let rows = r.kind.len();
         if rows == 0 {
             return (None, warning);
         }
         self.project(c, rows, warning, |name| match name {
-            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut seq))),
-            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
-            "kind" => kind_col(std::mem::take(&mut kind), &CALL_KINDS),
-            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut pc))),
-            "call_site" => Arc::new(UInt64Array::from(std::mem::take(&mut site))),
-            "frame" => Arc::new(UInt64Array::from(std::mem::take(&mut frame))),
-            "depth" => Arc::new(UInt32Array::from(std::mem::take(&mut depth))),
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut r.seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut r.clock))),
+            "kind" => kind_col(std::mem::take(&mut r.kind), &CALL_KINDS),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut r.pc))),
+            "call_site" => Arc::new(UInt64Array::from(std::mem::take(&mut r.site))),
+            "frame" => Arc::new(UInt64Array::from(std::mem::take(&mut r.frame))),
+            "depth" => Arc::new(UInt32Array::from(std::mem::take(&mut r.depth))),
             other => unreachable!("calls has no column {other}"),
         })
+    }
+}
+
+/// The `calls` rows of a chunk, column by column.
+#[derive(Default)]
+struct CallCols {
+    seq: Vec<u64>,
+    clock: Vec<u64>,
+    kind: Vec<i8>,
+    site: Vec<Option<u64>>,
+    frame: Vec<u64>,
+    pc: Vec<u64>,
+    depth: Vec<u32>,
+}
+
+impl CallCols {
+    /// Event `e`, number `seq`, as a row if it is an entry or an exit; `depth`
+    /// gives its depth from its kind (0 entry, 1 exit).
+    fn push(&mut self, seq: u64, clock: u64, e: &Event, depth: impl FnOnce(i8) -> u32) {
+        let (k, s, f, p) = match *e {
+            Event::FuncEnter { pc, call_site, frame } => (0i8, Some(call_site.0), frame.0, pc.0),
+            Event::FuncExit { pc } => (1, None, 0, pc.0),
+            _ => return,
+        };
+        self.seq.push(seq);
+        self.clock.push(clock);
+        self.kind.push(k);
+        self.site.push(s);
+        self.frame.push(f);
+        self.pc.push(p);
+        self.depth.push(depth(k));
+    }
+}
+
+/// The call depth rule of `calls`: an entry is at the depth before it and opens
+/// one more; an exit closes one (never below 0) and is at the depth after it.
+fn step_depth(d: &mut u32, kind: i8) -> u32 {
+    if kind == 0 {
+        *d += 1;
+        *d - 1
+    } else {
+        *d = d.saturating_sub(1);
+        *d
+    }
+}
+
+/// A run of calls rows whose `depth` holds their kind (0 entry, 1 exit, as
+/// [`ChunkRows::access_and_call_batches`] leaves it) as a function of the depth
+/// before it: `(lowest, net)`, the lowest running sum (≤ 0) and the sum at the end.
+pub(crate) fn depth_steps(kinds: impl Iterator<Item = u64>) -> (i64, i64) {
+    let (mut sum, mut low) = (0i64, 0i64);
+    for k in kinds {
+        sum += if k == 0 { 1 } else { -1 };
+        low = low.min(sum);
+    }
+    (low, sum)
+}
+
+/// The depth after a run of `depth_steps` `(lowest, net)` that starts at `d`
+/// (an exit at depth 0 stays at 0).
+pub(crate) fn depth_after(d: u64, (low, net): (i64, i64)) -> u64 {
+    ((d as i64 + low).max(0) + net - low) as u64
+}
+
+/// Turns the kinds of a run of calls rows (see [`depth_steps`]) into their depths,
+/// the run starting at depth `d`.
+pub(crate) fn replay_depth(kinds: &mut [u64], mut d: u32) {
+    for k in kinds.iter_mut() {
+        *k = u64::from(step_depth(&mut d, *k as i8));
     }
 }
 
