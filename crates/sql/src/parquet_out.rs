@@ -18,14 +18,13 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Rows per row group: large enough for zstd, small enough that a scan of one
 /// thread's file runs on every core.
 const ROW_GROUP: usize = 1 << 20;
-/// Rows of a chunk that decide whether grouping it by pc pays (see [`grouping_pays`]).
+/// Rows of a chunk that decide whether grouping it by pc pays (see [`pc_order`]).
 const ORDER_SAMPLE: usize = 16 << 10;
 /// Chunks per file of a stream: files are written in parallel.
 const CHUNKS_PER_FILE: usize = 32;
@@ -91,38 +90,38 @@ fn create(path: &Path) -> Result<File, Error> {
         .map_err(|e| Error::Io(path.display().to_string(), e))
 }
 
-/// Whether grouping a chunk's `accesses` rows by instruction (`pc`, in order of
-/// first appearance; each instruction's rows in `seq` order) packs them smaller
-/// than the recorded order, as the chunk's first rows tell. A loop's accesses
-/// through one instruction move by a steady stride, so the delta-encoded
-/// `address` and `seq` columns shrink to a few bits a row, where interleaved
-/// instructions jump between arrays on every row; random accesses (a hash
-/// table) gain nothing and `seq` loses its steady step. `seq` keeps the order
-/// for whoever needs it.
-fn grouping_pays(b: &RecordBatch) -> bool {
-    let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
-    let (Some(pcs), Some(addr), Some(seq)) = (col("pc"), col("address"), col("seq")) else {
-        return false;
-    };
-    let (pcs, addr, seq) = (pcs.values(), addr.values(), seq.values());
-    let n = pcs.len().min(ORDER_SAMPLE);
-    let Some(place) = by_pc(&pcs[..n]) else { return false };
-    // the row at each place
-    let mut perm = vec![0u32; n];
-    for (row, &at) in place.iter().enumerate() {
-        perm[at as usize] = row as u32;
-    }
-    let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
-    let grouped =
-        packed_bits(n, |i| addr[perm[i] as usize]) + packed_bits(n, |i| seq[perm[i] as usize]);
-    grouped < now
-}
-
-/// The order grouping the rows of `b` by pc (see [`grouping_pays`]), as each
-/// row's place; None: one pc, or no `pc` column.
+/// The order that groups a chunk's `accesses` rows by instruction (`pc`, in
+/// order of first appearance), each instruction's rows in `seq` order, as each
+/// row's place; None: keep the recorded order. A loop's accesses through one
+/// instruction move by a steady stride, so the delta-encoded `address` and `seq`
+/// columns shrink to a few bits a row, where interleaved instructions jump
+/// between arrays on every row. `seq` keeps the order for whoever needs it.
 fn pc_order(b: &RecordBatch) -> Option<Vec<u32>> {
-    let pcs = b.column_by_name("pc")?.as_primitive_opt::<UInt64Type>()?;
-    by_pc(pcs.values())
+    let col = |n: &str| b.column_by_name(n).and_then(|c| c.as_primitive_opt::<UInt64Type>());
+    let (pcs, addr, seq) = (col("pc")?.values(), col("address")?.values(), col("seq")?.values());
+    // Random accesses (a hash table) gain nothing and `seq` loses its steady
+    // step: keep the order that packs smaller, as the chunk's first rows tell
+    // (a chunk that keeps its order costs a sample, not a sort).
+    let pays = |n: usize, place: &[u32]| {
+        // the row at each place
+        let mut perm = vec![0u32; n];
+        for (row, &at) in place.iter().enumerate() {
+            perm[at as usize] = row as u32;
+        }
+        let now = packed_bits(n, |i| addr[i]) + packed_bits(n, |i| seq[i]);
+        let grouped =
+            packed_bits(n, |i| addr[perm[i] as usize]) + packed_bits(n, |i| seq[perm[i] as usize]);
+        grouped < now
+    };
+    let sample = pcs.len().min(ORDER_SAMPLE);
+    let first = by_pc(&pcs[..sample])?;
+    if !pays(sample, &first) {
+        return None;
+    }
+    if sample == pcs.len() {
+        return Some(first);
+    }
+    by_pc(pcs)
 }
 
 /// The stable order of `pcs` by pc (in order of first appearance), as each row's
@@ -424,7 +423,7 @@ fn write_stream(
         let ((ab, warning), (cb, _)) = accesses.access_and_call_batches(&calls, c, dec);
         if let Some(b) = ab {
             rows += b.num_rows() as u64;
-            let order = if grouping_pays(&b) { pc_order(&b) } else { None };
+            let order = pc_order(&b);
             aw.write(b, order)?;
         }
         if let Some(b) = cb {
@@ -509,7 +508,6 @@ mod tests {
     }
 
     fn grouped(b: RecordBatch) -> RecordBatch {
-        assert!(grouping_pays(&b));
         let place = pc_order(&b).unwrap();
         let mut perm = vec![0u32; place.len()];
         for (row, &at) in place.iter().enumerate() {
@@ -546,7 +544,7 @@ mod tests {
                 (i, 0x10000 + (x % (1 << 22)) * 8, 0x401000 + (i % 3) * 8)
             })
             .collect();
-        assert!(!grouping_pays(&batch(&r)));
+        assert_eq!(pc_order(&batch(&r)), None);
     }
 
     #[test]

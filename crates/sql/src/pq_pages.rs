@@ -326,8 +326,6 @@ struct Col {
     hi: u64,
     all: bool,
     any: bool,
-    /// The integers' encoding is decided (on the chunk's first page).
-    decided: bool,
     /// The dictionary of an integer chunk whose first page packed smaller that way.
     dict: Option<IntDict>,
     /// Pages still go through `dict` (until a 257th value).
@@ -336,8 +334,6 @@ struct Col {
     words: Vec<String>,
     /// None: decided on the first data page.
     zstd: Option<bool>,
-    delta_pages: bool,
-    dict_pages: bool,
 }
 
 impl Col {
@@ -359,13 +355,10 @@ impl Col {
             hi: 0,
             all: true,
             any: false,
-            decided: false,
             dict: None,
             dict_on: false,
             words: Vec::new(),
             zstd: None,
-            delta_pages: false,
-            dict_pages: false,
         }
     }
 
@@ -445,8 +438,8 @@ impl Col {
                 self.lo = lo.iter().fold(self.lo, |a, &x| a.min(x));
                 self.hi = hi.iter().fold(self.hi, |a, &x| a.max(x));
                 self.any |= !v.is_empty();
-                if !self.decided {
-                    self.decided = true;
+                // the chunk's first page decides
+                if self.pages.is_empty() {
                     self.dict = IntDict::pays(v, bits32);
                     self.dict_on = self.dict.is_some();
                     if self.dict_on {
@@ -468,17 +461,14 @@ impl Col {
                     self.ids.clear();
                 }
                 if dict_ids {
-                    self.dict_pages = true;
                     Encoding::RLE_DICTIONARY
                 } else {
-                    self.delta_pages = true;
                     delta_binary_packed(v, bits32, buf);
                     Encoding::DELTA_BINARY_PACKED
                 }
             }
             Ty::Words => {
                 self.zstd = Some(true);
-                self.dict_pages = true;
                 let w = width(self.words.len());
                 buf.push(w as u8);
                 rle_hybrid(&self.ids, w, buf);
@@ -566,9 +556,9 @@ impl Col {
             // three words prune nothing
             Ty::Words => None,
         };
-        // the dictionary page, when a page points into one
+        // the dictionary page, when a page points into one (an integer chunk's
+        // first page does when it has a dictionary; a text chunk's always)
         let dict: Option<(Vec<u8>, usize)> = match (self.ty, &self.dict) {
-            _ if !self.dict_pages => None,
             (Ty::Int { bits32 }, Some(d)) => {
                 let width = if bits32 { 4 } else { 8 };
                 let mut plain = Vec::with_capacity(d.values.len() * width);
@@ -605,14 +595,8 @@ impl Col {
             compressed += spec.bytes_written as i64;
             uncompressed += spec.uncompressed_size as i64;
             encodings.push(Encoding::PLAIN);
-            encodings.push(Encoding::RLE_DICTIONARY);
         }
-        if self.delta_pages {
-            encodings.push(Encoding::DELTA_BINARY_PACKED);
-        }
-        if self.ty == Ty::Bool {
-            encodings.push(Encoding::PLAIN);
-        }
+        encodings.extend(self.pages.iter().map(|p| p.encoding()));
         if self.optional {
             encodings.push(Encoding::RLE);
         }
