@@ -3,7 +3,7 @@
 
 use memlens_format::Pc;
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
+use std::ops::{Bound, Range};
 
 /// Allocation functions (`--alloc-fn`, as valgrind's massif takes them): wrappers
 /// such as `xmalloc` whose callers, not themselves, are the allocation sites. Held
@@ -59,13 +59,26 @@ pub(crate) struct Blocks<T> {
     by_start: BTreeMap<u64, u32>,
     slots: Vec<Option<(u64, u64, T)>>,
     free: Vec<u32>,
-    // the block found last: (start, end, slot)
-    last: Option<(u64, u64, u32)>,
+    /// The blocks found last, (start, end, slot), `(0, 0, _)` when empty: a loop
+    /// over a few arrays (a matrix product's three) finds each here instead of in
+    /// the tree.
+    recent: [(u64, u64, u32); RECENT],
+    /// The entry of `recent` that answered last (tried first).
+    hit: usize,
 }
+
+/// Entries of [`Blocks::recent`].
+const RECENT: usize = 4;
 
 impl<T> Default for Blocks<T> {
     fn default() -> Blocks<T> {
-        Blocks { by_start: BTreeMap::new(), slots: Vec::new(), free: Vec::new(), last: None }
+        Blocks {
+            by_start: BTreeMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            recent: [(0, 0, 0); RECENT],
+            hit: 0,
+        }
     }
 }
 
@@ -73,6 +86,8 @@ impl<T> Blocks<T> {
     /// Adds a block; returns the block that started at the same address, if any.
     pub fn insert(&mut self, start: u64, size: u64, v: T) -> Option<(u64, T)> {
         let old = self.remove(start);
+        // a block over one never freed answers from the tree, as it did before
+        self.recent = [(0, 0, 0); RECENT];
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s as usize] = Some((start, start.saturating_add(size), v));
@@ -90,8 +105,8 @@ impl<T> Blocks<T> {
     /// Removes the block starting at `start`; returns its size and value.
     pub fn remove(&mut self, start: u64) -> Option<(u64, T)> {
         let slot = self.by_start.remove(&start)?;
-        if self.last.is_some_and(|l| l.2 == slot) {
-            self.last = None;
+        for r in self.recent.iter_mut().filter(|r| r.2 == slot) {
+            *r = (0, 0, 0);
         }
         self.free.push(slot);
         let (s, e, v) = self.slots[slot as usize].take()?;
@@ -101,17 +116,25 @@ impl<T> Blocks<T> {
     /// The block holding `addr`: its start, end and value.
     #[inline]
     pub fn find(&mut self, addr: u64) -> Option<(u64, u64, &mut T)> {
-        let slot = match self.last {
-            Some((s, e, slot)) if addr >= s && addr < e => slot,
-            _ => {
-                let (_, &slot) = self.by_start.range(..=addr).next_back()?;
-                let (s, e, _) = self.slots[slot as usize].as_ref()?;
-                if addr >= *e {
-                    return None;
-                }
-                self.last = Some((*s, *e, slot));
-                slot
+        let (s, e, slot) = self.recent[self.hit];
+        let slot = if addr >= s && addr < e {
+            slot
+        } else if let Some(i) = self.recent.iter().position(|&(s, e, _)| addr >= s && addr < e) {
+            self.hit = i;
+            self.recent[i].2
+        } else {
+            let (_, &slot) = self.by_start.range(..=addr).next_back()?;
+            let (s, e, _) = self.slots[slot as usize].as_ref()?;
+            if addr >= *e {
+                return None;
             }
+            // kept up to the next block's start: where blocks overlap (a free
+            // missed) the tree answers with the one starting last
+            let after = (Bound::Excluded(addr), Bound::Unbounded);
+            let upto = self.by_start.range(after).next().map_or(*e, |(&n, _)| n.min(*e));
+            self.hit = (self.hit + 1) % RECENT;
+            self.recent[self.hit] = (*s, upto, slot);
+            slot
         };
         self.slots[slot as usize].as_mut().map(|(s, e, v)| (*s, *e, v))
     }
@@ -120,7 +143,7 @@ impl<T> Blocks<T> {
     pub fn drain(&mut self) -> Vec<(u64, u64, T)> {
         self.by_start.clear();
         self.free.clear();
-        self.last = None;
+        self.recent = [(0, 0, 0); RECENT];
         std::mem::take(&mut self.slots)
             .into_iter()
             .flatten()
@@ -188,5 +211,45 @@ mod tests {
         assert_eq!(s.id(Pc(1), &[Pc(2)]), 0);
         assert_eq!(s.id(Pc(1), &[Pc(3)]), 1);
         assert_eq!(s.id(Pc(1), &[Pc(2)]), 0);
+    }
+
+    /// The recent-blocks memo answers as the tree would: the block starting
+    /// last at or before the address, if the address is below its end (blocks
+    /// freed, reused, and left overlapping by a missed free).
+    #[test]
+    fn the_recent_blocks_answer_as_the_tree() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut b = Blocks::default();
+        let mut live: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
+        let mut hits = 0;
+        for i in 0..200_000u32 {
+            let start = 0x1000 + rnd(12) * 0x40 + rnd(2) * 0x8;
+            match rnd(50) {
+                0 => {
+                    let size = rnd(0x80);
+                    b.insert(start, size, i);
+                    live.insert(start, (start + size, i));
+                }
+                1 => assert_eq!(b.remove(start).map(|r| r.1), live.remove(&start).map(|r| r.1)),
+                _ => {
+                    let addr = 0x1000 + rnd(0x340);
+                    let want = live
+                        .range(..=addr)
+                        .next_back()
+                        .filter(|(_, (end, _))| addr < *end)
+                        .map(|(s, (e, v))| (*s, *e, *v));
+                    let got = b.find(addr).map(|(s, e, v)| (s, e, *v));
+                    assert_eq!(got, want, "step {i}, address {addr:#x}");
+                    hits += usize::from(got.is_some());
+                }
+            }
+        }
+        assert!(hits > 10_000, "{hits}");
     }
 }

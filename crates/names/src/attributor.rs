@@ -1,6 +1,8 @@
 //! The serial attributor: follows each thread's frames and names one access at a time
-//! through the one [`Resolver`](crate::resolve::Resolver).
+//! through the one [`Resolver`](crate::resolve::Resolver), behind the label cache
+//! the parallel pass uses (`cache`).
 
+use crate::cache::{Epochs, LabelCache};
 use crate::pre::FnStarts;
 use crate::resolve::{Access, CoarseHeap, HeapClasses, Resolver, Shared};
 use crate::{
@@ -23,6 +25,15 @@ pub struct Attributor<'s> {
     /// The state of a thread not seen yet.
     no_thread: ThreadState,
     res: Resolver,
+    /// `None`: every access resolved in full (the reference the tests compare with).
+    cache: Option<LabelCache>,
+    /// Per thread, its cache epochs and the `threads_epoch` they were taken at
+    /// (older ones are replaced at its next access).
+    epochs: FastMap<ThreadId, (Epochs, u64)>,
+    /// The last epoch handed out.
+    epoch: u64,
+    /// The thread named last and its entry of `epochs` (kept in step with it).
+    current: Option<(ThreadId, Epochs, u64)>,
     fn_starts: FnStarts,
     site_namer: Option<Box<dyn Fn(Pc) -> String + 's>>,
     /// Static TLS blocks of the modules loaded at start-up: (module id, offset below
@@ -46,7 +57,11 @@ impl<'s> Attributor<'s> {
             threads: FastMap::default(),
             threads_epoch: 0,
             no_thread: ThreadState::default(),
-            res: Resolver::new(sym, Granularity::Field, false),
+            res: Resolver::new(sym, Granularity::Field, true),
+            cache: Some(LabelCache::new()),
+            epochs: FastMap::default(),
+            epoch: 0,
+            current: None,
             fn_starts: FnStarts::default(),
             site_namer: None,
             tls_reach: Shared::tls_reach(&static_tls),
@@ -66,6 +81,12 @@ impl<'s> Attributor<'s> {
     /// Sets how finely accesses are told apart (before the first one).
     pub fn set_granularity(&mut self, g: Granularity) {
         self.res.labels.coarse = g == Granularity::Variable;
+    }
+
+    /// Resolves every access in full, without the label cache (the same answers,
+    /// slower: the reference the cache is tested against).
+    pub fn set_uncached(&mut self) {
+        self.cache = None;
     }
 
     /// The label behind an id.
@@ -89,15 +110,51 @@ impl<'s> Attributor<'s> {
                 let func = self.fn_starts.get(self.sym, *pc);
                 let f = OpenFrame { pc: *pc, rbp: frame.0, func, call_site: *call_site };
                 self.thread(thread).enter(f);
+                self.frame_changed(thread);
             }
             Event::FuncExit { pc } => {
                 let f = self.fn_starts.get(self.sym, *pc);
                 if let Some(t) = self.threads.get_mut(&thread) {
                     t.exit(f);
+                    self.frame_changed(thread);
                 }
             }
             _ => {}
         }
+    }
+
+    /// A frame of `thread` was entered or left: its stack names may change.
+    fn frame_changed(&mut self, thread: ThreadId) {
+        if let Some((ep, _)) = self.epochs.get_mut(&thread) {
+            self.epoch += 1;
+            ep.frame = self.epoch;
+            if let Some(c) = self.current.as_mut().filter(|c| c.0 == thread) {
+                c.1.frame = self.epoch;
+            }
+        }
+    }
+
+    /// `thread`'s cache epochs, new ones when a thread appeared or started since
+    /// its last access.
+    #[inline]
+    fn epochs_of(&mut self, thread: ThreadId) -> Epochs {
+        let now = self.threads_epoch;
+        if let Some((t, ep, at)) = self.current {
+            if t == thread && at == now {
+                return ep;
+            }
+        }
+        let ep = match self.epochs.get(&thread) {
+            Some(&(ep, at)) if at == now => ep,
+            _ => {
+                self.epoch += 2;
+                let ep = Epochs { thread: self.epoch - 1, frame: self.epoch };
+                self.epochs.insert(thread, (ep, now));
+                ep
+            }
+        };
+        self.current = Some((thread, ep, now));
+        ep
     }
 
     fn thread(&mut self, thread: ThreadId) -> &mut ThreadState {
@@ -115,6 +172,31 @@ impl<'s> Attributor<'s> {
                 return id;
             }
         }
+        let mut ep = Epochs::default();
+        let mut slot = 0;
+        if self.cache.is_some() {
+            ep = self.epochs_of(thread);
+            match self.cache.as_ref().map(|c| c.probe(pc.0, addr.0, index, ep)) {
+                Some(Ok(id)) => return id,
+                Some(Err(h)) => slot = h,
+                None => {}
+            }
+        }
+        self.resolve(thread, index, pc, addr, ep, slot)
+    }
+
+    /// Names an access the cache did not answer (and keeps the answer there in
+    /// `slot`).
+    #[inline(never)]
+    fn resolve(
+        &mut self,
+        thread: ThreadId,
+        index: u64,
+        pc: Pc,
+        addr: Addr,
+        ep: Epochs,
+        slot: usize,
+    ) -> LabelId {
         let classes = self
             .classes
             .get_or_insert_with(|| HeapClasses::new(&self.heap, self.site_namer.as_deref()));
@@ -133,7 +215,11 @@ impl<'s> Attributor<'s> {
         let st = self.threads.get(&thread).unwrap_or(&self.no_thread);
         let a = Access { thread, st, index, pc, addr, tepoch: self.threads_epoch };
         let threads = &self.threads;
-        self.res.resolve(&sh, &a, || threads.iter().map(|(t, s)| (*t, s.stack))).id
+        let all = || threads.iter().map(|(t, s)| (*t, s.stack));
+        match &mut self.cache {
+            Some(c) => c.miss(&mut self.res, &sh, &a, ep, slot, all),
+            None => self.res.resolve(&sh, &a, all).id,
+        }
     }
 
     /// Prefetches what naming an access to `addr` will read first.

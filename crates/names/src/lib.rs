@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 mod attributor;
+mod cache;
 mod code;
 mod counts;
 mod heap;

@@ -11,18 +11,15 @@
 //! 2. serially, per thread in chunk order, the heap index is built exactly as the
 //!    serial pass builds it and the summaries are chained into each chunk's starting
 //!    state (open frames, stack, thread pointer);
-//! 3. every chunk is attributed in parallel from its starting state. A small
-//!    direct-mapped cache per worker maps (pc, address) to a label while the
-//!    answer provably stays the same (globals always; stack names until a frame
-//!    changes; heap names over the event range where the block lookup cannot
-//!    change), so repeated accesses cost one probe. By whole variables a heap
-//!    address where every block ever there has one name (`heap::Regions`) is named
-//!    without a block search, and the answer is kept for the rest of its page.
+//! 3. every chunk is attributed in parallel from its starting state, each worker
+//!    through its own label cache (`cache`): each chunk starts new epochs, so
+//!    only answers that hold for every thread carry over from the chunks before.
 //!    Labels are built once per distinct name key per worker and merged at the end.
 
+use crate::cache::{Epochs, LabelCache};
 use crate::counts::{Accum, Pending};
 use crate::pre::{for_chunks, pre_chunk, ChunkPre, FnStarts, HeapEv};
-use crate::resolve::{Access, CoarseHeap, HeapClasses, Resolver, Shared, ALWAYS, THREAD};
+use crate::resolve::{Access, CoarseHeap, HeapClasses, Resolver, Shared};
 use crate::{
     static_tls_layout, Attribution, Error, FastMap, Granularity, HeapIndex, Interner, LabelCounts,
     Naming, OpenFrame, ThreadState, NOT_GLOBAL, UNSEEN,
@@ -39,50 +36,13 @@ struct ChunkStart {
     pos: usize,
 }
 
-#[derive(Clone, Copy)]
-struct Entry {
-    pc: u64,
-    addr: u64,
-    label: u32,
-    dep: u8,
-    epoch: u64,
-    /// Event indices over which the answer holds.
-    from: u64,
-    to: u64,
-}
-
-const EMPTY: Entry =
-    Entry { pc: u64::MAX, addr: u64::MAX, label: u32::MAX, dep: 0, epoch: 0, from: 0, to: 0 };
-
-/// 4096 entries (192 KiB): the cache stays in L2; at 16384 a third of naming sqlite
-/// was the miss on the probe.
-const CACHE_BITS: u32 = 12;
-
-/// A heap range of one page (see [`Regions`]) whose accesses all get `label`
-/// while the thread epoch is `epoch`: a strided loop over a large block costs
-/// one miss per page instead of one per address.
-#[derive(Clone, Copy)]
-struct PageEntry {
-    page: u64,
-    lo: u64,
-    hi: u64,
-    epoch: u64,
-    label: u32,
-}
-
-/// 4096 pages (160 KiB): a column walk over a matrix touches a new page every
-/// access (matmul 700: 957 pages a matrix); at 256 every access missed and was
-/// resolved in full, two thirds of naming it.
-const PAGE_BITS: u32 = 12;
-
 struct Worker<'a> {
     sh: &'a Shared<'a>,
     res: Resolver,
     acc: Accum,
-    cache: Vec<Entry>,
+    cache: LabelCache,
     fs: FnStarts,
     epochs: u64,
-    pages: Vec<PageEntry>,
 }
 
 /// The state of the chunk being attributed.
@@ -101,13 +61,9 @@ impl<'a> Worker<'a> {
             sh,
             res: Resolver::new(sh.sym, g, true),
             acc: Accum::default(),
-            cache: vec![EMPTY; 1 << CACHE_BITS],
+            cache: LabelCache::new(),
             fs: FnStarts::default(),
             epochs: 0,
-            pages: vec![
-                PageEntry { page: u64::MAX, lo: 0, hi: 0, epoch: 0, label: 0 };
-                1 << PAGE_BITS
-            ],
         }
     }
 
@@ -198,36 +154,9 @@ impl<'a> Worker<'a> {
     /// The label of an access: one probe when cached and still valid.
     #[inline(always)]
     fn label(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr) -> u32 {
-        // the page table first: a walk over a large block (a sort's array) misses
-        // the (pc, address) cache every time, and stays on one entry here
-        let page = addr.0 >> 12;
-        let p = &self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)];
-        if p.page == page && addr.0 >= p.lo && addr.0 < p.hi && p.epoch == cur.tepoch {
-            return p.label;
-        }
-        let h = ((pc.0.rotate_left(29) ^ addr.0).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            >> (64 - CACHE_BITS)) as usize;
-        let e = self.cache[h];
-        if e.pc == pc.0
-            && e.addr == addr.0
-            && e.label != u32::MAX
-            && index >= e.from
-            && index < e.to
-            && match e.dep {
-                ALWAYS => true,
-                THREAD => e.epoch == cur.tepoch,
-                _ => e.epoch == cur.fepoch,
-            }
-        {
-            return e.label;
-        }
-        self.miss(cur, index, pc, addr, h)
-    }
-
-    #[inline(never)]
-    fn miss(&mut self, cur: &Cursor<'_>, index: u64, pc: Pc, addr: Addr, h: usize) -> u32 {
         let a = Access { thread: cur.thread, st: &cur.st, index, pc, addr, tepoch: cur.tepoch };
-        let r = self.res.resolve(self.sh, &a, || {
+        let ep = Epochs { thread: cur.tepoch, frame: cur.fepoch };
+        self.cache.label(&mut self.res, self.sh, &a, ep, || {
             let mut threads: FastMap<ThreadId, Option<(u64, u64)>> = FastMap::default();
             for &(t, s) in cur.earlier {
                 threads.insert(t, s);
@@ -236,42 +165,7 @@ impl<'a> Worker<'a> {
                 threads.insert(cur.thread, cur.st.stack);
             }
             threads
-        });
-        if let (Some((lo, hi)), THREAD) = (r.region, r.dep) {
-            self.note_page(cur, addr, lo, hi, r.id);
-        }
-        let (label, dep, span) = (r.id, r.dep, r.span);
-        let epoch = match dep {
-            ALWAYS => 0,
-            THREAD => cur.tepoch,
-            _ => cur.fepoch,
-        };
-        self.cache[h] =
-            Entry { pc: pc.0, addr: addr.0, label, dep, epoch, from: span.start, to: span.end };
-        label
-    }
-
-    /// Remembers that the part of `addr`'s page in heap range `[lo, hi)` is named
-    /// `id`, if nothing resolve looks at before the heap can differ within it: no
-    /// module, nor the thread's stack or static TLS, touches the page.
-    fn note_page(&mut self, cur: &Cursor<'_>, addr: Addr, lo: u64, hi: u64, id: u32) {
-        let page = addr.0 >> 12;
-        let (first, last) = (page << 12, (page << 12) | 0xfff);
-        let st = &cur.st;
-        if st.stack.is_some_and(|(s, e)| s <= last && e > first)
-            || (st.tls != 0 && st.tls.saturating_sub(self.sh.tls_reach) <= last && st.tls > first)
-            || self.sh.sym.module_of(Addr(first)).is_some()
-            || self.sh.sym.module_of(Addr(last)).is_some()
-        {
-            return;
-        }
-        self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)] = PageEntry {
-            page,
-            lo: lo.max(first),
-            hi: hi.min(last + 1),
-            epoch: cur.tepoch,
-            label: id,
-        };
+        })
     }
 }
 

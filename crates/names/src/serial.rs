@@ -26,10 +26,11 @@ pub struct Naming<'a> {
 }
 
 /// Names every access of the trace in one serial pass of an
-/// [`Attributor`](crate::Attributor): the reference [`attribute_trace`] must agree with.
+/// [`Attributor`](crate::Attributor) that resolves each access in full: the
+/// reference [`attribute_trace`] and the attributor's label cache must agree with.
 pub fn attribute_trace_serial(n: Naming<'_>) -> Result<Attribution, Error> {
     let heap = HeapIndex::from_trace(n.trace, n.alloc_fns)?;
-    serial_with(n, heap)
+    serial_with(n, heap, false)
 }
 
 /// Heap bytes in large blocks above which [`attribute_trace_auto`] stays serial:
@@ -52,12 +53,15 @@ pub fn attribute_trace_auto(n: Naming<'_>, threads: usize) -> Result<Attribution
     if parallel && big <= PARALLEL_MAX_BIG_HEAP {
         return attribute_trace(n, threads);
     }
-    serial_with(n, heap)
+    serial_with(n, heap, true)
 }
 
-fn serial_with(n: Naming<'_>, heap: HeapIndex) -> Result<Attribution, Error> {
+fn serial_with(n: Naming<'_>, heap: HeapIndex, cached: bool) -> Result<Attribution, Error> {
     let r = n.trace;
     let mut a = crate::Attributor::new(n.sym, heap, n.maps);
+    if !cached {
+        a.set_uncached();
+    }
     a.set_site_namer(n.site_namer);
     a.set_granularity(n.granularity);
     let mut acc = Accum::default();

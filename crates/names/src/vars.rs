@@ -65,8 +65,10 @@ impl<'a> TraceNamer<'a> {
 /// thread's stream order (any interleaving of threads).
 pub struct AccessNames<'a> {
     attr: Attributor<'a>,
-    /// Per thread: the index of its next event.
+    /// Per thread but `current`'s: the index of its next event.
     next: FastMap<ThreadId, u64>,
+    /// The thread of the last event and the index of its next one.
+    current: Option<(ThreadId, u64)>,
 }
 
 impl<'a> AccessNames<'a> {
@@ -74,13 +76,22 @@ impl<'a> AccessNames<'a> {
     pub fn new(r: &TraceReader, names: &'a Names) -> Result<Self, Error> {
         let mut attr = attributor(r, names)?;
         attr.set_granularity(Granularity::Variable);
-        Ok(AccessNames { attr, next: FastMap::default() })
+        Ok(AccessNames { attr, next: FastMap::default(), current: None })
     }
 }
 
 impl AccessNamer for AccessNames<'_> {
     fn observe(&mut self, thread: ThreadId, ev: &Event) -> Option<u32> {
-        let n = self.next.entry(thread).or_insert(0);
+        // the thread of the last event keeps its count here, the others in `next`
+        let n = match &mut self.current {
+            Some((t, n)) if *t == thread => n,
+            cur => {
+                if let Some((t, n)) = *cur {
+                    self.next.insert(t, n);
+                }
+                &mut cur.insert((thread, self.next.get(&thread).copied().unwrap_or(0))).1
+            }
+        };
         let index = *n;
         *n += 1;
         match *ev {

@@ -7,7 +7,10 @@ use memlens_format::{
     AccessKind, Addr, AllocKind, Event, EventBuffer, FreeKind, Pc, RmwOp, ThreadId, TraceReader,
     TraceWriter,
 };
-use memlens_names::{attribute_trace, attribute_trace_serial, Attribution, Granularity, Naming};
+use memlens_names::{
+    attribute_trace, attribute_trace_serial, Attribution, Attributor, Granularity, HeapIndex,
+    Naming,
+};
 use memlens_symbols::Symbolizer;
 
 struct Rng(u64);
@@ -214,6 +217,91 @@ fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
                 let par = attribute_trace(naming(), workers).unwrap();
                 assert_eq!(rows(&par), rows(&serial), "seed {seed}, {g:?}, {workers} workers");
             }
+        }
+    }
+}
+
+/// The viewer's and the kernels' attributor names the accesses of all threads
+/// interleaved, in merged order, through its label cache: every answer equals the
+/// uncached resolution's, whatever the order the threads' events come in (frames
+/// entered and left, threads appearing, blocks reused across threads) and with
+/// the thread-less lookups `Namer::data` makes in between.
+#[test]
+fn the_label_cache_answers_as_the_full_resolution_in_any_interleaving() {
+    let sym = Symbolizer::new(&[]);
+    let no_alloc_fns = memlens_analysis::heap::AllocFns::default();
+    for seed in 1..=12u64 {
+        let mut rng = Rng(0x5EED_0000_1234_5678 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let path = std::env::temp_dir()
+            .join(format!("memlens-names-cache-{}-{seed}.trace", std::process::id()));
+        write(&path, &mut rng);
+        let r = TraceReader::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for g in [Granularity::Field, Granularity::Variable] {
+            let heap = || HeapIndex::from_trace(&r, &no_alloc_fns).unwrap();
+            let mut cached = Attributor::new(&sym, heap(), None);
+            let mut full = Attributor::new(&sym, heap(), None);
+            full.set_uncached();
+            for a in [&mut cached, &mut full] {
+                a.set_site_namer(|pc: Pc| format!("site{:x}", pc.0));
+                a.set_granularity(g);
+            }
+            let threads: Vec<ThreadId> = r.streams().iter().map(|s| s.thread).collect();
+            let mut its: Vec<_> = threads.iter().map(|&t| r.events(t)).collect();
+            let (mut named, mut live) = (0, its.len());
+            while live > 0 {
+                let k = rng.below(its.len() as u64) as usize;
+                // a run of this thread's events, then maybe another thread's
+                for _ in 0..1 + rng.below(40) {
+                    let Some(ev) = its[k].next() else {
+                        live -= 1;
+                        break;
+                    };
+                    let (ev, i, t) = (ev.unwrap(), its[k].index(), threads[k]);
+                    let (pc, addr) = match ev {
+                        Event::Access { pc, addr, .. }
+                        | Event::Range { pc, addr, .. }
+                        | Event::Rmw { pc, addr, .. } => (pc, addr),
+                        _ => {
+                            cached.observe(t, &ev);
+                            full.observe(t, &ev);
+                            continue;
+                        }
+                    };
+                    let (c, f) = (cached.attribute(t, i, pc, addr), full.attribute(t, i, pc, addr));
+                    assert_eq!(
+                        cached.label(c).display(),
+                        full.label(f).display(),
+                        "seed {seed}, {g:?}: {t:?} event {i} at {addr:?}"
+                    );
+                    named += 1;
+                    if rng.below(8) == 0 {
+                        // another thread's stack: named after it once it started
+                        let o = rng.below(threads.len() as u64 + 1);
+                        let x = Addr(0x7f00_0000_0000 + o * STACK + STACK - 512 + rng.below(8) * 8);
+                        let (c, f) = (cached.attribute(t, i, pc, x), full.attribute(t, i, pc, x));
+                        assert_eq!(
+                            cached.label(c).display(),
+                            full.label(f).display(),
+                            "seed {seed}"
+                        );
+                    }
+                    if rng.below(16) == 0 {
+                        let (u, x) = (ThreadId(u32::MAX), Addr(addr.0 + 8 * rng.below(3)));
+                        let (c, f) = (
+                            cached.attribute(u, u64::MAX, Pc(0), x),
+                            full.attribute(u, u64::MAX, Pc(0), x),
+                        );
+                        assert_eq!(
+                            cached.label(c).display(),
+                            full.label(f).display(),
+                            "seed {seed}"
+                        );
+                    }
+                }
+                // an exhausted stream's iterator keeps answering None
+            }
+            assert!(named > 1000, "seed {seed}: {named} accesses named");
         }
     }
 }
