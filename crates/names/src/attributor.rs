@@ -176,10 +176,11 @@ impl<'s> Attributor<'s> {
         let mut slot = 0;
         if self.cache.is_some() {
             ep = self.epochs_of(thread);
-            match self.cache.as_ref().map(|c| c.probe(pc.0, addr.0, index, ep)) {
-                Some(Ok(id)) => return id,
-                Some(Err(h)) => slot = h,
-                None => {}
+            if let Some(c) = &self.cache {
+                match c.probe(pc.0, addr.0, index, ep) {
+                    Ok(id) => return id,
+                    Err(h) => slot = h,
+                }
             }
         }
         self.resolve(thread, index, pc, addr, ep, slot)

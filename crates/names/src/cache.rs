@@ -22,6 +22,18 @@ pub(crate) struct Epochs {
     pub(crate) frame: u64,
 }
 
+impl Epochs {
+    /// The epoch an answer with dependency `dep` holds for (0: always).
+    #[inline(always)]
+    fn of(self, dep: u8) -> u64 {
+        match dep {
+            ALWAYS => 0,
+            THREAD => self.thread,
+            _ => self.frame,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Entry {
     pc: u64,
@@ -112,11 +124,7 @@ impl LabelCache {
             && e.label != u32::MAX
             && index >= e.from
             && index < e.to
-            && match e.dep {
-                ALWAYS => true,
-                THREAD => e.epoch == ep.thread,
-                _ => e.epoch == ep.frame,
-            }
+            && e.epoch == ep.of(e.dep)
         {
             return Ok(e.label);
         }
@@ -140,11 +148,7 @@ impl LabelCache {
             self.note_page(sh, a, ep, lo, hi, r.id);
         }
         let (label, dep, span) = (r.id, r.dep, r.span);
-        let epoch = match dep {
-            ALWAYS => 0,
-            THREAD => ep.thread,
-            _ => ep.frame,
-        };
+        let epoch = ep.of(dep);
         self.cache[h] =
             Entry { pc: a.pc.0, addr: a.addr.0, label, dep, epoch, from: span.start, to: span.end };
         label
