@@ -23,7 +23,12 @@
 // Built by crates/pass/build.rs against the llvm-22 headers; loaded by
 // `clang -fpass-plugin=`.
 
+#include "llvm/Analysis/AssumptionCache.h"
+#include "llvm/Analysis/LoopInfo.h"
+#include "llvm/Analysis/ScalarEvolution.h"
+#include "llvm/Analysis/ScalarEvolutionExpressions.h"
 #include "llvm/IR/Constants.h"
+#include "llvm/IR/Dominators.h"
 #include "llvm/IR/DataLayout.h"
 #include "llvm/IR/Function.h"
 #include "llvm/IR/IRBuilder.h"
@@ -35,6 +40,16 @@
 #include "llvm/IR/PassManager.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Plugins/PassPlugin.h"
+#include "llvm/Transforms/Utils/BasicBlockUtils.h"
+#include "llvm/Transforms/Utils/Cloning.h"
+#include "llvm/Transforms/Utils/LoopSimplify.h"
+#include "llvm/Transforms/Utils/LoopUtils.h"
+#include "llvm/Transforms/Utils/ScalarEvolutionExpander.h"
+#include "llvm/Transforms/Utils/ValueMapper.h"
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <string>
 
 using namespace llvm;
 
@@ -289,10 +304,314 @@ struct Instrumenter {
   }
 };
 
+
+// ---- Loops recorded as runs (see crates/rt/src/loops.rs) ----
+//
+// An innermost loop whose every iteration runs its whole body (one exiting
+// block, the latch, dominated by every block with an access), with no call and
+// no atomic or volatile access, whose addresses are all affine in the iteration
+// and whose trip count SCEV can compute, is versioned: the copy TSan
+// instruments, taken while the runtime's `__memlens_runs_off` is set, and a
+// bare copy whose exit calls `__memlens_loop_run(desc, starts_and_strides,
+// trips)`. The runtime writes the same events, as two iterations and a
+// `repeat`: no call per access. `MEMLENS_LOOP_RUNS=0` at compile time turns
+// this off.
+
+struct RunAccess {
+  Instruction *I;
+  const SCEV *Start, *Step;
+  uint64_t Info; // len << 2 | range << 1 | write
+};
+
+// Calls that record nothing and cannot reach code that does.
+bool quietCall(Instruction &I) {
+  auto *II = dyn_cast<IntrinsicInst>(&I);
+  if (!II)
+    return false;
+  if (II->isDebugOrPseudoInst() || II->isAssumeLikeIntrinsic())
+    return true;
+  switch (II->getIntrinsicID()) {
+  case Intrinsic::lifetime_start:
+  case Intrinsic::lifetime_end:
+    return true;
+  default:
+    return !II->mayReadOrWriteMemory() && !II->mayHaveSideEffects();
+  }
+}
+
+struct LoopRuns {
+  Module &M;
+  LLVMContext &C;
+  const DataLayout &DL;
+  Type *I64, *I8, *Ptr, *Void;
+  unsigned Done = 0;
+
+  explicit LoopRuns(Module &M)
+      : M(M), C(M.getContext()), DL(M.getDataLayout()), I64(Type::getInt64Ty(C)),
+        I8(Type::getInt8Ty(C)), Ptr(PointerType::getUnqual(C)), Void(Type::getVoidTy(C)) {}
+
+  MDNode *quiet() { return MDNode::get(C, {}); }
+
+  static bool marked(Loop *L) {
+    return L->getLoopLatch() && L->getLoopLatch()->getTerminator()->getMetadata("memlens.run");
+  }
+
+  // Why the last loop `collect` looked at is not a run.
+  const char *Why = "";
+  bool no(const char *W) {
+    Why = W;
+    return false;
+  }
+
+  // The accesses of L in program order, or false (and `Why`) when L is not a
+  // simple loop.
+  bool collect(Loop *L, ScalarEvolution &SE, DominatorTree &DT, LoopInfo &LI,
+               AssumptionCache &AC, SmallVectorImpl<RunAccess> &Out, const SCEV *&BTC) {
+    if (!L->isInnermost() || marked(L))
+      return no("not innermost");
+    if (!L->getLoopLatch() || L->getExitingBlock() != L->getLoopLatch())
+      return no("more than one exit, or one before the latch");
+    // The end of the pipeline leaves loops without their own preheader or exit.
+    if (!L->isLoopSimplifyForm())
+      simplifyLoop(L, &DT, &LI, &SE, &AC, nullptr, false);
+    if (!L->isLoopSimplifyForm())
+      return no("no preheader");
+    BasicBlock *Latch = L->getLoopLatch();
+    if (L->getExitingBlock() != Latch || !L->getExitBlock())
+      return no("more than one exit");
+    SCEVExpander Check(SE, "memlens");
+    SmallVector<BasicBlock *, 8> Blocks(L->blocks());
+    std::sort(Blocks.begin(), Blocks.end(), [&](BasicBlock *A, BasicBlock *B) {
+      return DT.getNode(A)->getLevel() < DT.getNode(B)->getLevel();
+    });
+    for (BasicBlock *BB : Blocks) {
+      bool EveryIteration = DT.dominates(BB, Latch);
+      for (Instruction &I : *BB) {
+        if (I.hasMetadata(LLVMContext::MD_nosanitize))
+          continue;
+        if (isa<CallBase>(I)) {
+          if (!quietCall(I))
+            return no("a call");
+          continue;
+        }
+        Value *Addr;
+        Type *Ty;
+        bool Write;
+        if (auto *Ld = dyn_cast<LoadInst>(&I)) {
+          if (!Ld->isSimple())
+            return no("an atomic or volatile load");
+          Addr = Ld->getPointerOperand();
+          Ty = Ld->getType();
+          Write = false;
+        } else if (auto *St = dyn_cast<StoreInst>(&I)) {
+          if (!St->isSimple())
+            return no("an atomic or volatile store");
+          Addr = St->getPointerOperand();
+          Ty = St->getValueOperand()->getType();
+          Write = true;
+        } else {
+          if (I.mayReadOrWriteMemory())
+            return no("another memory operation");
+          continue;
+        }
+        if (!instrumentableAddress(Addr))
+          continue; // neither TSan nor this pass records it
+        TypeSize TS = DL.getTypeStoreSize(Ty);
+        if (!EveryIteration)
+          return no("an access not made by every iteration");
+        if (TS.isScalable() || TS.getFixedValue() == 0)
+          return no("a scalable or empty access");
+        uint64_t Bytes = TS.getFixedValue();
+        const SCEV *S = SE.getSCEV(Addr);
+        const SCEV *Start, *Step;
+        if (SE.isLoopInvariant(S, L)) {
+          Start = S;
+          Step = SE.getZero(I64);
+        } else if (auto *AR = dyn_cast<SCEVAddRecExpr>(S);
+                   AR && AR->getLoop() == L && AR->isAffine()) {
+          Start = AR->getStart();
+          Step = AR->getStepRecurrence(SE);
+        } else {
+          return no("an address not affine in the iteration");
+        }
+        if (!Check.isSafeToExpand(Start) || !Check.isSafeToExpand(Step) ||
+            !Step->getType()->isIntegerTy())
+          return no("an address not computable before the loop");
+        uint64_t Info = Bytes << 2 | (tsanWidth(Bytes) ? 0 : 2) | (Write ? 1 : 0);
+        Out.push_back({&I, Start, Step, Info});
+      }
+    }
+    if (Out.empty())
+      return no("no access");
+    BTC = SE.getBackedgeTakenCount(L);
+    if (isa<SCEVCouldNotCompute>(BTC) || !BTC->getType()->isIntegerTy())
+      return no("trip count unknown before the loop");
+    if (!Check.isSafeToExpand(BTC))
+      return no("trip count not computable");
+    if (Out.size() > 64)
+      return no("more than 64 accesses");
+    return true;
+  }
+
+  GlobalVariable *descriptor(ArrayRef<RunAccess> Accs) {
+    size_t N = Accs.size();
+    auto *Arr = ArrayType::get(I64, N);
+    auto *Ty = StructType::get(C, {I64, I64, Arr, Arr});
+    SmallVector<Constant *, 64> Infos, Zeros;
+    for (const RunAccess &A : Accs) {
+      Infos.push_back(ConstantInt::get(I64, A.Info));
+      Zeros.push_back(ConstantInt::get(I64, 0));
+    }
+    auto *Init = ConstantStruct::get(
+        Ty, {ConstantInt::get(I64, N), ConstantInt::get(I64, 0), ConstantArray::get(Arr, Infos),
+             ConstantArray::get(Arr, Zeros)});
+    return new GlobalVariable(M, Ty, false, GlobalValue::PrivateLinkage, Init, "memlens.loop");
+  }
+
+  void transform(Function &F, Loop *L, ArrayRef<RunAccess> Accs, const SCEV *BTC, LoopInfo &LI,
+                 DominatorTree &DT, ScalarEvolution &SE) {
+    formLCSSA(*L, DT, &LI, &SE);
+    BasicBlock *Latch = L->getLoopLatch();
+    BasicBlock *Exit = L->getExitBlock();
+    Latch->getTerminator()->setMetadata("memlens.run", quiet());
+
+    // The instrumented copy, entered while the runtime says so.
+    BasicBlock *Check = L->getLoopPreheader();
+    BasicBlock *PH = SplitBlock(Check, Check->getTerminator(), &DT, &LI, nullptr, "memlens.ph");
+    ValueToValueMapTy VMap;
+    SmallVector<BasicBlock *, 8> Cloned;
+    Loop *NL = cloneLoopWithPreheader(PH, Check, L, VMap, ".memlens.each", &LI, &DT, Cloned);
+    remapInstructionsInBlocks(Cloned, VMap);
+    auto *NLatch = cast<BasicBlock>(VMap[Latch]);
+    for (PHINode &P : Exit->phis()) {
+      Value *V = P.getIncomingValueForBlock(Latch);
+      Value *NV = VMap.lookup(V);
+      P.addIncoming(NV ? NV : V, NLatch);
+    }
+    Instruction *Old = Check->getTerminator();
+    IRBuilder<> B(Old);
+    auto *Off = M.getOrInsertGlobal("__memlens_runs_off", I8);
+    LoadInst *Flag = B.CreateLoad(I8, Off);
+    Flag->setMetadata(LLVMContext::MD_nosanitize, quiet());
+    B.CreateCondBr(B.CreateICmpNE(Flag, ConstantInt::get(I8, 0)), NL->getLoopPreheader(), PH);
+    Old->eraseFromParent();
+    DT.changeImmediateDominator(Exit, Check);
+
+    // The bare copy: nothing in it is recorded as it runs.
+    for (const RunAccess &A : Accs)
+      A.I->setMetadata(LLVMContext::MD_nosanitize, quiet());
+
+    // Its exit: the run.
+    BasicBlock *RunBB = SplitEdge(Latch, Exit, &DT, &LI, nullptr, "memlens.run");
+    Instruction *At = RunBB->getTerminator();
+    SCEVExpander Exp(SE, "memlens");
+    DebugLoc Loc = Latch->getTerminator()->getDebugLoc();
+    Value *BTCv = Exp.expandCodeFor(BTC, BTC->getType(), At);
+    IRBuilder<> R(At);
+    R.SetCurrentDebugLocation(Loc);
+    Value *Trips = R.CreateAdd(R.CreateZExtOrTrunc(BTCv, I64), ConstantInt::get(I64, 1));
+    size_t N = Accs.size();
+    IRBuilder<> E(&*F.getEntryBlock().getFirstInsertionPt());
+    auto *ArrTy = ArrayType::get(I64, 2 * N);
+    AllocaInst *Arr = E.CreateAlloca(ArrTy, nullptr, "memlens.run.args");
+    for (size_t J = 0; J < N; J++) {
+      Value *Start = Exp.expandCodeFor(Accs[J].Start, Accs[J].Start->getType(), At);
+      Value *Step = Exp.expandCodeFor(Accs[J].Step, Accs[J].Step->getType(), At);
+      R.SetInsertPoint(At);
+      R.SetCurrentDebugLocation(Loc);
+      Value *S = Start->getType()->isPointerTy() ? R.CreatePtrToInt(Start, I64)
+                                                  : R.CreateSExtOrTrunc(Start, I64);
+      Value *St = R.CreateSExtOrTrunc(Step, I64);
+      for (auto [K, V] : {std::pair<size_t, Value *>{2 * J, S}, {2 * J + 1, St}}) {
+        Value *Slot = R.CreateConstInBoundsGEP2_64(ArrTy, Arr, 0, K);
+        R.CreateStore(V, Slot)->setMetadata(LLVMContext::MD_nosanitize, quiet());
+      }
+    }
+    GlobalVariable *Desc = descriptor(Accs);
+    // The first time, the code addresses: one call per access, at its location.
+    Value *ReadyP = R.CreateConstInBoundsGEP2_32(Desc->getValueType(), Desc, 0, 1);
+    LoadInst *Ready = R.CreateLoad(I64, ReadyP);
+    Ready->setMetadata(LLVMContext::MD_nosanitize, quiet());
+    Instruction *Then =
+        SplitBlockAndInsertIfThen(R.CreateICmpEQ(Ready, ConstantInt::get(I64, 0)), At, false);
+    FunctionCallee PcFn = M.getOrInsertFunction("__memlens_loop_pc",
+                                                FunctionType::get(Void, {Ptr, I64}, false));
+    IRBuilder<> P(Then);
+    for (size_t J = 0; J < N; J++) {
+      CallInst *CI = P.CreateCall(PcFn, {Desc, ConstantInt::get(I64, J)});
+      CI->setDebugLoc(Accs[J].I->getDebugLoc());
+    }
+    // (SplitBlockAndInsertIfThen moved `At` into the tail block.)
+    IRBuilder<> T(At);
+    T.SetCurrentDebugLocation(Loc);
+    FunctionCallee RunFn = M.getOrInsertFunction(
+        "__memlens_loop_run", FunctionType::get(Void, {Ptr, Ptr, I64}, false));
+    T.CreateCall(RunFn, {Desc, Arr, Trips});
+    Done++;
+  }
+
+  // `MEMLENS_LOOP_RUNS=why`: a line on stderr per innermost loop.
+  bool Explain = false;
+  std::set<std::pair<Function *, BasicBlock *>> Explained;
+  void explain(Function &F, Loop *L, const char *Why, size_t N = 0) {
+    if (!Explained.insert({&F, L->getHeader()}).second)
+      return;
+    DebugLoc D = L->getStartLoc();
+    errs() << "memlens: loop at " << (D ? D->getFilename() : "?") << ":"
+           << (D ? D->getLine() : 0) << " in " << F.getName() << ": ";
+    if (Why)
+      errs() << "not a run (" << Why << ")\n";
+    else
+      errs() << "run of " << N << " accesses an iteration\n";
+  }
+
+  bool function(Function &F, FunctionAnalysisManager &FAM) {
+    if (F.isDeclaration() || !F.hasFnAttribute(Attribute::SanitizeThread) ||
+        F.hasFnAttribute(Attribute::Naked) || F.hasFnAttribute(Attribute::OptimizeNone) ||
+        F.hasFnAttribute(Attribute::DisableSanitizerInstrumentation))
+      return false;
+    bool Changed = false;
+    for (;;) {
+      auto &LI = FAM.getResult<LoopAnalysis>(F);
+      auto &DT = FAM.getResult<DominatorTreeAnalysis>(F);
+      auto &SE = FAM.getResult<ScalarEvolutionAnalysis>(F);
+      auto &AC = FAM.getResult<AssumptionAnalysis>(F);
+      Loop *Pick = nullptr;
+      SmallVector<RunAccess, 16> Accs;
+      const SCEV *BTC = nullptr;
+      for (Loop *L : LI.getLoopsInPreorder()) {
+        Accs.clear();
+        if (collect(L, SE, DT, LI, AC, Accs, BTC)) {
+          Pick = L;
+          break;
+        }
+        if (Explain && L->isInnermost() && !marked(L))
+          explain(F, L, Why);
+      }
+      if (!Pick)
+        break;
+      if (Explain)
+        explain(F, Pick, nullptr, Accs.size());
+      transform(F, Pick, Accs, BTC, LI, DT, SE);
+      Changed = true;
+      FAM.invalidate(F, PreservedAnalyses::none());
+    }
+    return Changed;
+  }
+};
+
 struct MemlensPass : PassInfoMixin<MemlensPass> {
-  PreservedAnalyses run(Module &M, ModuleAnalysisManager &) {
+  PreservedAnalyses run(Module &M, ModuleAnalysisManager &MAM) {
     Instrumenter In(M);
     bool Changed = false;
+    const char *Runs = std::getenv("MEMLENS_LOOP_RUNS");
+    if (!Runs || std::string(Runs) != "0") {
+      auto &FAM = MAM.getResult<FunctionAnalysisManagerModuleProxy>(M).getManager();
+      LoopRuns LR(M);
+      LR.Explain = Runs && std::string(Runs) == "why";
+      for (Function &F : M)
+        Changed |= LR.function(F, FAM);
+    }
     for (Function &F : M)
       Changed |= In.function(F);
     return Changed ? PreservedAnalyses::none() : PreservedAnalyses::all();

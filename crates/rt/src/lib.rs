@@ -137,6 +137,7 @@ mod liveheap;
 mod liveprobe;
 mod livetrace;
 mod livewatch;
+mod loops;
 mod modules;
 mod options;
 mod order;

@@ -128,12 +128,14 @@ pub(crate) fn start(addr: u64, size: u64) {
     LO.store(addr, Relaxed);
     HI.store(addr + size, Relaxed);
     ON.store(true, Release);
+    crate::loops::refresh();
 }
 
 /// Stops watching (the probe was removed).
 pub(crate) fn stop() {
     ON.store(false, Relaxed);
     HI.store(0, Relaxed);
+    crate::loops::refresh();
 }
 
 /// Totals: (loads, stores, dropped, the watched bytes now as a little-endian

@@ -135,6 +135,7 @@ pub(crate) fn configure(mode: u8, locks: usize, line: usize, cas_as_write: bool)
     let skew = env_flag("MEMLENS_ORDER_SKEW");
     SKEW.store(skew, SeqCst);
     MODE.store(mode, SeqCst);
+    crate::loops::refresh();
 }
 
 /// The mode in force.

@@ -117,6 +117,14 @@ pub(crate) unsafe fn access<const TAG: u8>(pc: u64, addr: u64) {
     }
 }
 
+/// A load or store whose tag is known only at run time (a loop's run, `loops.rs`).
+#[inline(always)]
+pub(crate) unsafe fn access_tagged(tag: u8, pc: u64, addr: u64) {
+    if !fast(ts(), access_class(tag), |e, p| e.access(p, tag, pc, addr)) {
+        slow_access(tag, pc, addr);
+    }
+}
+
 /// An atomic load or store whose value is known.
 #[inline(always)]
 pub(crate) unsafe fn atomic_access<const TAG: u8>(pc: u64, addr: u64, value: u64) {

@@ -239,6 +239,13 @@ impl ThreadState {
         a.store(a.load(Relaxed).wrapping_add(1), Relaxed);
     }
 
+    /// Counts `n` events of `c` (a loop's run, see `loops.rs`).
+    #[inline]
+    pub(crate) fn bump_by(&self, c: usize, n: u32) {
+        let a = &self.cnt[c];
+        a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
     /// The encoder.
     ///
     /// # Safety

@@ -24,6 +24,7 @@ mod live_mem;
 mod live_pads;
 mod live_probes;
 mod live_trace;
+mod loops;
 mod names;
 mod order;
 mod parallel_read;

@@ -72,6 +72,39 @@ impl Encoder {
         p
     }
 
+    /// Writes a `repeat` (see `fold.rs`): the `events` events just written, whose
+    /// bytes are the last `ops` op bytes before `p` and the last `side` side bytes,
+    /// happen `count` more times. The predictor must then be moved to the state after
+    /// the last copy with [`Encoder::replay`], as a reader's decoding leaves it.
+    ///
+    /// # Safety
+    /// `p` must be valid for [`super::MAX_REPEAT_LEN`] bytes.
+    #[inline]
+    pub unsafe fn repeat(
+        &mut self,
+        p: *mut u8,
+        ops: u64,
+        side: u64,
+        count: u64,
+        events: u64,
+    ) -> *mut u8 {
+        p.write(tag::REPEAT);
+        let mut p = p.add(1);
+        for v in [ops, side, count, events] {
+            p = varint::put(p, v);
+        }
+        p
+    }
+
+    /// Moves the predictor as encoding a load/store or range of `pc` at `addr`
+    /// would, writing nothing (after a [`Encoder::repeat`], once per event of the
+    /// last copy, in order).
+    #[inline]
+    pub fn replay(&mut self, pc: u64, addr: u64) {
+        self.pred.pc_delta(pc);
+        self.pred.addr_delta(pc, addr);
+    }
+
     /// Encodes a load/store followed by its value.
     ///
     /// # Safety

@@ -64,6 +64,8 @@ pub const MAX_ACCESS_LEN: usize = 2 + 3 * MAX_VARINT;
 
 /// Most side-stream bytes one event writes.
 pub const MAX_SIDE_LEN: usize = 2 * MAX_VARINT;
+/// Most op bytes a `repeat` takes (tag and four varints).
+pub const MAX_REPEAT_LEN: usize = 1 + 4 * MAX_VARINT;
 
 /// Most side-stream bytes an event writes per op-stream byte (an entry: two
 /// bytes of tag and pc, two varints of call site and frame). A side buffer of

@@ -1,0 +1,242 @@
+//! Loops recorded as runs (crates/rt/src/loops.rs, crates/pass): clang builds
+//! tests/programs/loops.c with its simple loops versioned. One binary, recorded
+//! with runs on and off (`MEMLENS_LOOP_RUNS`, so the instrumented copy runs),
+//! must give the same events with the same names, files, lines and columns; the
+//! marked lines must have the bytes the code reads and writes; the loops that
+//! can be runs must call the runtime, the one with a branch must not.
+
+use crate::util::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+const SRC: &str = "loops.c";
+
+fn avx2() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx2"))
+}
+
+/// Functions of `exe` whose code calls `__memlens_loop_run`, with the count.
+fn runs_per_function(exe: &Path) -> BTreeMap<String, usize> {
+    let out = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(exe).output();
+    let out = out.expect("objdump (binutils) is needed");
+    let mut per = BTreeMap::new();
+    let mut func = String::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = l.strip_suffix(">:").and_then(|h| h.split_once(" <")).map(|x| x.1) {
+            func = name.to_string();
+        } else if l.contains("call") && l.contains("<__memlens_loop_run") {
+            *per.entry(func.clone()).or_insert(0) += 1;
+        }
+    }
+    per
+}
+
+/// `memlens dump`, each thread's events on their own, without what differs
+/// between the two copies of a loop or between two runs: the code address, the
+/// event index, time stamps, clocks and the tid. Threads are named by where
+/// their stacks are (which worker registers first is the scheduler's choice),
+/// and an address on a stack as an offset into it.
+fn events(trace: &Path) -> BTreeMap<String, Vec<String>> {
+    let out = run_memlens(&["dump", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "dump: {}", stderr(&out));
+    let text = stdout(&out);
+    let hex = |x: &str| u64::from_str_radix(x.strip_prefix("0x")?, 16).ok();
+    // (values may point into a thread's stack before its start is dumped)
+    let mut stacks: Vec<(u64, u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let r = l.split(' ').find_map(|x| x.strip_prefix("stack="))?;
+            let (lo, hi) = r.split_once("..")?;
+            Some((hex(lo)?, hex(hi)?, l.split(' ').next()?.to_string()))
+        })
+        .collect();
+    stacks.sort();
+    let name_of = |t: &str| match stacks.iter().position(|s| s.2 == t) {
+        Some(i) => format!("S{i}"),
+        None => t.to_string(),
+    };
+    let one = |v: &str| match hex(v) {
+        Some(a) => match stacks.iter().position(|s| s.0 <= a && a <= s.1) {
+            Some(i) => format!("S{i}stack-{}", stacks[i].1 - a),
+            None => v.to_string(),
+        },
+        None => v.to_string(),
+    };
+    let mut per: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // time stamps and synchronisation clocks depend on the scheduling
+    for l in text.lines().filter(|l| !l.contains(" time ") && !l.contains(" clock ")) {
+        let mut w = l.split(' ');
+        let thread = name_of(w.next().unwrap_or(""));
+        let _index = w.next();
+        let words: Vec<String> = w
+            .filter(|x| !x.starts_with("pc=") && !x.starts_with("tid="))
+            .map(|x| {
+                let (key, val) = x.split_once('=').unwrap_or(("", x));
+                let v = if key == "parent" {
+                    name_of(val)
+                } else {
+                    val.split("..").map(one).collect::<Vec<_>>().join("..")
+                };
+                if key.is_empty() {
+                    v
+                } else {
+                    format!("{key}={v}")
+                }
+            })
+            .collect();
+        per.entry(thread).or_default().push(words.join(" "));
+    }
+    per
+}
+
+/// Records `exe args` with ASLR off (so both runs see the same addresses) and
+/// `MEMLENS_LOOP_RUNS=runs` plus `env`.
+fn record_with(exe: &Path, trace: &Path, runs: &str, env: &[(&str, &str)], args: &[&str]) {
+    let out = Command::new("setarch")
+        .args(["-R"])
+        .arg(memlens())
+        .args(["record", "-q", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .env("MEMLENS_LOOP_RUNS", runs)
+        .envs(env.iter().copied())
+        .output()
+        .expect("setarch (util-linux) is needed");
+    assert!(out.status.success(), "record failed: {}", stderr(&out));
+}
+
+fn build_loops(dir: &Path, opts: &[&str]) -> std::path::PathBuf {
+    let exe = dir.join(format!("loops{}", opts.join("").replace(['-', '='], "_")));
+    let mut args = vec!["-g", "-pthread"];
+    args.extend_from_slice(opts);
+    let (src, out) = (programs().join(SRC), exe.to_str().unwrap().to_string());
+    args.extend_from_slice(&[src.to_str().unwrap(), "-o", &out]);
+    memlens_cc(Cc::Clang, false, &args);
+    exe
+}
+
+fn options() -> Vec<Vec<&'static str>> {
+    let mut v = vec![vec!["-O2"]];
+    if avx2() {
+        v.push(vec!["-O3", "-march=x86-64-v3"]);
+    }
+    v
+}
+
+#[test]
+fn runs_record_the_same_events_as_the_instrumented_loops() {
+    if Cc::all().len() < 2 {
+        return; // the pass is clang's
+    }
+    let dir = scratch("loops-same");
+    for opts in options() {
+        let exe = build_loops(&dir, &opts);
+        let per = runs_per_function(&exe);
+        for f in ["sum", "scale", "back", "accumulate", "fields", "narrow", "prefix", "wrap"] {
+            assert!(per.get(f).is_some_and(|&n| n >= 1), "{opts:?}: no run in {f}: {per:?}");
+        }
+        assert!(!per.contains_key("branchy"), "{opts:?}: a body with a branch became a run");
+        for (what, env) in [("plain", &[][..]), ("values", &[("MEMLENS_VALUES", "1")][..])] {
+            let (on, off) = (dir.join("a.trace"), dir.join("b.trace"));
+            record_with(&exe, &on, "1", env, &["1000", "2"]);
+            record_with(&exe, &off, "0", env, &["1000", "2"]);
+            let (a, b) = (events(&on), events(&off));
+            assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+            assert_eq!(a.len(), 3, "{opts:?} {what}: main and two workers");
+            for (t, a) in &a {
+                let b = &b[t];
+                assert!(a.len() > 20, "{opts:?} {what}: {t}: {} events", a.len());
+                if let Some(i) = (0..a.len().min(b.len())).find(|&i| a[i] != b[i]) {
+                    panic!(
+                        "{opts:?} {what}: {t} event {i} differs:\n on:  {}\n off: {}",
+                        a[i], b[i]
+                    );
+                }
+                assert_eq!(a.len(), b.len(), "{opts:?} {what}: {t}: event counts differ");
+            }
+            let total: usize = a.values().map(Vec::len).sum();
+            assert!(total > 20_000, "{opts:?} {what}: only {total} events");
+        }
+    }
+}
+
+#[test]
+fn runs_have_the_bytes_the_loops_touch() {
+    if Cc::all().len() < 2 {
+        return;
+    }
+    let dir = scratch("loops-bytes");
+    let (n, threads) = (1000u64, 2u64);
+    for opts in options() {
+        let exe = build_loops(&dir, &opts);
+        let trace = dir.join("t.trace");
+        record_with(&exe, &trace, "1", &[], &[&n.to_string(), &threads.to_string()]);
+        let rows = report(&trace, "line");
+        let at = |m: &str, k: &str| at_line(&rows, SRC, line_of(SRC, m), k);
+        let per = |r: u64, w: u64| (threads * r, threads * w);
+        let rw = |m: &str| (at(m, "bytes_read"), at(m, "bytes_written"));
+        // sum runs with 0, 1, 2, 3, 4 and n iterations
+        assert_eq!(rw("sum"), per((10 + n) * 8, 0), "{opts:?} sum");
+        assert_eq!(rw("scale"), per(n * 8, n * 8), "{opts:?} scale");
+        assert_eq!(rw("back"), per(n / 2 * 4, n / 2 * 4), "{opts:?} back");
+        assert_eq!(rw("narrow"), per(n, 2 * n), "{opts:?} narrow");
+        assert_eq!(rw("wrap"), per(0, 12), "{opts:?} wrap");
+        assert_eq!(rw("fill"), per(0, (n + n / 2) * 4), "{opts:?} fill");
+        let (r, w) = rw("prefix");
+        assert_eq!(w, threads * (n - 1) * 8, "{opts:?} prefix writes");
+        // a[i - 1] is read again or kept in a register
+        assert!(r == w || r == 2 * w, "{opts:?} prefix reads {r}");
+    }
+}
+
+#[test]
+fn a_long_run_spans_chunks_and_counts_as_the_loop() {
+    if Cc::all().len() < 2 {
+        return;
+    }
+    let dir = scratch("loops-long");
+    let exe = build_loops(&dir, &["-O2"]);
+    // 5 M iterations: more events than a chunk may stand for through repeats
+    let (on, off) = (dir.join("a.trace"), dir.join("b.trace"));
+    record_with(&exe, &on, "1", &[], &["5000000", "1"]);
+    record_with(&exe, &off, "0", &[], &["5000000", "1"]);
+    let (a, b) = (info(&on), info(&off));
+    for k in ["loads", "stores", "dropped"] {
+        assert_eq!(a[k], b[k], "{k}: runs on {} / off {}", a[k], b[k]);
+    }
+    assert_eq!(a["complete"], true, "{a}");
+    let by_line = |t: &Path| {
+        let out = run_memlens(&["report", "--by", "line", "--top", "0", t.to_str().unwrap()]);
+        stdout(&out)
+    };
+    assert_eq!(by_line(&on), by_line(&off));
+}
+
+#[test]
+fn why_names_each_loop_and_the_reason_it_is_not_a_run() {
+    if Cc::all().len() < 2 {
+        return;
+    }
+    require_runtime();
+    let dir = scratch("loops-why");
+    let out = Command::new(memlens())
+        .args(["cc", "-O2", "-g", "-pthread", "-c"])
+        .arg(programs().join(SRC))
+        .arg("-o")
+        .arg(dir.join("loops.o"))
+        .env("MEMLENS_CC", "clang-22")
+        .env("MEMLENS_LOOP_RUNS", "why")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = |f: &str| err.lines().filter(|l| l.contains(&format!(" in {f}: "))).count();
+    // a loop is named after its `for` line, the one above the marked body
+    let at = line_of(SRC, "sum") - 1;
+    assert!(err.contains(&format!("loops.c:{at} in sum: run of ")), "{err}");
+    assert!(err.contains(" in branchy: not a run ("), "{err}");
+    assert!(line("scale") >= 1 && line("main") >= 1, "{err}");
+}
