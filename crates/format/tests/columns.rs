@@ -258,6 +258,75 @@ proptest! {
         }
     }
 
+    /// A loop recorded as a run (the runtime's `loops.rs`: two iterations, then
+    /// [`Encoder::repeat`] and [`Encoder::replay`]) decodes to the loop's events
+    /// written out, by every decoder, before and after the writer's folding.
+    #[test]
+    fn runs_decode_as_their_loops(
+        before in arb_stream(),
+        after in arb_stream(),
+        items in proptest::collection::vec((arb_pc(), arb_addr(), -64i64..64, 0u8..5, any::<bool>()), 1..5),
+        trips in 3u64..60,
+        max in 1usize..5000,
+    ) {
+        let body: Vec<(u64, u64)> = items.iter().map(|&(pc, _, st, ..)| (pc.0, st as u64)).collect();
+        // (the runtime writes such a loop out instead)
+        prop_assume!(codec::repeats_alike(&body));
+        let at = |i: u64| -> Vec<Event> {
+            items.iter().map(|&(pc, addr, stride, lg, w)| Event::Access {
+                pc,
+                addr: Addr(addr.0.wrapping_add((stride as u64).wrapping_mul(i))),
+                size: 1 << lg,
+                kind: if w { AccessKind::Write } else { AccessKind::Read },
+                atomic: false,
+                value: None,
+            }).collect()
+        };
+        let (mut enc, mut s) = (Encoder::new(), codec::Streams::new());
+        let (mut plain_enc, mut plain) = (Encoder::new(), codec::Streams::new());
+        for e in &before {
+            enc.push(&mut s, e);
+            plain_enc.push(&mut plain, e);
+        }
+        for i in 0..trips {
+            for e in at(i) {
+                plain_enc.push(&mut plain, &e);
+            }
+        }
+        for e in at(0) {
+            enc.push(&mut s, &e);
+        }
+        let (bo, bs) = (s.ops.len(), s.side.len());
+        for e in at(1) {
+            enc.push(&mut s, &e);
+        }
+        let (lo, ls) = (s.ops.len() - bo, s.side.len() - bs);
+        let mut tag = [0u8; codec::MAX_REPEAT_LEN];
+        // SAFETY: `tag` holds MAX_REPEAT_LEN bytes.
+        let end = unsafe { enc.repeat(tag.as_mut_ptr(), lo as u64, ls as u64, trips - 2, items.len() as u64) };
+        s.ops.extend_from_slice(&tag[..end as usize - tag.as_ptr() as usize]);
+        for (e, &(pc, ..)) in at(trips - 1).iter().zip(&items) {
+            let Event::Access { addr, .. } = e else { unreachable!() };
+            enc.replay(pc.0, addr.0);
+        }
+        for e in after.iter().chain(before.iter()) {
+            enc.push(&mut s, e);
+            plain_enc.push(&mut plain, e);
+        }
+        let want = by_next(&plain.to_raw());
+        prop_assert!(want.1.is_none());
+        let raw = s.to_raw();
+        prop_assert_eq!(&by_next(&raw), &want);
+        prop_assert_eq!(&by_columns(&raw, max), &want);
+        prop_assert_eq!(by_counts(&raw), by_counts(&plain.to_raw()));
+        let mut folder = codec::Folder::new();
+        if let Some(f) = folder.fold(&s.ops, &s.side) {
+            let folded = f.to_raw();
+            prop_assert_eq!(&by_next(&folded), &want);
+            prop_assert_eq!(&by_columns(&folded, max), &want);
+        }
+    }
+
     #[test]
     fn garbage_decodes_alike(bytes in proptest::collection::vec(any::<u8>(), 0..400), max in 1usize..64) {
         prop_assert_eq!(by_columns(&bytes, max), by_next(&bytes));

@@ -23,8 +23,9 @@
 
 use crate::record;
 use crate::state::{self, class, guard_off, ts, BUSY};
+use core::mem::MaybeUninit;
 use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicU8, Ordering::*};
-use memlens_format::codec::{access_tag, MAX_ACCESS_LEN, MAX_REPEAT_LEN};
+use memlens_format::codec::{self, access_tag, MAX_ACCESS_LEN, MAX_REPEAT_LEN};
 use memlens_format::AccessKind;
 
 /// Set while loops must run instrumented (read by the pass's code at each loop).
@@ -98,7 +99,7 @@ entry!("C" fn __memlens_loop_pc = "__memlens_loop_pc"; (desc: *const LoopDesc, j
     ["mov rdx, qword ptr [rsp]"] => imp_loop_pc);
 
 /// One access of the body.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Item {
     pc: u64,
     addr: u64,
@@ -127,25 +128,38 @@ pub unsafe extern "C" fn __memlens_loop_run(desc: *const LoopDesc, arr: *const u
     if n == 0 || n > MAX_EVENTS || trip == 0 || d.ready.load(Acquire) == 0 {
         return;
     }
-    let mut items = [Item::default(); MAX_EVENTS];
-    for (j, it) in items[..n].iter_mut().enumerate() {
+    // Uninitialised, not zeroed: a zeroing of this size is a call to `memset`,
+    // which the runtime's own interposer would record.
+    let mut items = [const { MaybeUninit::<Item>::uninit() }; MAX_EVENTS];
+    let mut body = [const { MaybeUninit::<(u64, u64)>::uninit() }; MAX_EVENTS];
+    for j in 0..n {
         let info = d.info(j);
         let len = info >> 2;
         let write = info & INFO_WRITE != 0;
         let kind = if write { AccessKind::Write } else { AccessKind::Read };
-        *it = Item {
+        let it = items[j].write(Item {
             pc: d.pc(j).load(Relaxed),
             addr: *arr.add(2 * j),
             stride: *arr.add(2 * j + 1),
             len: if info & INFO_RANGE != 0 { len } else { 0 },
             write,
             tag: access_tag(kind, false, len.trailing_zeros() as u8),
-        };
+        });
+        body[j].write((it.pc, it.stride));
     }
-    let items = &items[..n];
+    // SAFETY: the first `n` of each were written just above.
+    let (items, body) = unsafe {
+        (
+            std::slice::from_raw_parts(items.as_ptr().cast::<Item>(), n),
+            std::slice::from_raw_parts(body.as_ptr().cast::<(u64, u64)>(), n),
+        )
+    };
+    // (else every iteration is written out: two pcs that share a prediction slot
+    // and move apart encode differently each time)
+    let foldable = codec::repeats_alike(body);
     let mut i = 0;
     while i < trip {
-        if trip - i >= 3 {
+        if foldable && trip - i >= 3 {
             if let Some(done) = fold(items, i, trip - i) {
                 i += done;
                 continue;

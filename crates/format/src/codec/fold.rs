@@ -9,7 +9,9 @@
 //!
 //! The body is the op bytes just before the tag and the side bytes just before
 //! the side cursor there; a reader decodes it `count` more times, then goes on.
-//! The body is always plain events (a body never holds a `repeat`). Decoded,
+//! The body is always plain events (a body never holds a `repeat`). A chunk may
+//! hold the runtime's own repeats already (loops recorded as runs): they are
+//! kept, and no body found here reaches across one. Decoded,
 //! the folded chunk is event for event the chunk it came from; zstd then has a
 //! fraction of the bytes to decompress, and a reader that wants columns or
 //! counts copies a body's decoded rows instead of decoding them again.
@@ -174,7 +176,24 @@ fn fold_into(
     loop {
         let (o, s) = (dec.pos - base_op, dec.spos - base_side);
         if dec.pos < dec.end && dec.buf[dec.pos] == tag::REPEAT {
-            return None; // folded already
+            // The runtime's own repeat (a loop recorded as a run): kept as it is,
+            // with its body still the plain bytes just before it, and no body of
+            // ours reaching across it.
+            let mut at = o + 1;
+            let mut field = || varint::get(ops, &mut at);
+            let (_bytes, _side, _count, events) = (field()?, field()?, field()?, field()?);
+            let events = usize::try_from(events).ok()?;
+            let first = sc.op_off.len().checked_sub(events)?;
+            if events == 0 || first < lit_start || (sc.op_off[first] as usize) < copied_op {
+                return None;
+            }
+            out.ops.extend_from_slice(&ops[copied_op..at]);
+            out.side.extend_from_slice(&side[copied_side..s]);
+            (copied_op, copied_side) = (at, s);
+            lit_start = sc.op_off.len();
+            dec.pos = base_op + at;
+            // (its body's pc deltas sum to nothing, so the pc prediction is right)
+            continue;
         }
         if !dec.skip_one(0, &mut none).ok()? {
             break;

@@ -124,6 +124,16 @@ pub fn size_log2(size: usize) -> Option<u8> {
 }
 
 #[inline(always)]
+/// Whether a loop body's accesses, `(pc, address stride)` in order, encode to the
+/// same bytes in every iteration from the second on, so that a `repeat` of one
+/// iteration stands for the others: addresses are predicted per slot of the pc,
+/// so accesses whose pcs share a slot must move by the same stride.
+pub fn repeats_alike(body: &[(u64, u64)]) -> bool {
+    body.iter()
+        .enumerate()
+        .all(|(i, &(pc, st))| body[..i].iter().all(|&(p, s)| slot(p) != slot(pc) || s == st))
+}
+
 fn slot(pc: u64) -> usize {
     (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOT_BITS)) as usize
 }
