@@ -29,6 +29,8 @@ const RECORD_ONLY: &[&str] = &[
     "__memlens_packed_write",
     "__memlens_lane_read",
     "__memlens_lane_write",
+    "__memlens_loop_run",
+    "__memlens_loop_pc",
     "__sanitizer_cov_8bit_counters_init",
     "__sanitizer_cov_bool_flag_init",
     "__sanitizer_cov_pcs_init",
@@ -114,7 +116,8 @@ fn source() -> String {
          W void *__tsan_memset(void *d, int v, size_t n) { return memset(d, v, n); }\n\
          W void __tsan_atomic_thread_fence(int mo) { (void)mo; __atomic_thread_fence(SC); }\n\
          W void __tsan_atomic_signal_fence(int mo) { (void)mo; __atomic_signal_fence(SC); }\n\
-         static u128 cas16(volatile u128 *a, u128 c, u128 v) { return __sync_val_compare_and_swap(a, c, v); }\n",
+         static u128 cas16(volatile u128 *a, u128 c, u128 v) { return __sync_val_compare_and_swap(a, c, v); }\n\
+         W unsigned char __memlens_runs_off;\n",
     );
     let special = ["__tsan_atomic", "__tsan_mem"];
     for n in names() {
