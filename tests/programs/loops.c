@@ -67,6 +67,28 @@ __attribute__((noinline)) static void wrap(char *c, unsigned from, unsigned to) 
         *c++ = (char)i; // @wrap
 }
 
+// Early exits: a search (the exit before the latch) and an insertion sort's shift,
+// which stops at the array's start or at a smaller element (two exits, the last
+// iteration leaving after its load).
+__attribute__((noinline)) static long find(const long *a, long len, long x) {
+    long i = 0;
+    while (i < len && a[i] != x) // @find
+        i++;
+    return i;
+}
+
+__attribute__((noinline)) static void insertion(int *a, long len) {
+    for (long i = 1; i < len; i++) {
+        int x = a[i];
+        long j = i - 1;
+        while (j >= 0 && a[j] > x) {
+            a[j + 1] = a[j]; // @shift
+            j--;
+        }
+        a[j + 1] = x;
+    }
+}
+
 // Not a run: where it stores depends on the data.
 __attribute__((noinline)) static long branchy(long *out, const long *a, long len) {
     long k = 0;
@@ -115,6 +137,10 @@ static void *run(void *arg) {
     prefix(w->la, len);
     wrap(w->c, 4294967290u + zero, 6u + zero);
     s += (double)branchy(w->e ? (long *)w->e : 0, w->la, len);
+    sink = find(w->la, len, w->la[len / 3]) + find(w->la, len, -1);
+    for (long i = 0; i < len && i < 300; i++)
+        w->ia[i] = (int)((i * 7919) % 301);
+    insertion(w->ia, len < 300 ? len : 300);
     fill(w->ia, len, 7);
     fill(w->ia, len / 2, 9);
     sink = (long)s + w->acc;

@@ -46,6 +46,7 @@
 #include "llvm/Transforms/Utils/LoopUtils.h"
 #include "llvm/Transforms/Utils/ScalarEvolutionExpander.h"
 #include "llvm/Transforms/Utils/ValueMapper.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -307,15 +308,16 @@ struct Instrumenter {
 
 // ---- Loops recorded as runs (see crates/rt/src/loops.rs) ----
 //
-// An innermost loop whose every iteration runs its whole body (one exiting
-// block, the latch, dominated by every block with an access), with no call and
-// no atomic or volatile access, whose addresses are all affine in the iteration
-// and whose trip count SCEV can compute, is versioned: the copy TSan
-// instruments, taken while the runtime's `__memlens_runs_off` is set, and a
-// bare copy whose exit calls `__memlens_loop_run(desc, starts_and_strides,
-// trips)`. The runtime writes the same events, as two iterations and a
-// `repeat`: no call per access. `MEMLENS_LOOP_RUNS=0` at compile time turns
-// this off.
+// An innermost loop whose every iteration but the last runs its whole body
+// (every block with an access, and every exiting block, dominates the latch),
+// with no call and no atomic or volatile access, and whose addresses are all
+// affine in the iteration, is versioned: the copy TSan instruments, taken while
+// the runtime's `__memlens_runs_off` is set, and a bare copy that counts its
+// iterations and at each exit calls `__memlens_loop_run(desc,
+// starts_and_strides, iterations_done, accesses_of_the_last)`. The runtime
+// writes the same events, as two iterations and a `repeat`: no call per
+// access. `MEMLENS_LOOP_RUNS=0` at compile time turns this off, `=why` says
+// which loops became runs and why the others did not.
 
 struct RunAccess {
   Instruction *I;
@@ -366,19 +368,24 @@ struct LoopRuns {
   // The accesses of L in program order, or false (and `Why`) when L is not a
   // simple loop.
   bool collect(Loop *L, ScalarEvolution &SE, DominatorTree &DT, LoopInfo &LI,
-               AssumptionCache &AC, SmallVectorImpl<RunAccess> &Out, const SCEV *&BTC) {
+               AssumptionCache &AC, SmallVectorImpl<RunAccess> &Out) {
     if (!L->isInnermost() || marked(L))
       return no("not innermost");
-    if (!L->getLoopLatch() || L->getExitingBlock() != L->getLoopLatch())
-      return no("more than one exit, or one before the latch");
+    if (!L->getLoopLatch())
+      return no("no single latch");
     // The end of the pipeline leaves loops without their own preheader or exit.
     if (!L->isLoopSimplifyForm())
       simplifyLoop(L, &DT, &LI, &SE, &AC, nullptr, false);
     if (!L->isLoopSimplifyForm())
       return no("no preheader");
     BasicBlock *Latch = L->getLoopLatch();
-    if (L->getExitingBlock() != Latch || !L->getExitBlock())
-      return no("more than one exit");
+    // Every iteration but the last runs the whole body; the last stops at an exit
+    // on the chain from the header to the latch, after the accesses above it.
+    SmallVector<BasicBlock *, 4> Exiting;
+    L->getExitingBlocks(Exiting);
+    for (BasicBlock *X : Exiting)
+      if (!DT.dominates(X, Latch))
+        return no("an exit from a block some iterations skip");
     SCEVExpander Check(SE, "memlens");
     SmallVector<BasicBlock *, 8> Blocks(L->blocks());
     std::sort(Blocks.begin(), Blocks.end(), [&](BasicBlock *A, BasicBlock *B) {
@@ -443,11 +450,7 @@ struct LoopRuns {
     }
     if (Out.empty())
       return no("no access");
-    BTC = SE.getBackedgeTakenCount(L);
-    if (isa<SCEVCouldNotCompute>(BTC) || !BTC->getType()->isIntegerTy())
-      return no("trip count unknown before the loop");
-    if (!Check.isSafeToExpand(BTC))
-      return no("trip count not computable");
+
     if (Out.size() > 64)
       return no("more than 64 accesses");
     return true;
@@ -468,12 +471,22 @@ struct LoopRuns {
     return new GlobalVariable(M, Ty, false, GlobalValue::PrivateLinkage, Init, "memlens.loop");
   }
 
-  void transform(Function &F, Loop *L, ArrayRef<RunAccess> Accs, const SCEV *BTC, LoopInfo &LI,
+  void transform(Function &F, Loop *L, ArrayRef<RunAccess> Accs, LoopInfo &LI,
                  DominatorTree &DT, ScalarEvolution &SE) {
     formLCSSA(*L, DT, &LI, &SE);
     BasicBlock *Latch = L->getLoopLatch();
-    BasicBlock *Exit = L->getExitBlock();
+    BasicBlock *Header = L->getHeader();
     Latch->getTerminator()->setMetadata("memlens.run", quiet());
+    SmallVector<std::pair<BasicBlock *, BasicBlock *>, 4> ExitEdges;
+    {
+      SmallVector<Loop::Edge, 4> Edges;
+      L->getExitEdges(Edges);
+      for (auto &E : Edges)
+        ExitEdges.push_back({const_cast<BasicBlock *>(E.first), const_cast<BasicBlock *>(E.second)});
+    }
+    SmallVector<BasicBlock *, 4> Exits;
+    L->getUniqueExitBlocks(Exits);
+    SmallPtrSet<BasicBlock *, 16> InLoop(L->block_begin(), L->block_end());
 
     // The instrumented copy, entered while the runtime says so.
     BasicBlock *Check = L->getLoopPreheader();
@@ -482,12 +495,17 @@ struct LoopRuns {
     SmallVector<BasicBlock *, 8> Cloned;
     Loop *NL = cloneLoopWithPreheader(PH, Check, L, VMap, ".memlens.each", &LI, &DT, Cloned);
     remapInstructionsInBlocks(Cloned, VMap);
-    auto *NLatch = cast<BasicBlock>(VMap[Latch]);
-    for (PHINode &P : Exit->phis()) {
-      Value *V = P.getIncomingValueForBlock(Latch);
-      Value *NV = VMap.lookup(V);
-      P.addIncoming(NV ? NV : V, NLatch);
-    }
+    for (BasicBlock *X : Exits)
+      for (PHINode &P : X->phis()) {
+        SmallVector<std::pair<Value *, BasicBlock *>, 4> In;
+        for (unsigned K = 0; K < P.getNumIncomingValues(); K++)
+          if (InLoop.contains(P.getIncomingBlock(K)))
+            In.push_back({P.getIncomingValue(K), P.getIncomingBlock(K)});
+        for (auto [V, B] : In) {
+          Value *NV = VMap.lookup(V);
+          P.addIncoming(NV ? NV : V, cast<BasicBlock>(VMap[B]));
+        }
+      }
     Instruction *Old = Check->getTerminator();
     IRBuilder<> B(Old);
     auto *Off = M.getOrInsertGlobal("__memlens_runs_off", I8);
@@ -495,58 +513,72 @@ struct LoopRuns {
     Flag->setMetadata(LLVMContext::MD_nosanitize, quiet());
     B.CreateCondBr(B.CreateICmpNE(Flag, ConstantInt::get(I8, 0)), NL->getLoopPreheader(), PH);
     Old->eraseFromParent();
-    DT.changeImmediateDominator(Exit, Check);
+    // (the exits now have both copies above them)
+    DT.recalculate(F);
 
-    // The bare copy: nothing in it is recorded as it runs.
+    // The bare copy: nothing in it is recorded as it runs; it counts its iterations.
     for (const RunAccess &A : Accs)
       A.I->setMetadata(LLVMContext::MD_nosanitize, quiet());
+    PHINode *Iter = PHINode::Create(I64, 2, "memlens.iter");
+    Iter->insertBefore(Header->begin());
+    IRBuilder<> LB(Latch->getTerminator());
+    Value *Next = LB.CreateAdd(Iter, ConstantInt::get(I64, 1), "memlens.iter.next");
+    Iter->addIncoming(ConstantInt::get(I64, 0), PH);
+    Iter->addIncoming(Next, Latch);
 
-    // Its exit: the run.
-    BasicBlock *RunBB = SplitEdge(Latch, Exit, &DT, &LI, nullptr, "memlens.run");
-    Instruction *At = RunBB->getTerminator();
-    SCEVExpander Exp(SE, "memlens");
-    DebugLoc Loc = Latch->getTerminator()->getDebugLoc();
-    Value *BTCv = Exp.expandCodeFor(BTC, BTC->getType(), At);
-    IRBuilder<> R(At);
-    R.SetCurrentDebugLocation(Loc);
-    Value *Trips = R.CreateAdd(R.CreateZExtOrTrunc(BTCv, I64), ConstantInt::get(I64, 1));
     size_t N = Accs.size();
     IRBuilder<> E(&*F.getEntryBlock().getFirstInsertionPt());
     auto *ArrTy = ArrayType::get(I64, 2 * N);
     AllocaInst *Arr = E.CreateAlloca(ArrTy, nullptr, "memlens.run.args");
-    for (size_t J = 0; J < N; J++) {
-      Value *Start = Exp.expandCodeFor(Accs[J].Start, Accs[J].Start->getType(), At);
-      Value *Step = Exp.expandCodeFor(Accs[J].Step, Accs[J].Step->getType(), At);
-      R.SetInsertPoint(At);
-      R.SetCurrentDebugLocation(Loc);
-      Value *S = Start->getType()->isPointerTy() ? R.CreatePtrToInt(Start, I64)
-                                                  : R.CreateSExtOrTrunc(Start, I64);
-      Value *St = R.CreateSExtOrTrunc(Step, I64);
-      for (auto [K, V] : {std::pair<size_t, Value *>{2 * J, S}, {2 * J + 1, St}}) {
-        Value *Slot = R.CreateConstInBoundsGEP2_64(ArrTy, Arr, 0, K);
-        R.CreateStore(V, Slot)->setMetadata(LLVMContext::MD_nosanitize, quiet());
-      }
-    }
     GlobalVariable *Desc = descriptor(Accs);
-    // The first time, the code addresses: one call per access, at its location.
-    Value *ReadyP = R.CreateConstInBoundsGEP2_32(Desc->getValueType(), Desc, 0, 1);
-    LoadInst *Ready = R.CreateLoad(I64, ReadyP);
-    Ready->setMetadata(LLVMContext::MD_nosanitize, quiet());
-    Instruction *Then =
-        SplitBlockAndInsertIfThen(R.CreateICmpEQ(Ready, ConstantInt::get(I64, 0)), At, false);
     FunctionCallee PcFn = M.getOrInsertFunction("__memlens_loop_pc",
                                                 FunctionType::get(Void, {Ptr, I64}, false));
-    IRBuilder<> P(Then);
-    for (size_t J = 0; J < N; J++) {
-      CallInst *CI = P.CreateCall(PcFn, {Desc, ConstantInt::get(I64, J)});
-      CI->setDebugLoc(Accs[J].I->getDebugLoc());
-    }
-    // (SplitBlockAndInsertIfThen moved `At` into the tail block.)
-    IRBuilder<> T(At);
-    T.SetCurrentDebugLocation(Loc);
     FunctionCallee RunFn = M.getOrInsertFunction(
-        "__memlens_loop_run", FunctionType::get(Void, {Ptr, Ptr, I64}, false));
-    T.CreateCall(RunFn, {Desc, Arr, Trips});
+        "__memlens_loop_run", FunctionType::get(Void, {Ptr, Ptr, I64, I64}, false));
+    // Each exit: the iterations done, and of the one it left, the accesses of the
+    // blocks up to the exiting one (they form a chain: see `collect`).
+    for (auto [From, To] : ExitEdges) {
+      uint64_t Prefix = 0;
+      for (const RunAccess &A : Accs)
+        Prefix += DT.dominates(A.I->getParent(), From) ? 1 : 0;
+      DebugLoc Loc = From->getTerminator()->getDebugLoc();
+      BasicBlock *RunBB = SplitEdge(From, To, &DT, &LI, nullptr, "memlens.run");
+      Instruction *At = RunBB->getTerminator();
+      SCEVExpander Exp(SE, "memlens");
+      IRBuilder<> R(At);
+      for (size_t J = 0; J < N; J++) {
+        Value *Start = Exp.expandCodeFor(Accs[J].Start, Accs[J].Start->getType(), At);
+        Value *Step = Exp.expandCodeFor(Accs[J].Step, Accs[J].Step->getType(), At);
+        R.SetInsertPoint(At);
+        R.SetCurrentDebugLocation(Loc);
+        Value *S = Start->getType()->isPointerTy() ? R.CreatePtrToInt(Start, I64)
+                                                    : R.CreateSExtOrTrunc(Start, I64);
+        Value *St = R.CreateSExtOrTrunc(Step, I64);
+        for (auto [K, V] : {std::pair<size_t, Value *>{2 * J, S}, {2 * J + 1, St}}) {
+          Value *Slot = R.CreateConstInBoundsGEP2_64(ArrTy, Arr, 0, K);
+          R.CreateStore(V, Slot)->setMetadata(LLVMContext::MD_nosanitize, quiet());
+        }
+      }
+      // The first time, the code addresses: one call per access, at its location.
+      R.SetInsertPoint(At);
+      R.SetCurrentDebugLocation(Loc);
+      Value *ReadyP = R.CreateConstInBoundsGEP2_32(Desc->getValueType(), Desc, 0, 1);
+      LoadInst *Ready = R.CreateLoad(I64, ReadyP);
+      Ready->setMetadata(LLVMContext::MD_nosanitize, quiet());
+      Instruction *Then =
+          SplitBlockAndInsertIfThen(R.CreateICmpEQ(Ready, ConstantInt::get(I64, 0)), At, false);
+      IRBuilder<> P(Then);
+      for (size_t J = 0; J < N; J++) {
+        CallInst *CI = P.CreateCall(PcFn, {Desc, ConstantInt::get(I64, J)});
+        CI->setDebugLoc(Accs[J].I->getDebugLoc());
+      }
+      // (SplitBlockAndInsertIfThen moved `At` into the tail block.)
+      IRBuilder<> T(At);
+      T.SetCurrentDebugLocation(Loc);
+      T.CreateCall(RunFn, {Desc, Arr, Iter, ConstantInt::get(I64, Prefix)});
+      // SplitBlockAndInsertIfThen left the tree stale for the next exit.
+      DT.recalculate(F);
+    }
     Done++;
   }
 
@@ -578,10 +610,9 @@ struct LoopRuns {
       auto &AC = FAM.getResult<AssumptionAnalysis>(F);
       Loop *Pick = nullptr;
       SmallVector<RunAccess, 16> Accs;
-      const SCEV *BTC = nullptr;
       for (Loop *L : LI.getLoopsInPreorder()) {
         Accs.clear();
-        if (collect(L, SE, DT, LI, AC, Accs, BTC)) {
+        if (collect(L, SE, DT, LI, AC, Accs)) {
           Pick = L;
           break;
         }
@@ -592,7 +623,7 @@ struct LoopRuns {
         break;
       if (Explain)
         explain(F, Pick, nullptr, Accs.size());
-      transform(F, Pick, Accs, BTC, LI, DT, SE);
+      transform(F, Pick, Accs, LI, DT, SE);
       Changed = true;
       FAM.invalidate(F, PreservedAnalyses::none());
     }

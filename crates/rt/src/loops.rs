@@ -1,9 +1,10 @@
 //! Loops recorded as runs. memlens's LLVM pass (crates/pass) compiles a simple
-//! innermost loop — no calls, a body every iteration runs whole, every address
-//! affine in the iteration — twice: as TSan instruments it, and bare. The bare
-//! copy runs unless [`__memlens_runs_off`] is set; at its exit it calls
-//! [`__memlens_loop_run`] with the trip count and each access's first address and
-//! stride, and the runtime writes the events the instrumented copy would have:
+//! innermost loop — no calls, a body every iteration but the last runs whole,
+//! every address affine in the iteration — twice: as TSan instruments it, and
+//! bare. The bare copy runs unless [`__memlens_runs_off`] is set; at each exit it
+//! calls [`__memlens_loop_run`] with the iterations done, the accesses the last
+//! one made, and each access's first address and stride, and the runtime writes
+//! the events the instrumented copy would have:
 //! two iterations, then one `repeat` of the second (the format's `codec/fold.rs`)
 //! for the rest. A loop of a million iterations costs a few hundred bytes and no
 //! call per access.
@@ -116,16 +117,27 @@ impl Item {
     }
 }
 
-/// The bare copy of a loop ran `trip` iterations; `arr` holds each access's
-/// first address and stride. Writes its events.
+/// The bare copy of a loop ran `done` whole iterations and left the next after
+/// its first `prefix` accesses (`n`: it left at the latch, whole); `arr` holds
+/// each access's first address and stride. Writes their events.
 ///
 /// # Safety
 /// `desc` and `arr` as the pass lays them out.
 #[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn __memlens_loop_run(desc: *const LoopDesc, arr: *const u64, trip: u64) {
+pub unsafe extern "C" fn __memlens_loop_run(
+    desc: *const LoopDesc,
+    arr: *const u64,
+    done: u64,
+    prefix: u64,
+) {
     let d = &*desc;
     let n = d.n as usize;
-    if n == 0 || n > MAX_EVENTS || trip == 0 || d.ready.load(Acquire) == 0 {
+    if n == 0 || n > MAX_EVENTS || d.ready.load(Acquire) == 0 {
+        return;
+    }
+    // The last iteration left at an exit after `prefix` accesses (all: the latch).
+    let (trip, prefix) = if prefix >= n as u64 { (done + 1, 0) } else { (done, prefix as usize) };
+    if trip == 0 && prefix == 0 {
         return;
     }
     // Uninitialised, not zeroed: a zeroing of this size is a call to `memset`,
@@ -169,6 +181,9 @@ pub unsafe extern "C" fn __memlens_loop_run(desc: *const LoopDesc, arr: *const u
             one(it, it.at(i));
         }
         i += 1;
+    }
+    for it in &items[..prefix] {
+        one(it, it.at(trip));
     }
 }
 

@@ -135,8 +135,9 @@ fn runs_record_the_same_events_as_the_instrumented_loops() {
     for opts in options() {
         let exe = build_loops(&dir, &opts);
         let per = runs_per_function(&exe);
-        for f in ["sum", "scale", "back", "accumulate", "fields", "narrow", "prefix", "wrap"] {
-            assert!(per.get(f).is_some_and(|&n| n >= 1), "{opts:?}: no run in {f}: {per:?}");
+        let all = ["sum", "scale", "back", "accumulate", "fields", "narrow", "prefix", "wrap"];
+        for f in all.iter().chain(&["find", "insertion"]) {
+            assert!(per.get(*f).is_some_and(|&n| n >= 1), "{opts:?}: no run in {f}: {per:?}");
         }
         assert!(!per.contains_key("branchy"), "{opts:?}: a body with a branch became a run");
         for (what, env) in [("plain", &[][..]), ("values", &[("MEMLENS_VALUES", "1")][..])] {
@@ -185,6 +186,8 @@ fn runs_have_the_bytes_the_loops_touch() {
         assert_eq!(rw("narrow"), per(n, 2 * n), "{opts:?} narrow");
         assert_eq!(rw("wrap"), per(0, 12), "{opts:?} wrap");
         assert_eq!(rw("fill"), per(0, (n + n / 2) * 4), "{opts:?} fill");
+        // one search stops at element n / 3, the other reads all n
+        assert_eq!(rw("find"), per((n / 3 + 1 + n) * 8, 0), "{opts:?} find");
         let (r, w) = rw("prefix");
         assert_eq!(w, threads * (n - 1) * 8, "{opts:?} prefix writes");
         // a[i - 1] is read again or kept in a register
