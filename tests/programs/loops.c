@@ -89,6 +89,25 @@ __attribute__((noinline)) static void insertion(int *a, long len) {
     }
 }
 
+// An exit by a switch.
+__attribute__((noinline)) static long upto(const long *a, long len) {
+    long s = 0;
+    for (long i = 0; i < len; i++) {
+        switch (a[i] & 3) { // @upto
+        case 0:
+        case 1:
+            s += a[i] >> 2;
+            break;
+        case 2:
+            s ^= 5;
+            break;
+        default:
+            return s;
+        }
+    }
+    return s;
+}
+
 // Not a run: where it stores depends on the data.
 __attribute__((noinline)) static long branchy(long *out, const long *a, long len) {
     long k = 0;
@@ -137,7 +156,7 @@ static void *run(void *arg) {
     prefix(w->la, len);
     wrap(w->c, 4294967290u + zero, 6u + zero);
     s += (double)branchy(w->e ? (long *)w->e : 0, w->la, len);
-    sink = find(w->la, len, w->la[len / 3]) + find(w->la, len, -1);
+    sink = find(w->la, len, w->la[len / 3]) + find(w->la, len, -1) + upto(w->la, len);
     for (long i = 0; i < len && i < 300; i++)
         w->ia[i] = (int)((i * 7919) % 301);
     insertion(w->ia, len < 300 ? len : 300);

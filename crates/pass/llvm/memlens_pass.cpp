@@ -386,6 +386,11 @@ struct LoopRuns {
     for (BasicBlock *X : Exiting)
       if (!DT.dominates(X, Latch))
         return no("an exit from a block some iterations skip");
+    // (an exit edge gets a block of its own: not possible from an indirectbr)
+    Exiting.push_back(Latch);
+    for (BasicBlock *X : Exiting)
+      if (!isa<BranchInst>(X->getTerminator()) && !isa<SwitchInst>(X->getTerminator()))
+        return no("an exit that is not a branch or switch");
     SCEVExpander Check(SE, "memlens");
     SmallVector<BasicBlock *, 8> Blocks(L->blocks());
     std::sort(Blocks.begin(), Blocks.end(), [&](BasicBlock *A, BasicBlock *B) {

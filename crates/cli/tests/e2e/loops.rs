@@ -136,7 +136,7 @@ fn runs_record_the_same_events_as_the_instrumented_loops() {
         let exe = build_loops(&dir, &opts);
         let per = runs_per_function(&exe);
         let all = ["sum", "scale", "back", "accumulate", "fields", "narrow", "prefix", "wrap"];
-        for f in all.iter().chain(&["find", "insertion"]) {
+        for f in all.iter().chain(&["find", "insertion", "upto"]) {
             assert!(per.get(*f).is_some_and(|&n| n >= 1), "{opts:?}: no run in {f}: {per:?}");
         }
         assert!(!per.contains_key("branchy"), "{opts:?}: a body with a branch became a run");
