@@ -5,7 +5,8 @@
 //! 8 and 16 bytes only and skips constant data and masked or gathered accesses.
 //! The plugin (`llvm/memlens_pass.cpp`, built by `build.rs` against the
 //! `llvm-22-dev` headers and embedded in this crate) instruments exactly what TSan
-//! leaves out. [`install`] writes it where clang can load it:
+//! leaves out, and versions simple innermost loops so that they are recorded as
+//! runs (the runtime's `loops.rs`). [`install`] writes it where clang can load it:
 //!
 //! ```no_run
 //! if let Some(so) = memlens_pass::install(std::path::Path::new("/tmp/memlens-cache")).unwrap() {

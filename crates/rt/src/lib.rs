@@ -45,7 +45,8 @@
 //! - Entry points: the TSan ABI (`__tsan_read4`, `__tsan_atomic64_fetch_add`, ...),
 //!   SanitizerCoverage (`__sanitizer_cov_load8`, ...), interposed libc/libstdc++
 //!   functions (malloc family, `operator new/delete`, `mem*`/`str*`, `pthread_create`,
-//!   `fork`, `exec*`, `_exit`), `__memlens_custom_alloc/free` for user allocators, and
+//!   `fork`, `exec*`, `_exit`), `__memlens_custom_alloc/free` for user allocators,
+//!   `__memlens_loop_run` for loops the pass compiled as runs (`loops.rs`), and
 //!   the annotation API of `include/memlens.h` ([`roi_begin`], [`trace_off`], ...).
 //!   Each callback is a naked trampoline that passes its return address (the
 //!   instrumented instruction) as an extra argument and tail-jumps to the Rust code.
