@@ -346,7 +346,6 @@ struct LoopRuns {
   LLVMContext &C;
   const DataLayout &DL;
   Type *I64, *I8, *Ptr, *Void;
-  unsigned Done = 0;
 
   explicit LoopRuns(Module &M)
       : M(M), C(M.getContext()), DL(M.getDataLayout()), I64(Type::getInt64Ty(C)),
@@ -584,7 +583,6 @@ struct LoopRuns {
       // SplitBlockAndInsertIfThen left the tree stale for the next exit.
       DT.recalculate(F);
     }
-    Done++;
   }
 
   // `MEMLENS_LOOP_RUNS=why`: a line on stderr per innermost loop.

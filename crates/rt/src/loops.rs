@@ -218,19 +218,13 @@ unsafe fn fold(items: &[Item], i: u64, left: u64) -> Option<u64> {
     let n = items.len();
     // two iterations, the repeat and the time stamp after it
     let need = (2 * n + 1) * MAX_ACCESS_LEN + MAX_REPEAT_LEN;
+    // (`enter` wrote the time stamp if one was due; a new buffer starts with one)
     let room = |st: &state::ThreadState| {
-        st.buf.get() != 0
-            && !st.stolen.load(Relaxed)
-            && st.pos.load(Relaxed).wrapping_add(need) <= st.buf_end.get()
-            && st.counts().events as usize + 3 * n <= CHUNK_EVENTS as usize
+        st.has_room(need) && st.counts().events as usize + 3 * n <= CHUNK_EVENTS as usize
     };
     if !(room(st) || state::swap_buffer(st, false) && room(st)) {
         guard_off(st);
         return None;
-    }
-    let at = st.stamp_at.get();
-    if at != 0 && st.pos.load(Relaxed) >= at {
-        record::stamp_time(st);
     }
     // Events this chunk may still take after the two written iterations.
     let spare = u64::from(CHUNK_EVENTS - st.counts().events) - 2 * n as u64;

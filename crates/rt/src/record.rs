@@ -693,12 +693,7 @@ unsafe fn write_unstamped(
     class: usize,
     f: impl FnOnce(&mut Encoder, *mut u8) -> *mut u8,
 ) -> bool {
-    let room = |st: &ThreadState| {
-        st.buf.get() != 0
-            && !st.stolen.load(Relaxed)
-            && st.pos.load(Relaxed).wrapping_add(need) <= st.buf_end.get()
-    };
-    if !(room(st) || state::swap_buffer(st, false) && room(st)) {
+    if !(st.has_room(need) || state::swap_buffer(st, false) && st.has_room(need)) {
         st.dropped.set(st.dropped.get() + 1);
         if let Some(s) = session() {
             s.core.drop_chunk(1, 0);

@@ -239,6 +239,15 @@ impl ThreadState {
         a.store(a.load(Relaxed).wrapping_add(1), Relaxed);
     }
 
+    /// Whether the current buffer takes `need` more op bytes (false when there is
+    /// none, or another thread took it).
+    #[inline]
+    pub(crate) fn has_room(&self, need: usize) -> bool {
+        self.buf.get() != 0
+            && !self.stolen.load(Relaxed)
+            && self.pos.load(Relaxed).wrapping_add(need) <= self.buf_end.get()
+    }
+
     /// Counts `n` events of `c` (a loop's run, see `loops.rs`).
     #[inline]
     pub(crate) fn bump_by(&self, c: usize, n: u32) {
