@@ -117,6 +117,15 @@ __attribute__((noinline)) static long branchy(long *out, const long *a, long len
     return k;
 }
 
+// A loop over a global array (filled by main before the threads start).
+static long table[512];
+__attribute__((noinline)) static long total(void) {
+    long t = 0;
+    for (long i = 0; i < 512; i++)
+        t += table[i]; // @table
+    return t;
+}
+
 // A loop in an inlined function, twice.
 static inline void fill(int *a, long len, int v) {
     for (long i = 0; i < len; i++)
@@ -162,7 +171,7 @@ static void *run(void *arg) {
     insertion(w->ia, len < 300 ? len : 300);
     fill(w->ia, len, 7);
     fill(w->ia, len / 2, 9);
-    sink = (long)s + w->acc;
+    sink = (long)s + w->acc + total();
     return NULL;
 }
 
@@ -186,6 +195,8 @@ int main(int argc, char **argv) {
         if (!w[t].d || !w[t].e || !w[t].ia || !w[t].la || !w[t].p || !w[t].b || !w[t].h)
             return 3;
     }
+    for (long i = 0; i < 512; i++)
+        table[i] = 3 * i;
     for (int t = 0; t < threads; t++)
         pthread_create(&tid[t], NULL, run, &w[t]);
     for (int t = 0; t < threads; t++)

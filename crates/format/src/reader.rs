@@ -593,6 +593,12 @@ impl ChunkDecoder {
         }
     }
 
+    /// Whether [`ChunkDecoder::for_columns`] leaves loops' repeats as runs
+    /// ([`crate::codec::Columns::keep_runs`]; default off).
+    pub fn keep_runs(&mut self, on: bool) {
+        self.cols.keep_runs = on;
+    }
+
     /// Like [`ChunkDecoder::decode_columns`], but in batches of at most
     /// [`COLUMN_BATCH`] events handed to `f` (the same [`crate::codec::Columns`],
     /// cleared between batches, so it stays in the cache). A corrupt chunk is an

@@ -122,17 +122,29 @@ fn by_next(raw: &[u8]) -> (Vec<(u64, Event)>, Option<codec::DecodeError>) {
     }
 }
 
-/// What `decode_columns` yields in batches of at most `max`.
+/// What `decode_columns` yields in batches of at most `max`, the same with the
+/// loops' repeats kept as runs ([`Columns::keep_runs`]) and written out.
 fn by_columns(raw: &[u8], max: usize) -> (Vec<(u64, Event)>, Option<codec::DecodeError>) {
+    let rows = by_columns_as(raw, max, false);
+    assert_eq!(by_columns_as(raw, max, true), rows, "runs kept");
+    rows
+}
+
+fn by_columns_as(
+    raw: &[u8],
+    max: usize,
+    keep_runs: bool,
+) -> (Vec<(u64, Event)>, Option<codec::DecodeError>) {
     let mut d = Decoder::new(raw);
-    let mut cols = Columns::new();
+    let mut cols = Columns { keep_runs, ..Columns::new() };
     let mut err = None;
     loop {
-        let before = cols.events();
+        let (before, runs) = (cols.events(), cols.runs.len());
         match d.decode_columns(&mut cols, max) {
             Ok(0) => break,
             Ok(n) => {
-                assert!(n <= max, "{n} events in a batch of {max}");
+                // a run may end a batch past `max`: it takes no rows
+                assert!(n <= max || cols.runs.len() > runs, "{n} events in a batch of {max}");
                 assert_eq!(cols.events() - before, n, "count returned");
             }
             Err(e) => {
@@ -141,6 +153,7 @@ fn by_columns(raw: &[u8], max: usize) -> (Vec<(u64, Event)>, Option<codec::Decod
             }
         }
     }
+    assert!(keep_runs || cols.runs.is_empty());
     // the columns stay aligned
     let n = cols.pc.len();
     for len in [cols.seq.len(), cols.addr.len(), cols.size.len(), cols.kind.len()] {

@@ -15,6 +15,9 @@
 //!    through its own label cache (`cache`): each chunk starts new epochs, so
 //!    only answers that hold for every thread carry over from the chunks before.
 //!    Labels are built once per distinct name key per worker and merged at the end.
+//!    A loop's repeated iterations come from the decoder as runs (`Columns::runs`):
+//!    by whole variables, each access of the body whose addresses all lie in one
+//!    global or one heap range of one name is counted once for every iteration.
 
 use crate::cache::{Epochs, LabelCache};
 use crate::counts::{Accum, Pending};
@@ -24,8 +27,9 @@ use crate::{
     static_tls_layout, Attribution, Error, FastMap, Granularity, HeapIndex, Interner, LabelCounts,
     Naming, OpenFrame, ThreadState, NOT_GLOBAL, UNSEEN,
 };
-use memlens_format::codec::Columns;
+use memlens_format::codec::{Columns, Run};
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
+use memlens_symbols::DataKind;
 
 /// One chunk's starting point.
 struct ChunkStart {
@@ -91,10 +95,18 @@ impl<'a> Worker<'a> {
         };
         let sym = self.sh.sym;
         // loads, stores and ranges come as columns, the rest (calls, threads,
-        // atomics) beside them; `seq` is the event's index in the stream
-        dec.for_columns(r, c, |cols| {
+        // atomics) beside them; `seq` is the event's index in the stream; a loop's
+        // repeated iterations come as runs, after their body's rows
+        dec.keep_runs(true);
+        let res = dec.for_columns(r, c, |cols| {
             let mut other = cols.other.iter().peekable();
+            let mut runs = cols.runs.iter().peekable();
             for i in 0..=cols.len() {
+                // nothing happens inside a run: its accesses come before any
+                // event numbered after it
+                while let Some(run) = runs.next_if(|run| run.row == i) {
+                    self.run(&cur, cols, run);
+                }
                 let next = cols.seq.get(i).copied().unwrap_or(u64::MAX);
                 while let Some((index, ev)) = other.next_if(|(s, _)| *s < next) {
                     match *ev {
@@ -146,9 +158,86 @@ impl<'a> Worker<'a> {
                 };
                 self.acc.push(Pending { id, pc, l, st, br, bw }, cur.thread);
             }
-        })?;
+        });
+        dec.keep_runs(false);
+        res?;
         self.acc.flush(c.thread);
         Ok(())
+    }
+
+    /// Counts run `r`'s accesses: each body row's at once when every address it
+    /// goes through has one name ([`Worker::one_label`]), else one by one.
+    fn run(&mut self, cur: &Cursor<'_>, cols: &Columns, r: &Run) {
+        let d = cols.deltas(r);
+        let reps = r.reps;
+        for (j, &dj) in d.iter().enumerate() {
+            let b = r.row - r.events + j;
+            let (pc, a0, n) = (Pc(cols.pc[b]), cols.addr[b], cols.size[b]);
+            let w = cols.kind[b] & Columns::WRITE != 0;
+            let (l, st) = (u64::from(!w), u64::from(w));
+            let (br, bw) = if w { (0, n) } else { (n, 0) };
+            // iteration k (1..=reps) is event r.seq + (k - 1) × events + j
+            let at = |k: u64| {
+                (a0.wrapping_add(dj.wrapping_mul(k)), r.seq + (k - 1) * r.events as u64 + j as u64)
+            };
+            let (first, index) = at(1);
+            let last = at(reps).0;
+            if let Some(id) = self.one_label(cur, index, pc, first, last) {
+                let p =
+                    Pending { id, pc, l: l * reps, st: st * reps, br: br * reps, bw: bw * reps };
+                self.acc.push(p, cur.thread);
+                continue;
+            }
+            for k in 1..=reps {
+                let (addr, index) = at(k);
+                let id = match self.res.dense.get(addr) {
+                    Some((_, _, id)) if id != UNSEEN && id != NOT_GLOBAL => id,
+                    _ => self.label(cur, index, pc, Addr(addr)),
+                };
+                self.acc.push(Pending { id, pc, l, st, br, bw }, cur.thread);
+            }
+        }
+    }
+
+    /// By whole variables, the label of every access by `pc` from address `first`
+    /// to `last` (a run's, in steps, event `index` the first), when the resolver
+    /// gives them all one name: every address in one global variable, or in one
+    /// heap range named alike whatever the block (`CoarseHeap`) with no module,
+    /// stack or static TLS of the thread in between (what `resolve` looks at
+    /// before it). `None`: name them one by one.
+    fn one_label(
+        &mut self,
+        cur: &Cursor<'_>,
+        index: u64,
+        pc: Pc,
+        first: u64,
+        last: u64,
+    ) -> Option<u32> {
+        if !self.res.labels.coarse {
+            return None;
+        }
+        let (lo, hi) = (first.min(last), first.max(last));
+        let sym = self.sh.sym;
+        let same = if sym.any_module_in(Addr(lo), Addr(hi)) {
+            // a global's bytes are one variable whatever the address in it
+            let (a, b) = (sym.data_name(Addr(lo))?, sym.data_name(Addr(hi))?);
+            a.kind == DataKind::Global
+                && b.kind == DataKind::Global
+                && a.module_id == b.module_id
+                && a.base == b.base
+                && lo.wrapping_sub(a.offset) == hi.wrapping_sub(b.offset)
+        } else {
+            let st = &cur.st;
+            let coarse = self.sh.coarse?;
+            let stack = st.stack.is_some_and(|(s, e)| s <= hi && e > lo);
+            let tls = st.tls != 0 && st.tls.saturating_sub(self.sh.tls_reach) <= hi && st.tls > lo;
+            !stack
+                && !tls
+                && coarse
+                    .find(lo, &mut self.res.region_ids, &mut self.res.labels)
+                    .is_some_and(|(rlo, rhi, _)| rlo <= lo && hi < rhi)
+        };
+        same.then(|| self.label(cur, index, pc, Addr(first)))
     }
 
     /// The label of an access: one probe when cached and still valid.

@@ -102,7 +102,7 @@ impl CoarseHeap {
 
     /// The range of [`Regions`] holding `addr` and its name as an id of `labels`;
     /// `ids` keeps the id of each key interned so far (`UNSEEN`: none yet).
-    fn find(
+    pub(crate) fn find(
         &self,
         addr: u64,
         ids: &mut Vec<u32>,
@@ -183,7 +183,7 @@ pub(crate) struct Resolver {
     block_seg: Vec<u32>,
     last_block: LastBlock,
     /// Per key of `Shared::coarse`: the label id (`UNSEEN`: none yet).
-    region_ids: Vec<u32>,
+    pub(crate) region_ids: Vec<u32>,
     /// Mapping names, valid for `mapping_epoch`.
     mapping_names: FastMap<u64, u32>,
     mapping_epoch: u64,

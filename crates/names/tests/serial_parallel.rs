@@ -60,7 +60,7 @@ fn stream(rng: &mut Rng, t: u32, n: usize) -> Vec<Event> {
         }
     };
     while evs.len() < n {
-        match rng.below(12) {
+        match rng.below(13) {
             0 | 1 => {
                 let below = frames.last().map_or(lo + STACK - 256, |f| f.1);
                 let rbp = below - 64 - rng.below(4) * 16;
@@ -147,6 +147,36 @@ fn stream(rng: &mut Rng, t: u32, n: usize) -> Vec<Event> {
                 let e = access(rng, a);
                 evs.push(e);
             }
+            12 => {
+                // a loop (the writer folds it into a repeat; `par` counts its
+                // iterations as a run): each access walks a heap block and past
+                // it into other blocks, the stack, unknown memory, or stays put
+                let top = frames.last().map_or(lo + STACK - 256, |f| f.1);
+                let body: Vec<(u64, u64, bool)> = (0..1 + rng.below(3))
+                    .map(|_| {
+                        let stride = [8, 8, 16, 0, 8u64.wrapping_neg()][rng.below(5) as usize];
+                        let base = match rng.below(4) {
+                            0 if !live.is_empty() => live[rng.below(live.len() as u64) as usize].0,
+                            0 | 1 => 0x5000_0000 + rng.below(32) * 0x100 + rng.below(4) * 8,
+                            2 => top - 128 + rng.below(40) * 8,
+                            _ => 0x6000_0000 + rng.below(64) * 8,
+                        };
+                        (base, stride, rng.below(2) == 0)
+                    })
+                    .collect();
+                for k in 0..20 + rng.below(300) {
+                    for (j, &(base, stride, w)) in body.iter().enumerate() {
+                        evs.push(Event::Access {
+                            pc: Pc(0x40_5000 + j as u64 * 0x40),
+                            addr: Addr(base.wrapping_add(stride.wrapping_mul(k))),
+                            size: 8,
+                            kind: if w { AccessKind::Write } else { AccessKind::Read },
+                            atomic: false,
+                            value: None,
+                        });
+                    }
+                }
+            }
             _ => {
                 let a = 0x6000_0000 + rng.below(64) * 8;
                 let e = access(rng, a);
@@ -157,8 +187,20 @@ fn stream(rng: &mut Rng, t: u32, n: usize) -> Vec<Event> {
     evs
 }
 
+/// Runs (a loop's repeated iterations left whole by the column decoder) in the
+/// trace's chunks.
+fn runs(r: &TraceReader) -> usize {
+    let mut dec = memlens_format::ChunkDecoder::new();
+    dec.keep_runs(true);
+    let mut n = 0;
+    for c in r.stream_chunks() {
+        dec.for_columns(r, &c, |cols| n += cols.runs.len()).unwrap();
+    }
+    n
+}
+
 fn write(path: &std::path::Path, rng: &mut Rng) {
-    let mut w = TraceWriter::new(std::fs::File::create(path).unwrap(), 1, 0).unwrap();
+    let mut w = TraceWriter::new(std::fs::File::create(path).unwrap(), 1, 1).unwrap();
     for t in 0..3u32 {
         let n = 1500 + rng.below(1500) as usize;
         let evs = stream(rng, t, n);
@@ -194,6 +236,7 @@ fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
     let sym = Symbolizer::new(&[]);
     let site = |pc: Pc| format!("site{:x}", pc.0);
     let no_alloc_fns = memlens_analysis::heap::AllocFns::default();
+    let mut folded = 0;
     for seed in 1..=12u64 {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0x1234_5678_9abc_def1));
         let path = std::env::temp_dir()
@@ -202,6 +245,7 @@ fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
         let r = TraceReader::open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(r.stream_chunks().len() > 6, "seed {seed}: several chunks per thread");
+        folded += runs(&r);
         for g in [Granularity::Field, Granularity::Variable] {
             let naming = || Naming {
                 trace: &r,
@@ -219,6 +263,9 @@ fn parallel_attribution_equals_the_serial_pass_on_random_traces() {
             }
         }
     }
+    // the loops were folded, so runs were counted whole
+    eprintln!("{folded} runs");
+    assert!(folded >= 12, "{folded} runs in the traces");
 }
 
 /// The viewer's and the kernels' attributor names the accesses of all threads

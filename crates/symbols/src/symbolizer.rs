@@ -84,6 +84,12 @@ impl Symbolizer {
         self.index_of(addr.0).map(|i| &self.modules[i])
     }
 
+    /// Whether any module's segments hold an address in `lo..=hi`.
+    pub fn any_module_in(&self, lo: Addr, hi: Addr) -> bool {
+        let end = self.ranges.partition_point(|r| r.0 <= hi.0);
+        self.ranges[..end].iter().any(|r| r.1 > lo.0)
+    }
+
     /// The module holding the call whose return address is `pc`.
     pub fn module_of_pc(&self, pc: Pc) -> Option<&Module> {
         self.index_of(pc.0.wrapping_sub(1)).map(|i| &self.modules[i])

@@ -195,6 +195,45 @@ fn runs_have_the_bytes_the_loops_touch() {
     }
 }
 
+/// `report --by variable` counts a run's accesses at once where every address the
+/// run goes through has one name (a global array, a heap block) and one by one
+/// elsewhere (the stack): the same rows as the serial pass, which names each
+/// access, and the global array's exact bytes.
+#[test]
+fn by_variable_counts_runs_as_the_serial_pass_names_each_access() {
+    if Cc::all().len() < 2 {
+        return;
+    }
+    let dir = scratch("loops-vars");
+    let threads = 2u64;
+    for opts in options() {
+        let exe = build_loops(&dir, &opts);
+        let trace = dir.join("t.trace");
+        record_with(&exe, &trace, "1", &[], &["1000", &threads.to_string()]);
+        let by = |parallel: &str| {
+            let out = Command::new(memlens())
+                .args(["report", "--by", "variable", "--top", "0", "--format", "json"])
+                .arg(&trace)
+                .env("MEMLENS_NAMES_PARALLEL", parallel)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{opts:?}: {}", stderr(&out));
+            stdout(&out)
+        };
+        let (par, serial) = (by("1"), by("0"));
+        assert_eq!(par, serial, "{opts:?}: parallel (runs whole) and serial naming differ");
+        let rows: serde_json::Value = serde_json::from_str(&par).unwrap();
+        let rows = rows.as_array().unwrap();
+        let t = var(rows, "table").unwrap_or_else(|| panic!("{opts:?}: no table: {par}"));
+        assert_eq!(
+            (t["bytes_read"].as_u64(), t["bytes_written"].as_u64()),
+            (Some(threads * 4096), Some(4096)),
+            "{opts:?}: {t}"
+        );
+        assert!(rows.len() >= 8, "{opts:?}: heap blocks, stack and globals: {par}");
+    }
+}
+
 #[test]
 fn a_long_run_spans_chunks_and_counts_as_the_loop() {
     if Cc::all().len() < 2 {

@@ -32,6 +32,45 @@ pub struct Columns {
     pub value: Vec<u64>,
     /// The other events, each with its number (as in `seq`).
     pub other: Vec<(u64, Event)>,
+    /// Leave a loop's repeated iterations as [`Run`]s instead of rows (default
+    /// off: every event is a row or in `other`). Set by a consumer that can count
+    /// a run's accesses without visiting each one.
+    pub keep_runs: bool,
+    /// With [`Columns::keep_runs`]: the repeats left as runs, in stream order.
+    pub runs: Vec<Run>,
+    /// Each run's address deltas: `run_deltas[r.deltas..r.deltas + r.events]`.
+    pub run_deltas: Vec<u64>,
+}
+
+/// Iterations of a loop's body that are not rows (see [`Columns::keep_runs`]).
+/// The body is the `events` rows before row `row` (one iteration, decoded): the
+/// run is that body `reps` more times, each time every row's address moved by its
+/// delta (`Columns::run_deltas`, wrapping), the other columns the same. The run's
+/// events are numbered `seq..seq + reps × events`, between the body and row `row`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Run {
+    /// The row after the body (the body is rows `row - events..row`).
+    pub row: usize,
+    /// Rows in the body.
+    pub events: usize,
+    /// Iterations after the body's.
+    pub reps: u64,
+    /// The number of the run's first event.
+    pub seq: u64,
+    /// Where the body's deltas start in [`Columns::run_deltas`].
+    pub deltas: usize,
+}
+
+impl Run {
+    /// Events in the run.
+    pub fn len(&self) -> u64 {
+        self.reps * self.events as u64
+    }
+
+    /// No events (never made by the decoder).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Columns {
@@ -56,16 +95,23 @@ impl Columns {
 
     /// No rows and no other events.
     pub fn is_empty(&self) -> bool {
-        self.pc.is_empty() && self.other.is_empty()
+        self.pc.is_empty() && self.other.is_empty() && self.runs.is_empty()
     }
 
-    /// Events of both kinds.
+    /// Events of both kinds, the runs' included.
     pub fn events(&self) -> usize {
-        self.pc.len() + self.other.len()
+        self.pc.len() + self.other.len() + self.runs.iter().map(|r| r.len() as usize).sum::<usize>()
     }
 
-    /// Empties every column (keeping the allocations).
+    /// Address deltas of run `r`'s body rows.
+    pub fn deltas(&self, r: &Run) -> &[u64] {
+        &self.run_deltas[r.deltas..r.deltas + r.events]
+    }
+
+    /// Empties every column (keeping the allocations and [`Columns::keep_runs`]).
     pub fn clear(&mut self) {
+        self.runs.clear();
+        self.run_deltas.clear();
         self.seq.clear();
         self.pc.clear();
         self.addr.clear();
@@ -92,11 +138,30 @@ impl Columns {
         }
     }
 
-    /// Every event in stream order with its number: rows and `other` merged by `seq`.
+    /// Every event in stream order with its number: rows, runs (written out) and
+    /// `other` merged by `seq`.
     pub fn to_events(&self) -> Vec<(u64, Event)> {
         let mut out = Vec::with_capacity(self.events());
         let mut o = self.other.iter().peekable();
-        for i in 0..self.len() {
+        let mut runs = self.runs.iter().peekable();
+        for i in 0..=self.len() {
+            if let Some(r) = runs.next_if(|r| r.row == i) {
+                let d = self.deltas(r);
+                let mut seq = r.seq;
+                for k in 1..=r.reps {
+                    for (j, b) in (i - r.events..i).enumerate() {
+                        let mut e = self.event(b);
+                        if let Event::Access { addr, .. } | Event::Range { addr, .. } = &mut e {
+                            addr.0 = addr.0.wrapping_add(d[j].wrapping_mul(k));
+                        }
+                        out.push((seq, e));
+                        seq += 1;
+                    }
+                }
+            }
+            if i == self.len() {
+                break;
+            }
             while let Some((s, e)) = o.next_if(|(s, _)| *s < self.seq[i]) {
                 out.push((*s, e.clone()));
             }
@@ -216,11 +281,15 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         out.reserve(max);
         let mut n = 0;
         let res = loop {
-            n += self.columns_fast(out, max - n);
+            n += self.columns_fast(out, max.saturating_sub(n));
             if n < max && self.rep.active && self.pos >= self.end {
-                n += self.replay_columns(out, max - n);
+                n += if out.keep_runs {
+                    self.replay_run(out)
+                } else {
+                    self.replay_columns(out, max - n)
+                };
             }
-            if n == max {
+            if n >= max {
                 break Ok(());
             }
             match self.at_end() {
@@ -450,6 +519,44 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         self.rep.seq0 = self.seq - p as u64;
         self.rep.left -= reps as u64;
         n
+    }
+
+    /// [`Decoder::replay_columns`] for [`Columns::keep_runs`]: the replays left
+    /// as one [`Run`] after the rows (whatever their number), the predictor moved
+    /// past them. Returns the run's events (0: decode the next replay instead).
+    fn replay_run(&mut self, out: &mut Columns) -> usize {
+        let p = self.rep.events as usize;
+        let len = out.pc.len();
+        if self.rep.left == 0
+            || self.seq - self.rep.seq0 != p as u64
+            || len < p
+            || out.seq[len - p] != self.rep.seq0
+        {
+            return 0;
+        }
+        let rows = len - p..len;
+        if out.kind[rows.clone()].iter().any(|&k| k & Columns::VALUE != 0) {
+            return 0;
+        }
+        let Some(deltas) = self.replay_deltas(&out.pc[rows.clone()]) else { return 0 };
+        let reps = self.rep.left;
+        out.runs.push(Run {
+            row: len,
+            events: p,
+            reps,
+            seq: self.seq,
+            deltas: out.run_deltas.len(),
+        });
+        for (k, d) in deltas.iter().enumerate() {
+            let i = len - p + k;
+            self.pred.last[slot(out.pc[i])] = out.addr[i].wrapping_add(d.wrapping_mul(reps));
+        }
+        out.run_deltas.extend_from_slice(&deltas);
+        let n = reps * p as u64;
+        self.seq += n;
+        self.rep.seq0 = self.seq - p as u64;
+        self.rep.left = 0;
+        n as usize
     }
 
     /// One event off the fast path, into its place in `out`.
