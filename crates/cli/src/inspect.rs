@@ -358,8 +358,13 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool, alloc_fns: &[Strin
     let top = if top == 0 { usize::MAX } else { top };
     let out = std::io::stdout();
     let mut out = BufWriter::new(out.lock());
+    let mut hint = None;
     let rows: Vec<Value> = match by {
-        By::Variable(g) => memlens_names::variable_rows(&r, &names, g, top)?,
+        By::Variable(g) => {
+            let (rows, h) = memlens_names::variable_rows(&r, &names, g, top)?;
+            hint = h;
+            rows
+        }
         By::Line | By::Function => {
             let mut agg: HashMap<RowKey, Row> = HashMap::new();
             for (pc, pcc) in &c.by_pc {
@@ -482,8 +487,8 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool, alloc_fns: &[Strin
         .collect();
     table(&mut out, cols, &cells)?;
     out.flush()?;
-    if matches!(by, By::Variable(_)) {
-        crate::analyze::note_alloc_fn(&r, &names);
+    if let Some(h) = hint {
+        eprintln!("memlens: note: {h}");
     }
     Ok(())
 }

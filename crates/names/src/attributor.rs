@@ -233,4 +233,9 @@ impl<'s> Attributor<'s> {
     pub fn into_labels(self) -> Vec<Label> {
         self.res.labels.labels
     }
+
+    /// The labels found (see [`Attributor::into_labels`]) and the heap index.
+    pub fn into_parts(self) -> (Vec<Label>, HeapIndex) {
+        (self.res.labels.labels, self.heap)
+    }
 }

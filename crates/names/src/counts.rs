@@ -45,6 +45,8 @@ pub struct Attribution {
     pub labels: Vec<Label>,
     /// Counters, parallel to `labels`; every label was accessed at least once.
     pub counts: Vec<LabelCounts>,
+    /// The heap blocks the accesses were named against.
+    pub heap: Option<crate::HeapIndex>,
 }
 
 impl Attribution {

@@ -469,6 +469,12 @@ impl Regions {
     }
 }
 
+impl std::fmt::Debug for HeapIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeapIndex").field("blocks", &self.blocks().len()).finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -367,7 +367,8 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
                 counts.push(c);
             }
         }
-        out = Attribution { labels, counts };
+        out = Attribution { labels, counts, heap: None };
     }
+    out.heap = Some(heap);
     Ok(out)
 }

@@ -105,7 +105,10 @@ fn serial_with(n: Naming<'_>, heap: HeapIndex, cached: bool) -> Result<Attributi
         }
         acc.flush(t);
     }
-    Ok(acc.finish(a.into_labels()))
+    let (labels, heap) = a.into_parts();
+    let mut out = acc.finish(labels);
+    out.heap = Some(heap);
+    Ok(out)
 }
 
 impl HeapIndex {

@@ -175,6 +175,8 @@ pub struct VarReport {
     pub with_name: u64,
     /// Unnamed accesses by kind of fallback.
     pub unnamed: HashMap<String, u64>,
+    /// The heap blocks the accesses were named against.
+    pub heap: Option<HeapIndex>,
     /// Accesses without a source line, by function (or module when no symbol).
     pub no_line: HashMap<String, u64>,
 }
@@ -209,6 +211,7 @@ pub fn attribute_all(r: &TraceReader, names: &Names, g: Granularity) -> Result<V
     let mut rep = VarReport {
         labels: att.labels,
         by_label: att.counts,
+        heap: att.heap,
         accesses: 0,
         with_line: 0,
         with_name: 0,
@@ -251,14 +254,21 @@ fn no_line_where(names: &Names, pc: Pc) -> String {
 }
 
 /// Rows of `report --by variable`, one per field (`stats.v[3]`) or per whole
-/// variable (`stats`; then no label is made per field or element).
+/// variable (`stats`; then no label is made per field or element), and the
+/// [`alloc_fn_hint`].
 pub fn variable_rows(
     r: &TraceReader,
     names: &Names,
     group: Granularity,
     top: usize,
-) -> Result<Vec<serde_json::Value>, Error> {
+) -> Result<(Vec<serde_json::Value>, Option<String>), Error> {
     let rep = attribute_all(r, names, group)?;
+    // the hint from the heap index the naming built (another pass over a trace
+    // with allocations everywhere took as long as the naming itself)
+    let hint = match &rep.heap {
+        Some(h) => alloc_fn_hint_in(h, names),
+        None => alloc_fn_hint(r, names)?,
+    };
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
     // is shown (a heap array of structs has millions of labels, a report 20 rows).
     let mut at: FastMap<(String, Kind), u32> = FastMap::default();
@@ -341,7 +351,7 @@ pub fn variable_rows(
     // The process ends after the report: freeing millions of labels one by one
     // would cost seconds for nothing.
     std::mem::forget(rep);
-    Ok(out)
+    Ok((out, hint))
 }
 
 /// Attribution coverage figures for `info`.
@@ -379,7 +389,11 @@ pub fn coverage(r: &TraceReader) -> Result<serde_json::Value, Error> {
 /// after its one call site, so the note says how to name them after its callers.
 /// `None` when no function looks like that (or the stacks were not recorded).
 pub fn alloc_fn_hint(r: &TraceReader, names: &Names) -> Result<Option<String>, Error> {
-    let heap = heap_index(r, names)?;
+    Ok(alloc_fn_hint_in(&heap_index(r, names)?, names))
+}
+
+/// [`alloc_fn_hint`] from the heap index of the trace (`names`' `--alloc-fn`s applied).
+pub fn alloc_fn_hint_in(heap: &HeapIndex, names: &Names) -> Option<String> {
     let sym = names.symbolizer();
     let exe = sym.modules().first().map(|m| m.id);
     let mut total = 0u64;
@@ -413,12 +427,12 @@ pub fn alloc_fn_hint(r: &TraceReader, names: &Names) -> Result<Option<String>, E
         .into_iter()
         .filter(|(f, (bytes, _, callers))| f != "main" && callers.len() >= 2 && bytes * 4 >= total)
         .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then_with(|| b.0.cmp(&a.0)));
-    Ok(best.map(|(f, (bytes, at, callers))| {
+    best.map(|(f, (bytes, at, callers))| {
         let pct = (bytes as f64 * 100.0 / total.max(1) as f64).round();
         format!(
             "{pct}% of the heap's bytes were allocated in {f} ({at}), called from {} places: \
              if {f} wraps malloc, `--alloc-fn {f}` names those blocks after its callers",
             callers.len()
         )
-    }))
+    })
 }
