@@ -43,6 +43,14 @@ pub struct HeapIndex {
     starts: Vec<u64>,
     groups: Vec<u32>,
     members: Vec<u32>,
+    /// After `finish`: each member's `born`, beside it (the binary search of a
+    /// start reused thousands of times read it from each block: a cache miss a
+    /// step, three quarters of naming an allocation churn). A separate array, not
+    /// one of (born, died, end): the search touches half the cache lines.
+    member_born: Vec<u64>,
+    /// After `finish`: each member's death (`u64::MAX`: never freed) and end.
+    member_died: Vec<u64>,
+    member_end: Vec<u64>,
     /// After `finish`: per block, overlapped by no other block.
     exclusive: Vec<bool>,
     /// After `finish`: per start, the thread of all its blocks when their lifetimes
@@ -186,6 +194,12 @@ impl HeapIndex {
                 g.iter().map(|&i| self.blocks[i as usize].end).max().unwrap_or(0)
             })
             .collect();
+        let member = |f: fn(&Block) -> u64| -> Vec<u64> {
+            members.iter().map(|&i| f(&self.blocks[i as usize])).collect()
+        };
+        self.member_born = member(|b| b.born);
+        self.member_died = member(|b| b.died.unwrap_or(u64::MAX));
+        self.member_end = member(|b| b.end);
         self.starts = starts;
         self.groups = groups;
         self.members = members;
@@ -326,20 +340,25 @@ impl HeapIndex {
             if looked > WINDOW || self.solo[j] != thread.0 {
                 return None;
             }
-            let g = &self.members[self.groups[j] as usize..self.groups[j + 1] as usize];
-            let p = g.partition_point(|&i| self.blocks[i as usize].born <= index);
-            if let Some(&n) = g.get(p) {
-                to = to.min(self.blocks[n as usize].born);
+            // the members' fields side by side: no block is read unless found
+            let at = self.groups[j] as usize..self.groups[j + 1] as usize;
+            let born = &self.member_born[at.clone()];
+            let p = born.partition_point(|&b| b <= index);
+            if let Some(&next) = born.get(p) {
+                to = to.min(next);
             }
             if p > 0 {
-                let i = g[p - 1] as usize;
-                let b = &self.blocks[i];
-                let died = b.died.unwrap_or(u64::MAX);
+                let m = at.start + p - 1;
+                let died = self.member_died[m];
                 if index < died {
-                    from = from.max(b.born);
+                    from = from.max(born[p - 1]);
                     to = to.min(died);
-                    if a < b.end {
-                        return Some((Some((i, a - b.start)), from..to));
+                    if a < self.member_end[m] {
+                        // every block of the group starts at its start
+                        return Some((
+                            Some((self.members[m] as usize, a - self.starts[j])),
+                            from..to,
+                        ));
                     }
                 } else {
                     from = from.max(died);
