@@ -482,21 +482,11 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     /// without values, of distinct prediction slots, ending at the pc it starts
     /// from. Returns the rows added (0: decode the next replay instead).
     fn replay_columns(&mut self, out: &mut Columns, room: usize) -> usize {
-        let p = self.rep.events as usize;
+        if room < self.rep.events as usize {
+            return 0;
+        }
+        let Some((p, deltas)) = self.copyable_replay(out) else { return 0 };
         let len = out.pc.len();
-        if self.rep.left == 0
-            || self.seq - self.rep.seq0 != p as u64
-            || len < p
-            || out.seq[len - p] != self.rep.seq0
-            || room < p
-        {
-            return 0;
-        }
-        let rows = len - p..len;
-        if out.kind[rows.clone()].iter().any(|&k| k & Columns::VALUE != 0) {
-            return 0;
-        }
-        let Some(deltas) = self.replay_deltas(&out.pc[rows.clone()]) else { return 0 };
         let reps = (self.rep.left as usize).min(room / p);
         let n = reps * p;
         out.reserve(n);
@@ -521,10 +511,9 @@ impl<B: AsRef<[u8]>> Decoder<B> {
         n
     }
 
-    /// [`Decoder::replay_columns`] for [`Columns::keep_runs`]: the replays left
-    /// as one [`Run`] after the rows (whatever their number), the predictor moved
-    /// past them. Returns the run's events (0: decode the next replay instead).
-    fn replay_run(&mut self, out: &mut Columns) -> usize {
+    /// When the last rows of `out` are the replay under way, whole, and further
+    /// replays are copies of it (see `replay_deltas`): its rows and address deltas.
+    fn copyable_replay(&self, out: &Columns) -> Option<(usize, Vec<u64>)> {
         let p = self.rep.events as usize;
         let len = out.pc.len();
         if self.rep.left == 0
@@ -532,13 +521,21 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             || len < p
             || out.seq[len - p] != self.rep.seq0
         {
-            return 0;
+            return None;
         }
         let rows = len - p..len;
         if out.kind[rows.clone()].iter().any(|&k| k & Columns::VALUE != 0) {
-            return 0;
+            return None;
         }
-        let Some(deltas) = self.replay_deltas(&out.pc[rows.clone()]) else { return 0 };
+        Some((p, self.replay_deltas(&out.pc[rows])?))
+    }
+
+    /// [`Decoder::replay_columns`] for [`Columns::keep_runs`]: the replays left
+    /// as one [`Run`] after the rows (whatever their number), the predictor moved
+    /// past them. Returns the run's events (0: decode the next replay instead).
+    fn replay_run(&mut self, out: &mut Columns) -> usize {
+        let Some((p, deltas)) = self.copyable_replay(out) else { return 0 };
+        let len = out.pc.len();
         let reps = self.rep.left;
         out.runs.push(Run {
             row: len,
