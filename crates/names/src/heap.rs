@@ -242,16 +242,55 @@ impl HeapIndex {
     /// the accessing thread wins, else the first block of another thread, else the
     /// first of the accessing thread.
     fn search(&self, addr: Addr, thread: ThreadId, index: u64, span: bool) -> Found {
-        match self.search_solo(addr, thread, index) {
+        let mut k = usize::MAX;
+        self.search_near(addr, thread, index, span, &mut k)
+    }
+
+    /// [`HeapIndex::search`] with `k`, the number of starts at or below the address
+    /// of the previous search: kept when it holds for this one too (the next access
+    /// is mostly in the same block), found again otherwise.
+    fn search_near(
+        &self,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+        span: bool,
+        k: &mut usize,
+    ) -> Found {
+        let a = addr.0;
+        let holds = *k <= self.starts.len()
+            && (*k == 0 || self.starts[*k - 1] <= a)
+            && self.starts.get(*k).is_none_or(|&s| s > a);
+        if !holds {
+            *k = self.below(a);
+        }
+        match self.search_solo_at(addr, thread, index, *k) {
             Some(r) => r,
-            None => self.search_full(addr, thread, index, span),
+            None => self.search_full_at(addr, thread, index, span, *k),
         }
     }
 
+    /// The number of distinct starts at or below `a`.
+    fn below(&self, a: u64) -> usize {
+        self.starts.partition_point(|&s| s <= a)
+    }
+
+    /// `search_full_at` finding `k` itself.
+    #[cfg(test)]
     fn search_full(&self, addr: Addr, thread: ThreadId, index: u64, span: bool) -> Found {
+        self.search_full_at(addr, thread, index, span, self.below(addr.0))
+    }
+
+    fn search_full_at(
+        &self,
+        addr: Addr,
+        thread: ThreadId,
+        index: u64,
+        span: bool,
+        k: usize,
+    ) -> Found {
         let a = addr.0;
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
-        let k = self.starts.partition_point(|&s| s <= a);
         let mut best: Option<(usize, u8)> = None;
         let mut found: Option<usize> = None;
         let (mut from, mut to) = (0u64, u64::MAX);
@@ -309,15 +348,21 @@ impl HeapIndex {
 }
 
 impl HeapIndex {
+    /// `search_solo_at` finding `k` itself.
+    #[cfg(test)]
+    fn search_solo(&self, addr: Addr, thread: ThreadId, index: u64) -> Option<Found> {
+        self.search_solo_at(addr, thread, index, self.below(addr.0))
+    }
+
     /// [`HeapIndex::search`] when every start it looks at has blocks of the accessing
     /// thread only, one after another: the block live at `index` that covers `addr`,
     /// found by binary search per start, else the first block that covers it. The range is
     /// narrower than the full search's where blocks that do not cover `addr` end or
-    /// begin (it only has to keep the answer the same). `None`: search in full.
-    fn search_solo(&self, addr: Addr, thread: ThreadId, index: u64) -> Option<Found> {
+    /// begin (it only has to keep the answer the same). `None`: search in full. `k`:
+    /// the number of starts at or below `addr`.
+    fn search_solo_at(&self, addr: Addr, thread: ThreadId, index: u64, k: usize) -> Option<Found> {
         let a = addr.0;
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
-        let k = self.starts.partition_point(|&s| s <= a);
         let (mut from, mut to) = (0u64, u64::MAX);
         // Starts whose blocks never reach `addr` are stepped over, so the window counts
         // only the others (a big live block with thousands of old small starts inside
@@ -389,6 +434,8 @@ pub(crate) struct LastBlock {
     start: u64,
     end: u64,
     index: usize,
+    /// The previous search's number of starts at or below its address.
+    below: usize,
 }
 
 impl LastBlock {
@@ -406,11 +453,11 @@ impl LastBlock {
         if addr.0 >= self.start && addr.0 < self.end {
             return (Some((self.index, addr.0 - self.start)), 0..u64::MAX);
         }
-        let r = heap.search(addr, thread, index, span);
+        let r = heap.search_near(addr, thread, index, span, &mut self.below);
         if let Some((bi, _)) = r.0 {
             if heap.exclusive(bi) {
                 let b = &heap.blocks[bi];
-                *self = LastBlock { start: b.start, end: b.end, index: bi };
+                *self = LastBlock { start: b.start, end: b.end, index: bi, below: self.below };
             }
         }
         r
