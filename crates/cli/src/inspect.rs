@@ -361,7 +361,7 @@ pub fn report(path: &Path, by: By, top: usize, as_json: bool, alloc_fns: &[Strin
     let mut hint = None;
     let rows: Vec<Value> = match by {
         By::Variable(g) => {
-            let (rows, h) = memlens_names::variable_rows(&r, &names, g, top)?;
+            let (rows, h) = memlens_names::variable_rows(&r, &names, g, top, !as_json)?;
             hint = h;
             rows
         }

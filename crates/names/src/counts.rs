@@ -46,7 +46,7 @@ pub struct Attribution {
     /// Counters, parallel to `labels`; every label was accessed at least once.
     pub counts: Vec<LabelCounts>,
     /// The heap blocks the accesses were named against.
-    pub heap: Option<crate::HeapIndex>,
+    pub heap: crate::HeapIndex,
 }
 
 impl Attribution {

@@ -361,14 +361,15 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
     let keep: Vec<bool> = out.counts.iter().map(|c| !c.pcs.is_empty()).collect();
     if keep.iter().any(|k| !k) {
         let (mut labels, mut counts) = (Vec::new(), Vec::new());
-        for ((l, c), k) in out.labels.into_iter().zip(out.counts).zip(keep) {
+        let all = std::mem::take(&mut out.labels).into_iter().zip(std::mem::take(&mut out.counts));
+        for ((l, c), k) in all.zip(keep) {
             if k {
                 labels.push(l);
                 counts.push(c);
             }
         }
-        out = Attribution { labels, counts, heap: None };
+        (out.labels, out.counts) = (labels, counts);
     }
-    out.heap = Some(heap);
+    out.heap = heap;
     Ok(out)
 }

@@ -107,7 +107,7 @@ fn serial_with(n: Naming<'_>, heap: HeapIndex, cached: bool) -> Result<Attributi
     }
     let (labels, heap) = a.into_parts();
     let mut out = acc.finish(labels);
-    out.heap = Some(heap);
+    out.heap = heap;
     Ok(out)
 }
 

@@ -176,7 +176,7 @@ pub struct VarReport {
     /// Unnamed accesses by kind of fallback.
     pub unnamed: HashMap<String, u64>,
     /// The heap blocks the accesses were named against.
-    pub heap: Option<HeapIndex>,
+    pub heap: HeapIndex,
     /// Accesses without a source line, by function (or module when no symbol).
     pub no_line: HashMap<String, u64>,
 }
@@ -254,21 +254,19 @@ fn no_line_where(names: &Names, pc: Pc) -> String {
 }
 
 /// Rows of `report --by variable`, one per field (`stats.v[3]`) or per whole
-/// variable (`stats`; then no label is made per field or element), and the
-/// [`alloc_fn_hint`].
+/// variable (`stats`; then no label is made per field or element), and with
+/// `hint` the [`alloc_fn_hint`] (the text table prints it).
 pub fn variable_rows(
     r: &TraceReader,
     names: &Names,
     group: Granularity,
     top: usize,
+    hint: bool,
 ) -> Result<(Vec<serde_json::Value>, Option<String>), Error> {
     let rep = attribute_all(r, names, group)?;
     // the hint from the heap index the naming built (another pass over a trace
     // with allocations everywhere took as long as the naming itself)
-    let hint = match &rep.heap {
-        Some(h) => alloc_fn_hint_in(h, names),
-        None => alloc_fn_hint(r, names)?,
-    };
+    let hint = if hint { alloc_fn_hint_in(&rep.heap, names) } else { None };
     // Rows: labels grouped by name and kind; a row's counters are summed only if it
     // is shown (a heap array of structs has millions of labels, a report 20 rows).
     let mut at: FastMap<(String, Kind), u32> = FastMap::default();
