@@ -452,6 +452,9 @@ impl ChunkEncoder {
             folder = Some(Box::default());
         }
         let (ops, side) = parts.streams();
+        if let Some(f) = folder.as_mut() {
+            f.set_stream(head.stream);
+        }
         let folded = folder.as_mut().and_then(|f| match parts {
             EventParts::Region { buf, ops, side } => f.fold_region(buf, ops, side),
             EventParts::Streams { ops, side } => f.fold(ops, side),

@@ -25,6 +25,17 @@ pub fn decoder(data: &[u8]) {
     }
     let _ = Decoder::new(data).scan_counts(&mut AccessTally::default(), |_, _| {});
     let _ = Decoder::new(data).skeleton(|_, _| {});
+    // the reader folds the loops of chunks the writer left unfolded
+    let mut at = 0;
+    if let Some(n) = crate::varint::get(data, &mut at) {
+        let mid = usize::try_from(n).ok().and_then(|n| at.checked_add(n));
+        if let Some(mid) = mid.filter(|&m| m <= data.len()) {
+            let mut f = crate::codec::Folder::new();
+            if let Some(s) = f.fold_region(data, at..mid, mid..data.len()) {
+                for _ in Decoder::new(&s.to_raw()[..]) {}
+            }
+        }
+    }
     let _ = MetaRecord::decode_all(data);
     if let Some(hb) = data.get(..CHUNK_HEADER_SIZE) {
         if let Ok(mut h) = ChunkHeader::decode(hb.try_into().expect("64 bytes"), 0) {

@@ -378,3 +378,83 @@ fn seq_starts_at_set_seq() {
     let back: Vec<Event> = cols.to_events().into_iter().map(|x| x.1).collect();
     assert_eq!(back, evs);
 }
+
+/// A chunk the writer left unfolded (it does when it falls behind) is folded by
+/// the reader when runs are kept: the loop comes out as runs, and the events, the
+/// skeleton and their numbers are those of the chunk as written.
+#[test]
+fn unfolded_chunks_are_folded_for_runs() {
+    // two threads' strided loops (a load and a store an iteration, a call now and
+    // then), and a third thread of three accesses flushed alone
+    let thread_events = |t: u64| -> Vec<Event> {
+        let mut evs = Vec::new();
+        for i in 0..20_000u64 {
+            if i % 5_000 == 0 {
+                evs.push(Event::FuncEnter {
+                    pc: Pc(0x40_2000),
+                    call_site: Pc(0x40_1ff0),
+                    frame: Addr(0x7ff0),
+                });
+            }
+            for (k, kind) in [AccessKind::Read, AccessKind::Write].into_iter().enumerate() {
+                evs.push(Event::Access {
+                    pc: Pc(0x40_1000 + 4 * k as u64),
+                    addr: Addr(0x5555_0000_0000 + t * 0x100_0000 + 8 * i),
+                    size: 8,
+                    kind,
+                    atomic: false,
+                    value: None,
+                });
+            }
+            if i % 5_000 == 4_999 {
+                evs.push(Event::FuncExit { pc: Pc(0x40_2040) });
+            }
+        }
+        evs
+    };
+    let mut written = std::collections::BTreeMap::new();
+    // level 0: stored, so never folded by the writer
+    let mut w = TraceWriter::new(std::io::Cursor::new(Vec::new()), 7, 0).unwrap();
+    for t in 0..3u32 {
+        let evs = if t < 2 { thread_events(t.into()) } else { thread_events(9)[..3].to_vec() };
+        let mut b = EventBuffer::new();
+        for e in &evs {
+            b.push(e);
+        }
+        w.write_events(t, &mut b, true).unwrap();
+        written.insert(ThreadId(t), evs);
+    }
+    let bytes = w.finish(|_| {}).unwrap().into_inner();
+    let path = std::env::temp_dir().join(format!("memlens-refold-{}.trace", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let r = TraceReader::open(&path).unwrap();
+    let mut dec = ChunkDecoder::new();
+    dec.keep_runs(true);
+    let mut got: std::collections::BTreeMap<ThreadId, Vec<Event>> = Default::default();
+    let mut skel: std::collections::BTreeMap<ThreadId, Vec<(u64, Event)>> = Default::default();
+    let (mut rows, mut runs) = (0usize, 0usize);
+    for c in r.stream_chunks() {
+        dec.for_columns(&r, &c, |cols| {
+            rows += cols.len();
+            runs += cols.runs.len();
+            got.entry(c.thread).or_default().extend(cols.to_events().into_iter().map(|x| x.1));
+        })
+        .unwrap();
+        let n = dec
+            .skeleton(&r, &c, |i, e| skel.entry(c.thread).or_default().push((c.first_index + i, e)))
+            .unwrap();
+        assert_eq!(n, u64::from(r.chunks()[c.chunk].header.counts.events));
+    }
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(got, written);
+    for (t, evs) in &written {
+        let want: Vec<(u64, Event)> = evs
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !matches!(e, Event::Access { .. }))
+            .map(|(i, e)| (i as u64, e.clone()))
+            .collect();
+        assert_eq!(skel.get(t).cloned().unwrap_or_default(), want, "thread {t:?}");
+    }
+    assert!(runs >= 8 && rows * 50 < 80_000, "{rows} rows, {runs} runs");
+}

@@ -210,18 +210,29 @@ fn by_variable_counts_runs_as_the_serial_pass_names_each_access() {
         let exe = build_loops(&dir, &opts);
         let trace = dir.join("t.trace");
         record_with(&exe, &trace, "1", &[], &["1000", &threads.to_string()]);
-        let by = |parallel: &str| {
+        // the same run recorded as rows only (no runs, no writer fold): the reader
+        // folds its loops itself, and must name them alike
+        let rows_only = dir.join("rows.trace");
+        record_with(
+            &exe,
+            &rows_only,
+            "0",
+            &[("MEMLENS_FOLD", "0")],
+            &["1000", &threads.to_string()],
+        );
+        let by = |trace: &Path, parallel: &str| {
             let out = Command::new(memlens())
                 .args(["report", "--by", "variable", "--top", "0", "--format", "json"])
-                .arg(&trace)
+                .arg(trace)
                 .env("MEMLENS_NAMES_PARALLEL", parallel)
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{opts:?}: {}", stderr(&out));
             stdout(&out)
         };
-        let (par, serial) = (by("1"), by("0"));
+        let (par, serial) = (by(&trace, "1"), by(&trace, "0"));
         assert_eq!(par, serial, "{opts:?}: parallel (runs whole) and serial naming differ");
+        assert_eq!(by(&rows_only, "1"), par, "{opts:?}: the loops folded by the reader differ");
         let rows: serde_json::Value = serde_json::from_str(&par).unwrap();
         let rows = rows.as_array().unwrap();
         let t = var(rows, "table").unwrap_or_else(|| panic!("{opts:?}: no table: {par}"));

@@ -18,6 +18,7 @@
 
 use super::{join, tag, Decoder, Streams};
 use crate::varint;
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// Most events in a body (the loop bodies that matter are short).
@@ -30,6 +31,10 @@ const GIVE_UP: usize = 1 << 15;
 const TABLE_BITS: u32 = 12;
 /// Chunks written unfolded after one where folding did not pay.
 const SKIP_AFTER_MISS: u32 = 7;
+/// Chunks smaller than this are folded without looking at or changing their
+/// stream's pace: a thread's few events flushed on a timer say nothing about its
+/// loops (mt: the main thread's 4-byte chunks left its workers' unfolded).
+const SMALL: usize = 4096;
 /// Folded chunks kept without a check after a check the fold won, and chunks left
 /// unfolded after one it lost (see [`Folder::check_due`]).
 const CHECK_EVERY: u32 = 15;
@@ -40,6 +45,17 @@ pub struct Folder {
     raw: Vec<u8>,
     scratch: Scratch,
     out: Streams,
+    /// The pace of the stream whose chunks come now ([`Folder::set_stream`]).
+    pace: Pace,
+    stream: u32,
+    /// The other streams' paces.
+    paces: HashMap<u32, Pace>,
+}
+
+/// When a stream's chunks are folded: each stream keeps its own, so that one
+/// thread's random accesses do not leave another thread's loops unfolded.
+#[derive(Default, Clone, Copy)]
+struct Pace {
     /// Chunks still to write unfolded after one where folding did not pay.
     rest: u32,
     /// Folded chunks still to keep before the next compressed-size check.
@@ -64,11 +80,22 @@ impl Folder {
         Folder::default()
     }
 
+    /// The chunks that follow are stream `stream`'s (0 until set): misses and
+    /// checks are counted per stream.
+    pub fn set_stream(&mut self, stream: u32) {
+        if stream != self.stream {
+            let next = self.paces.remove(&stream).unwrap_or_default();
+            let prev = std::mem::replace(&mut self.pace, next);
+            self.paces.insert(self.stream, prev);
+            self.stream = stream;
+        }
+    }
+
     /// The chunk `ops`/`side` with its repeated loop iterations folded, or `None`
     /// when nothing repeats (or the events do not decode: the chunk is then
     /// written as it is, for the reader to report).
     pub fn fold(&mut self, ops: &[u8], side: &[u8]) -> Option<&Streams> {
-        if self.skipping() {
+        if ops.len() + side.len() >= SMALL && self.skipping() {
             return None;
         }
         let mut raw = std::mem::take(&mut self.raw);
@@ -89,7 +116,7 @@ impl Folder {
         ops: Range<usize>,
         side: Range<usize>,
     ) -> Option<&Streams> {
-        if self.skipping() {
+        if ops.len() + side.len() >= SMALL && self.skipping() {
             return None;
         }
         self.fold_core(region, ops, side).then_some(&self.out)
@@ -102,7 +129,7 @@ impl Folder {
         // a chunk that did not lose half its bytes: the next few are likely
         // alike (random addresses, short branchy loops), and looking costs the
         // writer time (the writer keeps only folds that halve a chunk)
-        if !folded || self.out.len() * 2 > len {
+        if len >= SMALL && (!folded || self.out.len() * 2 > len) {
             self.miss();
         }
         folded
@@ -113,8 +140,8 @@ impl Folder {
     /// sixteen after that. A fold that removes most raw bytes can still compress
     /// worse (the repeats' counts break zstd's long matches: sort's trace doubled).
     pub fn check_due(&mut self) -> bool {
-        let due = self.trusted == 0;
-        self.trusted = self.trusted.saturating_sub(1);
+        let due = self.pace.trusted == 0;
+        self.pace.trusted = self.pace.trusted.saturating_sub(1);
         due
     }
 
@@ -123,8 +150,8 @@ impl Folder {
     /// row), after a win folded without comparing.
     pub fn checked(&mut self, fold_won: bool) {
         if fold_won {
-            self.trusted = CHECK_EVERY;
-            self.lost = 0;
+            self.pace.trusted = CHECK_EVERY;
+            self.pace.lost = 0;
         } else {
             self.miss();
         }
@@ -133,15 +160,16 @@ impl Folder {
     /// A chunk where folding did not pay: the next 7 are written unfolded
     /// without looking, twice as many after each further miss in a row (to 224).
     fn miss(&mut self) {
-        self.rest = SKIP_AFTER_MISS << self.lost.min(5);
-        self.lost += 1;
-        self.trusted = 0;
+        let p = &mut self.pace;
+        p.rest = SKIP_AFTER_MISS << p.lost.min(5);
+        p.lost += 1;
+        p.trusted = 0;
     }
 
     /// Whether this chunk is one to leave unfolded after a miss.
     fn skipping(&mut self) -> bool {
-        let skip = self.rest > 0;
-        self.rest = self.rest.saturating_sub(1);
+        let skip = self.pace.rest > 0;
+        self.pace.rest = self.pace.rest.saturating_sub(1);
         skip
     }
 }

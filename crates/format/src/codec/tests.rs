@@ -412,3 +412,45 @@ fn folding_backs_off_after_misses() {
         assert!(f.fold(&rn.ops, &rn.side).is_none());
     }
 }
+
+/// Misses are counted per stream, and a chunk too small to show a loop is not
+/// one: a thread whose few events are flushed on a timer, or whose accesses are
+/// random, leaves another thread's loops folded (mt's workers were half unfolded).
+#[test]
+fn folding_paces_each_stream_alone() {
+    let looped: Vec<Event> =
+        (0..4000).map(|i| plain(0x1000, 0x10_0000 + 8 * i, 8, false)).collect();
+    let random: Vec<Event> = (0..4000u64)
+        .map(|i| {
+            plain(0x1000 + (i * 2_654_435_761) % 977, (i * 0x9E37_79B9) & 0xff_ffff, 8, i % 3 == 0)
+        })
+        .collect();
+    let tiny: Vec<Event> =
+        (0..3u64).map(|i| plain(0x2000, 0x40_0000 + 4096 * i, 4, true)).collect();
+    let split = |evs: &[Event]| {
+        let mut enc = Encoder::new();
+        let mut st = Streams::new();
+        for e in evs {
+            enc.push(&mut st, e);
+        }
+        st
+    };
+    let (lp, rn, tn) = (split(&looped), split(&random), split(&tiny));
+    let mut f = Folder::new();
+    for round in 0..20 {
+        f.set_stream(1);
+        assert!(f.fold(&lp.ops, &lp.side).is_some(), "round {round}: stream 1's loop folds");
+        f.set_stream(2);
+        assert!(f.fold(&rn.ops, &rn.side).is_none());
+        f.set_stream(0);
+        assert!(f.fold(&tn.ops, &tn.side).is_none(), "three accesses do not repeat");
+    }
+    // stream 2 missed: its loops wait the skip out, while stream 1's stay folded
+    f.set_stream(2);
+    assert!(f.fold(&lp.ops, &lp.side).is_none(), "stream 2 is still skipping");
+    f.set_stream(1);
+    assert!(f.fold(&lp.ops, &lp.side).is_some());
+    // the tiny chunks did not make stream 0 skip
+    f.set_stream(0);
+    assert!(f.fold(&lp.ops, &lp.side).is_some(), "stream 0 never missed");
+}
