@@ -243,7 +243,7 @@ impl HeapIndex {
     /// first of the accessing thread.
     fn search(&self, addr: Addr, thread: ThreadId, index: u64, span: bool) -> Found {
         let mut k = usize::MAX;
-        self.search_near(addr, thread, index, span, &mut k, &mut Vec::new())
+        self.search_near(addr, thread, index, span, &mut k, &mut [])
     }
 
     /// [`HeapIndex::search`] with `k`, the number of starts at or below the address
@@ -256,7 +256,7 @@ impl HeapIndex {
         index: u64,
         span: bool,
         k: &mut usize,
-        hints: &mut Vec<(u32, u32)>,
+        hints: &mut [(u32, u32)],
     ) -> Found {
         let a = addr.0;
         let holds = *k <= self.starts.len()
@@ -352,7 +352,7 @@ impl HeapIndex {
     /// `search_solo_at` finding `k` itself.
     #[cfg(test)]
     fn search_solo(&self, addr: Addr, thread: ThreadId, index: u64) -> Option<Found> {
-        self.search_solo_at(addr, thread, index, self.below(addr.0), &mut Vec::new())
+        self.search_solo_at(addr, thread, index, self.below(addr.0), &mut [])
     }
 
     /// [`HeapIndex::search`] when every start it looks at has blocks of the accessing
@@ -367,7 +367,7 @@ impl HeapIndex {
         thread: ThreadId,
         index: u64,
         k: usize,
-        hints: &mut Vec<(u32, u32)>,
+        hints: &mut [(u32, u32)],
     ) -> Option<Found> {
         let a = addr.0;
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
