@@ -530,6 +530,8 @@ pub struct ChunkDecoder {
     /// Folds the loops of chunks the writer left unfolded, when runs are kept.
     folder: crate::codec::Folder,
     refolded: Vec<u8>,
+    /// `refolded` holds the last chunk read ([`ChunkDecoder::take_refolded`]).
+    has_refolded: bool,
 }
 
 impl ChunkDecoder {
@@ -610,13 +612,30 @@ impl ChunkDecoder {
         &mut self,
         r: &TraceReader,
         c: &StreamChunk,
+        f: impl FnMut(&crate::codec::Columns),
+    ) -> Result<(), Error> {
+        self.for_columns_of(r, c, None, f)
+    }
+
+    /// [`ChunkDecoder::for_columns`] of the chunk as [`ChunkDecoder::take_refolded`]
+    /// gave it (`refolded`), when given: the chunk is not read again.
+    pub fn for_columns_of(
+        &mut self,
+        r: &TraceReader,
+        c: &StreamChunk,
+        refolded: Option<&[u8]>,
         mut f: impl FnMut(&crate::codec::Columns),
     ) -> Result<(), Error> {
         let ci = r.chunk_of(c)?;
-        r.read_chunk_into(ci, &mut self.buf)?;
-        let raw = match self.cols.keep_runs && self.refold(&ci.header) {
-            true => &self.refolded[..],
-            false => &self.buf.raw[..],
+        let raw = match refolded {
+            Some(raw) => raw,
+            None => {
+                r.read_chunk_into(ci, &mut self.buf)?;
+                match self.cols.keep_runs && self.refold(&ci.header) {
+                    true => &self.refolded[..],
+                    false => &self.buf.raw[..],
+                }
+            }
         };
         let mut dec = Decoder::new(raw);
         dec.set_seq(c.first_index);
@@ -641,6 +660,7 @@ impl ChunkDecoder {
     /// folder's per-stream pace stops looking at chunks that do not fold. The
     /// events are the same either way (the writer's own fold).
     fn refold(&mut self, h: &crate::chunk::ChunkHeader) -> bool {
+        self.has_refolded = false;
         let raw = &self.buf.raw[..];
         if (raw.len() as u64) < u64::from(h.counts.events).max(1 << 12) {
             return false;
@@ -662,7 +682,15 @@ impl ChunkDecoder {
         }
         self.refolded.clear();
         crate::codec::join(&f.ops, &f.side, &mut self.refolded);
+        self.has_refolded = true;
         true
+    }
+
+    /// The chunk [`ChunkDecoder::skeleton`] walked last, when it folded its loops
+    /// first: a second pass can decode it from these bytes
+    /// ([`ChunkDecoder::for_columns_of`]) instead of reading and folding it again.
+    pub fn take_refolded(&mut self) -> Option<Vec<u8>> {
+        std::mem::take(&mut self.has_refolded).then(|| std::mem::take(&mut self.refolded))
     }
 
     /// Reads, verifies and walks one chunk for its non-access events (see

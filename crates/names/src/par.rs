@@ -83,6 +83,7 @@ impl<'a> Worker<'a> {
         c: &StreamChunk,
         start: &ChunkStart,
         earlier: &[(ThreadId, Option<(u64, u64)>)],
+        refolded: Option<&[u8]>,
     ) -> Result<(), Error> {
         let e = self.epoch();
         let mut cur = Cursor {
@@ -98,7 +99,7 @@ impl<'a> Worker<'a> {
         // atomics) beside them; `seq` is the event's index in the stream; a loop's
         // repeated iterations come as runs, after their body's rows
         dec.keep_runs(true);
-        let res = dec.for_columns(r, c, |cols| {
+        let res = dec.for_columns_of(r, c, refolded, |cols| {
             let mut other = cols.other.iter().peekable();
             let mut runs = cols.runs.iter().peekable();
             for i in 0..=cols.len() {
@@ -264,12 +265,13 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
     let Naming { trace: r, sym, maps, site_namer, granularity: g, alloc_fns } = n;
     let work = r.stream_chunks();
     // pass 1: heap events and frame summaries per chunk
+    let kept = std::sync::atomic::AtomicUsize::new(0);
     let pres = for_chunks(
         &work,
         threads,
         || (Vec::new(), FnStarts::default()),
         |(out, fs): &mut (Vec<(usize, ChunkPre)>, FnStarts), dec, i, c| {
-            out.push((i, pre_chunk(dec, r, c, sym, fs)?));
+            out.push((i, pre_chunk(dec, r, c, sym, fs, &kept)?));
             Ok(())
         },
     )?;
@@ -282,6 +284,7 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
     // serially, stream by stream: the heap index and each chunk's starting state
     let mut heap = HeapIndex::with_alloc_fns(alloc_fns.clone());
     let mut starts: Vec<ChunkStart> = Vec::with_capacity(work.len());
+    let mut refolded: Vec<Option<Vec<u8>>> = Vec::with_capacity(work.len());
     let mut earlier: Vec<(ThreadId, Option<(u64, u64)>)> = Vec::new();
     let mut pos = 0usize;
     let mut i = 0usize;
@@ -290,8 +293,9 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
         let mut st = ThreadState::default();
         let mut exists = false;
         while i < work.len() && work[i].thread == t {
-            let p = pre[i].take().expect("every chunk was read");
+            let mut p = pre[i].take().expect("every chunk was read");
             starts.push(ChunkStart { state: st.clone(), exists, pos });
+            refolded.push(p.refolded.take());
             p.apply(&mut st);
             exists |= p.creates;
             for h in p.heap {
@@ -331,7 +335,7 @@ pub fn attribute_trace(n: Naming<'_>, threads: usize) -> Result<Attribution, Err
         &work,
         threads,
         || Worker::new(&sh, g),
-        |w, dec, i, c| w.chunk(dec, r, c, &starts[i], &earlier),
+        |w, dec, i, c| w.chunk(dec, r, c, &starts[i], &earlier, refolded[i].as_deref()),
     )?;
     // merge
     let mut out = Attribution::default();

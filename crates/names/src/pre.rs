@@ -47,7 +47,13 @@ pub(crate) struct ChunkPre {
     /// The chunk has a `ThreadStart` or `FuncEnter` (the serial pass creates the
     /// thread's state at the first one).
     pub(crate) creates: bool,
+    /// The chunk with its loops folded, when the reader folded them (the writer
+    /// had not) and [`REFOLDED_BUDGET`] allowed keeping them for pass 2.
+    pub(crate) refolded: Option<Vec<u8>>,
 }
+
+/// Bytes of folded chunks pass 1 keeps for pass 2 (each a fraction of its chunk).
+pub(crate) const REFOLDED_BUDGET: usize = 256 << 20;
 
 impl ChunkPre {
     fn enter(&mut self, f: OpenFrame) {
@@ -126,12 +132,14 @@ impl FnStarts {
     }
 }
 
+/// Pass 1 of chunk `c`; `kept` counts the bytes of folded chunks kept so far.
 pub(crate) fn pre_chunk(
     dec: &mut ChunkDecoder,
     r: &TraceReader,
     c: &StreamChunk,
     sym: &Symbolizer,
     fs: &mut FnStarts,
+    kept: &AtomicUsize,
 ) -> Result<ChunkPre, Error> {
     let mut p = ChunkPre::default();
     // accesses are stepped over, not decoded
@@ -173,6 +181,11 @@ pub(crate) fn pre_chunk(
             _ => {}
         }
     })?;
+    if let Some(raw) = dec.take_refolded() {
+        if kept.fetch_add(raw.len(), Ordering::Relaxed) + raw.len() <= REFOLDED_BUDGET {
+            p.refolded = Some(raw);
+        }
+    }
     Ok(p)
 }
 
