@@ -177,7 +177,8 @@ impl<'s> Attributor<'s> {
         if self.cache.is_some() {
             ep = self.epochs_of(thread);
             if let Some(c) = &self.cache {
-                match c.probe(pc.0, addr.0, index, ep) {
+                let st = || self.threads.get(&thread).unwrap_or(&self.no_thread);
+                match c.probe(pc.0, addr.0, index, ep, st) {
                     Ok(id) => return id,
                     Err(h) => slot = h,
                 }

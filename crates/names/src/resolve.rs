@@ -162,6 +162,10 @@ pub(crate) struct Resolved {
     pub(crate) span: Range<u64>,
     /// By whole variables: the heap range named `id` whatever the event index.
     pub(crate) region: Option<(u64, u64)>,
+    /// A stack address: the number of the frame owning it (the name holds while
+    /// that frame and the next inner one's call site stay, and no inner frame
+    /// comes to own it: see `LabelCache`).
+    pub(crate) owner: Option<usize>,
 }
 
 /// The labels found so far and the caches that find them again.
@@ -222,7 +226,7 @@ impl Resolver {
     ) -> Resolved {
         let (pc, addr, st) = (a.pc, a.addr, a.st);
         let all = 0..u64::MAX;
-        let done = |id, dep, span| Resolved { id, dep, span, region: None };
+        let done = |id, dep, span| Resolved { id, dep, span, region: None, owner: None };
         if let Some((k, at, mut id)) = self.dense.get(addr.0) {
             if id == UNSEEN {
                 id = global_label(sh.sym, addr).map_or(NOT_GLOBAL, |l| self.labels.intern(l));
@@ -260,7 +264,7 @@ impl Resolver {
                         id
                     }
                 };
-                return done(id, FRAME, all);
+                return Resolved { id, dep: FRAME, span: all, region: None, owner: Some(i) };
             }
             // a frame entered later may own it
             FRAME
@@ -288,7 +292,7 @@ impl Resolver {
         }
         if let Some(ch) = sh.coarse {
             if let Some((lo, hi, id)) = ch.find(addr.0, &mut self.region_ids, &mut self.labels) {
-                return Resolved { id, dep, span: all, region: Some((lo, hi)) };
+                return Resolved { id, dep, span: all, region: Some((lo, hi)), owner: None };
             }
         }
         let (found, span) = self.last_block.find(sh.heap, addr, a.thread, a.index, self.spans);

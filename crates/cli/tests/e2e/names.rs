@@ -492,3 +492,42 @@ fn a_program_rebuilt_after_recording_is_not_named_from_the_new_binary() {
         "{err}"
     );
 }
+
+/// A stack address's name depends on the frame that owns it and, through the call
+/// site the frame called out from, on the scope live there: two scopes' arrays that
+/// stack colouring lays in one slot, filled by one callee from two call sites. The
+/// parallel pass's label cache keeps a stack answer across calls while that frame
+/// and call site stay; it must name each array as the uncached serial pass does.
+#[test]
+fn one_stack_slot_two_scopes_named_by_call_site() {
+    for cc in Cc::all() {
+        let dir = scratch("stackslots");
+        let exe = build(cc, "stackslots.c", &dir, &["-g"]);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &["1000"]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "total=12044000\n", "{cc:?}");
+        let t = trace.to_str().unwrap();
+        let by = |parallel: &str| {
+            let out = std::process::Command::new(memlens())
+                .args(["report", "--by", "variable", "--top", "0", "--format", "json", t])
+                .env("MEMLENS_NAMES_PARALLEL", parallel)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+            stdout(&out)
+        };
+        let (parallel, serial) = (by("1"), by("0"));
+        assert_eq!(parallel, serial, "{cc:?}: the cached and the uncached naming differ");
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&parallel).unwrap();
+        for name in ["twice::first", "twice::second"] {
+            let r = var(&rows, name).unwrap_or_else(|| panic!("{cc:?}: no {name}: {rows:#?}"));
+            // 1000 calls, 8 stores by fill and 8 loads by sum each
+            assert_eq!(
+                (r["loads"].as_u64(), r["stores"].as_u64()),
+                (Some(8000), Some(8000)),
+                "{cc:?} {name}"
+            );
+        }
+    }
+}
