@@ -94,6 +94,12 @@ struct PageEntry {
     hi: u64,
     epoch: u64,
     label: u32,
+    /// The numbers of the page's heap ranges (`CoarseHeap::meeting`): an access
+    /// to another range of the page is named by a search among them alone,
+    /// without resolving (small blocks of one name, a tree's nodes, are each a
+    /// range of their own between the allocator's headers).
+    r0: u32,
+    r1: u32,
 }
 
 /// 4096 pages (160 KiB): a column walk over a matrix touches a new page every
@@ -124,7 +130,7 @@ impl LabelCache {
         LabelCache {
             cache: vec![EMPTY; 1 << CACHE_BITS],
             pages: vec![
-                PageEntry { page: u64::MAX, lo: 0, hi: 0, epoch: 0, label: 0 };
+                PageEntry { page: u64::MAX, lo: 0, hi: 0, epoch: 0, label: 0, r0: 0, r1: 0 };
                 1 << PAGE_BITS
             ],
         }
@@ -192,6 +198,21 @@ impl LabelCache {
         h: usize,
         threads: impl FnOnce() -> I,
     ) -> u32 {
+        // another heap range of a page noted before: what resolve looks at before
+        // the coarse heap was found absent from the whole page (`note_page`)
+        let page = a.addr.0 >> 12;
+        let slot = (page as usize) & ((1 << PAGE_BITS) - 1);
+        let p = self.pages[slot];
+        if let (Some(ch), true) = (sh.coarse, p.page == page && p.epoch == ep.thread) {
+            let rs = (p.r0 as usize, p.r1 as usize);
+            if let Some((lo, hi, id)) =
+                ch.find_in(a.addr.0, rs, &mut res.region_ids, &mut res.labels)
+            {
+                let e = &mut self.pages[slot];
+                (e.lo, e.hi, e.label) = (lo.max(page << 12), hi.min((page + 1) << 12), id);
+                return id;
+            }
+        }
         let r = res.resolve(sh, a, threads);
         if let (Some((lo, hi)), THREAD) = (r.region, r.dep) {
             self.note_page(sh, a, ep, lo, hi, r.id);
@@ -247,12 +268,19 @@ impl LabelCache {
         {
             return;
         }
+        let (r0, r1) = sh.coarse.map_or((0, 0), |c| c.meeting(first, last + 1));
+        let (r0, r1) = match (u32::try_from(r0), u32::try_from(r1)) {
+            (Ok(r0), Ok(r1)) => (r0, r1),
+            _ => (0, 0),
+        };
         self.pages[(page as usize) & ((1 << PAGE_BITS) - 1)] = PageEntry {
             page,
             lo: lo.max(first),
             hi: hi.min(last + 1),
             epoch: ep.thread,
             label: id,
+            r0,
+            r1,
         };
     }
 }

@@ -577,6 +577,19 @@ impl Regions {
         r
     }
 
+    /// The numbers of the ranges that meet `[lo, hi)`: `r0..r1`.
+    pub(crate) fn meeting(&self, lo: u64, hi: u64) -> (usize, usize) {
+        (self.hi.partition_point(|&h| h <= lo), self.lo.partition_point(|&l| l < hi))
+    }
+
+    /// [`Regions::find`] among ranges `r0..r1` (from [`Regions::meeting`] of an
+    /// interval holding `addr`: the answer is the same).
+    #[inline]
+    pub(crate) fn find_in(&self, addr: u64, r0: usize, r1: usize) -> Option<(u64, u64, u32)> {
+        let j = r0 + self.lo[r0..r1].partition_point(|&l| l <= addr).checked_sub(1)?;
+        (addr < self.hi[j]).then(|| (self.lo[j], self.hi[j], self.key[j]))
+    }
+
     /// The range holding `addr` and its key.
     #[inline]
     pub(crate) fn find(&self, addr: u64) -> Option<(u64, u64, u32)> {
@@ -594,6 +607,38 @@ impl std::fmt::Debug for HeapIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Among the ranges meeting any interval that holds an address, the search
+    /// finds what the search of all ranges does.
+    #[test]
+    fn ranges_meeting_an_interval_answer_as_all() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..300 {
+            // blocks of two keys with gaps (an allocator's headers) and overlaps
+            let mut evs = Vec::new();
+            let mut at = 0x1000u64;
+            for i in 0..(rnd() % 40) {
+                at += rnd() % 3 * 16;
+                let size = 16 + rnd() % 100;
+                evs.push(Ev::Alloc(i, at, size, 0x400 + rnd() % 2));
+                at += size - rnd() % 2 * 8;
+            }
+            let h = heap_of(&evs);
+            let r = Regions::new(&h, |bi| Some(h.blocks[bi].site.0 as u32));
+            for _ in 0..50 {
+                let addr = 0x1000 + rnd() % (at - 0x1000 + 64);
+                let (lo, hi) = (addr - rnd() % 300, addr + 1 + rnd() % 300);
+                let (r0, r1) = r.meeting(lo, hi);
+                assert_eq!(r.find_in(addr, r0, r1), r.find(addr), "case {case} at {addr:#x}");
+            }
+        }
+    }
 
     /// The search of a start's births from a hint answers as a binary search does,
     /// whatever the hint and in whatever order the events come.

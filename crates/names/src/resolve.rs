@@ -108,7 +108,33 @@ impl CoarseHeap {
         ids: &mut Vec<u32>,
         labels: &mut Interner,
     ) -> Option<(u64, u64, u32)> {
-        let (lo, hi, key) = self.regions.find(addr)?;
+        let r = self.regions.find(addr)?;
+        Some(self.id_of(r, ids, labels))
+    }
+
+    /// The numbers of the ranges meeting `[lo, hi)` (see `Regions::meeting`).
+    pub(crate) fn meeting(&self, lo: u64, hi: u64) -> (usize, usize) {
+        self.regions.meeting(lo, hi)
+    }
+
+    /// [`CoarseHeap::find`] among ranges `r0..r1` from [`CoarseHeap::meeting`].
+    pub(crate) fn find_in(
+        &self,
+        addr: u64,
+        (r0, r1): (usize, usize),
+        ids: &mut Vec<u32>,
+        labels: &mut Interner,
+    ) -> Option<(u64, u64, u32)> {
+        let r = self.regions.find_in(addr, r0, r1)?;
+        Some(self.id_of(r, ids, labels))
+    }
+
+    fn id_of(
+        &self,
+        (lo, hi, key): (u64, u64, u32),
+        ids: &mut Vec<u32>,
+        labels: &mut Interner,
+    ) -> (u64, u64, u32) {
         let k = key as usize;
         if ids.len() <= k {
             ids.resize(self.labels.len().max(k + 1), UNSEEN);
@@ -116,7 +142,7 @@ impl CoarseHeap {
         if ids[k] == UNSEEN {
             ids[k] = labels.intern(self.labels[k].clone());
         }
-        Some((lo, hi, ids[k]))
+        (lo, hi, ids[k])
     }
 }
 
