@@ -608,17 +608,21 @@ impl std::fmt::Debug for HeapIndex {
 mod tests {
     use super::*;
 
-    /// Among the ranges meeting any interval that holds an address, the search
-    /// finds what the search of all ranges does.
-    #[test]
-    fn ranges_meeting_an_interval_answer_as_all() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = || {
+    /// A seeded sequence (xorshift64), the same on every machine.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
-        };
+        }
+    }
+
+    /// Among the ranges meeting any interval that holds an address, the search
+    /// finds what the search of all ranges does.
+    #[test]
+    fn ranges_meeting_an_interval_answer_as_all() {
+        let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15);
         for case in 0..300 {
             // blocks of two keys with gaps (an allocator's headers) and overlaps
             let mut evs = Vec::new();
@@ -644,13 +648,7 @@ mod tests {
     /// whatever the hint and in whatever order the events come.
     #[test]
     fn births_from_a_hint_are_a_binary_search() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
         for case in 0..2000 {
             let n = (rnd() % 70) as usize;
             let mut born: Vec<u64> = (0..n).map(|_| rnd() % 200).collect();
@@ -659,7 +657,7 @@ mod tests {
             let mut index = rnd() % 220;
             for step in 0..30 {
                 // mostly forward, now and then back (another chunk of the stream)
-                index = if rnd() % 5 == 0 { rnd() % 220 } else { index + rnd() % 12 };
+                index = if rnd().is_multiple_of(5) { rnd() % 220 } else { index + rnd() % 12 };
                 let want = born.partition_point(|&b| b <= index);
                 let got = births_upto(&born, index, &mut hint);
                 assert_eq!(got, want, "case {case} step {step}: {born:?} at {index}");

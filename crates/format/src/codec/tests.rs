@@ -382,10 +382,18 @@ fn repeats_counts_whole_periods_of_both_streams() {
     }
 }
 
-/// A folder that looked at a chunk that did not halve leaves the next 7 chunks
-/// unfolded without looking, twice as many after each further miss in a row.
-#[test]
-fn folding_backs_off_after_misses() {
+/// The encoded streams of `evs`.
+fn streams_of(evs: &[Event]) -> Streams {
+    let mut enc = Encoder::new();
+    let mut st = Streams::new();
+    for e in evs {
+        enc.push(&mut st, e);
+    }
+    st
+}
+
+/// A strided loop (it folds) and random accesses (they do not), 4000 events each.
+fn loop_and_random() -> (Streams, Streams) {
     let looped: Vec<Event> =
         (0..4000).map(|i| plain(0x1000, 0x10_0000 + 8 * i, 8, false)).collect();
     let random: Vec<Event> = (0..4000u64)
@@ -393,15 +401,14 @@ fn folding_backs_off_after_misses() {
             plain(0x1000 + (i * 2_654_435_761) % 977, (i * 0x9E37_79B9) & 0xff_ffff, 8, i % 3 == 0)
         })
         .collect();
-    let split = |evs: &[Event]| {
-        let mut enc = Encoder::new();
-        let mut st = Streams::new();
-        for e in evs {
-            enc.push(&mut st, e);
-        }
-        st
-    };
-    let (lp, rn) = (split(&looped), split(&random));
+    (streams_of(&looped), streams_of(&random))
+}
+
+/// A folder that looked at a chunk that did not halve leaves the next 7 chunks
+/// unfolded without looking, twice as many after each further miss in a row.
+#[test]
+fn folding_backs_off_after_misses() {
+    let (lp, rn) = loop_and_random();
     let mut f = Folder::new();
     assert!(f.fold(&lp.ops, &lp.side).is_some(), "a strided loop folds");
     assert!(f.fold(&rn.ops, &rn.side).is_none(), "random accesses do not");
@@ -418,24 +425,10 @@ fn folding_backs_off_after_misses() {
 /// random, leaves another thread's loops folded (mt's workers were half unfolded).
 #[test]
 fn folding_paces_each_stream_alone() {
-    let looped: Vec<Event> =
-        (0..4000).map(|i| plain(0x1000, 0x10_0000 + 8 * i, 8, false)).collect();
-    let random: Vec<Event> = (0..4000u64)
-        .map(|i| {
-            plain(0x1000 + (i * 2_654_435_761) % 977, (i * 0x9E37_79B9) & 0xff_ffff, 8, i % 3 == 0)
-        })
-        .collect();
+    let (lp, rn) = loop_and_random();
     let tiny: Vec<Event> =
         (0..3u64).map(|i| plain(0x2000, 0x40_0000 + 4096 * i, 4, true)).collect();
-    let split = |evs: &[Event]| {
-        let mut enc = Encoder::new();
-        let mut st = Streams::new();
-        for e in evs {
-            enc.push(&mut st, e);
-        }
-        st
-    };
-    let (lp, rn, tn) = (split(&looped), split(&random), split(&tiny));
+    let tn = streams_of(&tiny);
     let mut f = Folder::new();
     for round in 0..20 {
         f.set_stream(1);
