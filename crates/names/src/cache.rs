@@ -114,8 +114,7 @@ fn owner_holds(st: &ThreadState, e: &Entry, addr: u64) -> bool {
     let i = e.depth as usize;
     frames.get(i).is_some_and(|f| f.pc.0 == e.from && f.rbp == e.to)
         && next_site(frames, i) == e.next
-        // the innermost frame whose CFA lies above the address owns it
-        && frames[i + 1..].iter().all(|f| f.rbp == 0 || f.rbp + 16 <= addr)
+        && st.owner(addr) == Some(i)
 }
 
 /// The cache (see the module docs). The resolver it fronts must compute spans

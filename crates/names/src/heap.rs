@@ -593,8 +593,7 @@ impl Regions {
     /// The range holding `addr` and its key.
     #[inline]
     pub(crate) fn find(&self, addr: u64) -> Option<(u64, u64, u32)> {
-        let j = self.lo.partition_point(|&l| l <= addr).checked_sub(1)?;
-        (addr < self.hi[j]).then(|| (self.lo[j], self.hi[j], self.key[j]))
+        self.find_in(addr, 0, self.lo.len())
     }
 }
 
