@@ -24,6 +24,7 @@ mod names;
 mod output;
 mod parquet_out;
 mod pq_pages;
+mod run_rows;
 mod small;
 mod tables;
 pub mod wire;

@@ -26,8 +26,12 @@ use std::sync::{Arc, Condvar, Mutex};
 const ROW_GROUP: usize = 1 << 20;
 /// Rows of a chunk that decide whether grouping it by pc pays (see [`pc_order`]).
 const ORDER_SAMPLE: usize = 16 << 10;
-/// Chunks per file of a stream: files are written in parallel.
+/// Chunks per file of a stream at most: files are written in parallel.
 const CHUNKS_PER_FILE: usize = 32;
+/// Events per file of a stream: a file ends at the chunk that reaches it (a
+/// loop-dense trace holds millions of events a chunk: 27 chunks of matmul 370
+/// were one file on one core).
+const EVENTS_PER_FILE: u64 = 1 << 23;
 
 /// What an export wrote.
 #[derive(Clone, Debug, Default)]
@@ -292,10 +296,25 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
                 _ => by_stream.push((c.thread.0, vec![c])),
             }
         }
+        let events = |c: &StreamChunk| {
+            t.reader.chunks().get(c.chunk).map_or(0, |h| u64::from(h.header.counts.events))
+        };
         for (th, chunks) in by_stream {
-            for (k, part) in chunks.chunks(CHUNKS_PER_FILE).enumerate() {
-                let chunks = part.to_vec();
-                units.push(Unit::Stream { trace: ti, thread: th, part: k, chunks });
+            let mut part: Vec<StreamChunk> = Vec::new();
+            let mut held = 0u64;
+            let mut k = 0;
+            for c in chunks {
+                held += events(&c);
+                part.push(c);
+                if part.len() == CHUNKS_PER_FILE || held >= EVENTS_PER_FILE {
+                    let chunks = std::mem::take(&mut part);
+                    units.push(Unit::Stream { trace: ti, thread: th, part: k, chunks });
+                    k += 1;
+                    held = 0;
+                }
+            }
+            if !part.is_empty() {
+                units.push(Unit::Stream { trace: ti, thread: th, part: k, chunks: part });
             }
         }
     }
@@ -420,10 +439,10 @@ fn write_stream(
     // how this part's calls move the depth: (lowest, net), see `depth_steps`
     let mut steps = (0i64, 0i64);
     for c in chunks {
-        let ((ab, warning), (cb, _)) = accesses.access_and_call_batches(&calls, c, dec);
+        let ((ab, warning), grouped, (cb, _)) = accesses.access_and_call_batches(&calls, c, dec);
         if let Some(b) = ab {
             rows += b.num_rows() as u64;
-            let order = pc_order(&b);
+            let order = if grouped { None } else { pc_order(&b) };
             aw.write(b, order)?;
         }
         if let Some(b) = cb {

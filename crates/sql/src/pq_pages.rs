@@ -164,7 +164,7 @@ impl PageFile {
                 let places = at..at + take;
                 match perm {
                     Some(p) => col.append(&mut piece, p[places].iter().map(|&r| r as usize)),
-                    None => col.append(&mut piece, places),
+                    None => col.append_span(&mut piece, places),
                 }
                 at += take;
                 if col.page_rows == PAGE_ROWS {
@@ -224,7 +224,7 @@ impl PageFile {
                 let v =
                     d.values.get(at..end).ok_or_else(|| Error::Input("deferred rows".into()))?;
                 for page in v.chunks(PAGE_ROWS) {
-                    col.append(&mut Piece::U64(page, None), 0..page.len());
+                    col.append_span(&mut Piece::U64(page, None), 0..page.len());
                     col.finish_page(&mut self.z, &mut self.buf)?;
                 }
                 chunks.push(col.close(&mut self.z)?);
@@ -362,6 +362,19 @@ impl Col {
         }
     }
 
+    /// [`Col::append`] of rows in their order: integers are copied, not gathered.
+    fn append_span(&mut self, piece: &mut Piece, rows: std::ops::Range<usize>) {
+        if let Piece::U64(v, None) = piece {
+            if self.optional {
+                self.valid.resize(self.valid.len() + rows.len(), 1);
+            }
+            self.page_rows += rows.len();
+            self.ints.extend_from_slice(&v[rows]);
+            return;
+        }
+        self.append(piece, rows)
+    }
+
     /// Appends rows `rows` of `piece` to the page being filled.
     fn append(&mut self, piece: &mut Piece, rows: impl ExactSizeIterator<Item = usize> + Clone) {
         let nulls = match piece {
@@ -369,6 +382,13 @@ impl Col {
             _ => None,
         };
         let count = rows.len();
+        // a column of nulls (`value` of a trace recorded without values)
+        if self.optional && nulls.is_some_and(|n| n.null_count() == n.len()) {
+            self.valid.resize(self.valid.len() + count, 0);
+            self.page_nulls += count;
+            self.page_rows += count;
+            return;
+        }
         if self.optional {
             match nulls {
                 Some(n) => {
@@ -409,6 +429,8 @@ impl Col {
             let mut levels = Vec::new();
             if self.page_nulls == 0 {
                 rle_hybrid_run(rows, 1, 1, &mut levels);
+            } else if self.page_nulls == rows {
+                rle_hybrid_run(rows, 0, 1, &mut levels);
             } else {
                 rle_hybrid(&self.valid, 1, &mut levels);
             }
@@ -670,12 +692,17 @@ impl IntDict {
     /// Appends the ids of `part`; None once there would be a 257th value.
     fn add(&mut self, part: &[u64], ids: &mut Vec<u8>) -> Option<()> {
         let mut last: Option<(u64, u8)> = None;
-        for &x in part {
-            // rows grouped by pc repeat one value
+        let mut i = 0;
+        while i < part.len() {
+            let x = part[i];
+            // rows grouped by pc repeat one value: the whole repeat at once
             if let Some((_, id)) = last.filter(|l| l.0 == x) {
-                ids.push(id);
+                let same = part[i..].iter().take_while(|&&y| y == x).count();
+                ids.resize(ids.len() + same, id);
+                i += same;
                 continue;
             }
+            i += 1;
             let slot = &mut self.cache[((x ^ (x >> 6)) & 63) as usize];
             // an empty slot holds an id no value has yet
             if slot.0 != x || self.values.get(slot.1 as usize) != Some(&x) {
@@ -723,6 +750,14 @@ fn delta_binary_packed(v: &[u64], bits32: bool, out: &mut Vec<u8>) {
     let mut i = 1;
     while i < v.len() {
         let m = (v.len() - i).min(128);
+        // a loop's steady stride: every difference the minimum, no bits packed
+        let d0 = v[i].wrapping_sub(v[i - 1]);
+        if (1..m).all(|k| v[i + k].wrapping_sub(v[i + k - 1]) == d0) {
+            zigzag(out, signed(d0));
+            out.extend_from_slice(&[0; 4]);
+            i += m;
+            continue;
+        }
         let mut min = i64::MAX;
         for k in 0..m {
             let x = signed(v[i + k].wrapping_sub(v[i + k - 1]));

@@ -352,9 +352,10 @@ impl ChunkRows<'_> {
         calls: &ChunkRows,
         c: &StreamChunk,
         dec: &mut ChunkDecoder,
-    ) -> (Batch, Batch) {
+    ) -> (Batch, bool, Batch) {
         let t = self.trace();
-        let mut cols = Columns::new();
+        // loops stay runs: written out by `run_rows`, each row in its place
+        let mut cols = Columns { keep_runs: true, ..Columns::new() };
         let warning = self.damage(dec.decode_columns(&t.reader, c, &mut cols));
         let mut rows = CallCols::default();
         let mut now = t.reader.chunks()[c.chunk].header.first_clock;
@@ -365,7 +366,37 @@ impl ChunkRows<'_> {
             rows.push(*n, now, e, |k| u32::from(k == 1));
         }
         let call = calls.call_rows(c, rows, warning.clone());
-        (self.access_rows(c, cols, warning), call)
+        if cols.runs.is_empty() {
+            return (self.access_rows(c, cols, warning), false, call);
+        }
+        // Grouped by pc when the runs hold most rows: a loop's instruction then
+        // steps by its stride (see `parquet_out::pc_order`).
+        let looped: u64 = cols.runs.iter().map(|r| r.len()).sum();
+        let grouped = looped >= cols.len() as u64;
+        if let Some(set) = self.pcs {
+            crate::small::add_pcs(&mut set.borrow_mut(), &cols);
+        }
+        let first_clock = t.reader.chunks()[c.chunk].header.first_clock;
+        let mut r = crate::run_rows::access_rows(&cols, first_clock, grouped);
+        let rows = r.kind.len();
+        if rows == 0 {
+            return ((None, warning), grouped, call);
+        }
+        let b = self.project(c, rows, warning, |name| match name {
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut r.seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut r.clock))),
+            "kind" => kind_col(std::mem::take(&mut r.kind), &ACCESS_KINDS),
+            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut r.size))),
+            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut r.addr))),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut r.pc))),
+            "value" if r.value.is_empty() => {
+                datafusion::arrow::array::new_null_array(&DataType::UInt64, rows)
+            }
+            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut r.value))),
+            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut r.atomic))),
+            other => unreachable!("accesses has no column {other}"),
+        });
+        (b, grouped, call)
     }
 
     /// The `accesses` batch of a decoded chunk.

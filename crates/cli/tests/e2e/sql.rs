@@ -443,6 +443,34 @@ print(json.dumps(out))
     assert!(values[0]["n"].as_u64().unwrap() >= 3000, "{values:?} of {n} rows");
 }
 
+/// A trace whose loops are runs (clang builds loops.c with its loops versioned,
+/// three threads): the export writes each run's rows itself, grouped by
+/// instruction (crates/sql/src/run_rows.rs), where the embedded engine decodes
+/// them as rows. Every row and column read back by pyarrow equals the engine's.
+#[test]
+fn parquet_export_of_loop_runs_equals_sql() {
+    if Cc::all().len() < 2 {
+        return; // runs come from clang's pass
+    }
+    let dir = scratch("sql-parquet-runs");
+    let exe = build(Cc::Clang, "loops.c", &dir, &["-g"]);
+    let trace = dir.join("loops.trace");
+    let o = record(&exe, &trace, &["2000", "3"]);
+    assert!(o.status.success(), "loops: {}", stderr(&o));
+    let out = dir.join("pq");
+    let o = run_memlens(&[
+        "export",
+        "--format",
+        "parquet",
+        out.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = parquet_equals_sql(&pyarrow(), &out, &trace);
+    // most of the rows are the runs' (2000 elements a loop, a dozen loops a thread)
+    assert!(n > 3 * 2000 * 8, "{n} rows");
+}
+
 /// Every row and column of `OUT/accesses` as pyarrow reads it equals the embedded
 /// engine's `accesses` over `trace`, and `OUT/code` its `code`. Returns the rows.
 fn parquet_equals_sql(py: &Path, out: &Path, trace: &Path) -> usize {
