@@ -6,7 +6,7 @@ use crate::{
     attribute_trace, Attribution, Error, Granularity, HeapIndex, Maps, SiteNamer, BIG_BLOCK,
 };
 use memlens_analysis::heap::AllocFns;
-use memlens_format::{Event, TraceReader};
+use memlens_format::{ChunkDecoder, Event, TraceReader};
 use memlens_symbols::Symbolizer;
 
 /// What naming the accesses of a trace takes, for every way of doing it.
@@ -116,22 +116,29 @@ impl HeapIndex {
     /// stream by stream; a block allocated inside `alloc_fns` is its caller's.
     pub fn from_trace(r: &TraceReader, alloc_fns: &AllocFns) -> Result<HeapIndex, Error> {
         let mut h = HeapIndex::with_alloc_fns(alloc_fns.clone());
-        for s in r.streams() {
-            let mut it = r.events_where(s.thread, |c| c.counts.allocs > 0 || c.counts.frees > 0);
-            while let Some(ev) = it.next() {
-                let i = it.index();
-                match ev? {
+        let mut dec = ChunkDecoder::new();
+        // stream by stream; the accesses stepped over (a loop's millions of
+        // accesses beside a matrix's allocation are never written out)
+        for c in r.stream_chunks() {
+            let counts = &r.chunks()[c.chunk].header.counts;
+            if counts.allocs == 0 && counts.frees == 0 {
+                continue;
+            }
+            let t = c.thread;
+            dec.skeleton(r, &c, |n, ev| {
+                let i = c.first_index + n;
+                match ev {
                     Event::Alloc { pc, addr, size, stack, .. } => {
-                        h.add_block(s.thread, i, addr, size, pc, stack)
+                        h.add_block(t, i, addr, size, pc, stack)
                     }
                     Event::Realloc { pc, old, new, size, stack } => {
-                        h.free(s.thread, i, old);
-                        h.add_block(s.thread, i, new, size, pc, stack);
+                        h.free(t, i, old);
+                        h.add_block(t, i, new, size, pc, stack);
                     }
-                    Event::Free { addr, .. } => h.free(s.thread, i, addr),
+                    Event::Free { addr, .. } => h.free(t, i, addr),
                     _ => {}
                 }
-            }
+            })?;
         }
         h.finish();
         Ok(h)

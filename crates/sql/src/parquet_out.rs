@@ -3,7 +3,7 @@
 
 use crate::dataset::Dataset;
 use crate::pq_pages::PageFile;
-use crate::tables::{plain_batch, plain_schema, schema, ChunkRows, Keep};
+use crate::tables::{plain_batch, plain_schema, schema, AccessOut, ChunkRows, Keep};
 use crate::Error;
 use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
@@ -382,6 +382,12 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
     Ok(stats.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
+/// The `accesses` stream files' schema, for tests of the page encoder.
+#[cfg(test)]
+pub(crate) fn stream_schema_for_tests() -> (SchemaRef, Keep) {
+    stream_schema("accesses").expect("a known table")
+}
+
 /// The schema of `table`'s stream files and what to keep of its rows: the
 /// partition columns live in the path, not in the file.
 fn stream_schema(table: &str) -> Result<(SchemaRef, Keep), Error> {
@@ -439,12 +445,22 @@ fn write_stream(
     // how this part's calls move the depth: (lowest, net), see `depth_steps`
     let mut steps = (0i64, 0i64);
     for c in chunks {
-        let ((ab, warning), grouped, (cb, _)) = accesses.access_and_call_batches(&calls, c, dec);
-        if let Some(b) = ab {
-            rows += b.num_rows() as u64;
-            let order = if grouped { None } else { pc_order(&b) };
-            aw.write(b, order)?;
-        }
+        let (acc, (cb, _)) = accesses.access_and_call_batches(&calls, c, dec);
+        let warning = match acc {
+            AccessOut::Rows((ab, warning), grouped) => {
+                if let Some(b) = ab {
+                    rows += b.num_rows() as u64;
+                    let order = if grouped { None } else { pc_order(&b) };
+                    aw.write(b, order)?;
+                }
+                warning
+            }
+            AccessOut::Segs(segs, warning) => {
+                rows += segs.rows as u64;
+                aw.write_segs(&segs)?;
+                warning
+            }
+        };
         if let Some(b) = cb {
             let kinds = b
                 .column_by_name("depth")

@@ -15,6 +15,7 @@
 //! pages until its row group is written; no column of a row group is ever
 //! gathered whole.
 
+use crate::run_rows::{RowSeg, SegRows};
 use crate::Error;
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -179,6 +180,84 @@ impl PageFile {
         Ok(())
     }
 
+    /// Adds a chunk's `accesses` rows given as segments (see
+    /// [`crate::run_rows::access_segs`]): a run's steady columns are encoded
+    /// without being written out row by row.
+    pub(crate) fn write_segs(&mut self, r: &SegRows) -> Result<(), Error> {
+        if self.defer.is_some() {
+            return Err(Error::Input("segments for a file with a deferred column".into()));
+        }
+        let n = r.rows;
+        let names: Vec<String> = self.schema.fields().iter().map(|f| f.name().clone()).collect();
+        let nulls = datafusion::arrow::buffer::NullBuffer::new_null(n);
+        let atomic = datafusion::arrow::buffer::BooleanBuffer::from(&r.atomic[..]);
+        for (col, name) in self.cols.iter_mut().zip(&names) {
+            let (z, buf) = (&mut self.z, &mut self.buf);
+            match name.as_str() {
+                "seq" | "clock" | "size" | "address" | "pc" => {
+                    let arena = match name.as_str() {
+                        "seq" => &r.seq,
+                        "clock" => &r.clock,
+                        "size" => &r.size,
+                        "address" => &r.addr,
+                        _ => &r.pc,
+                    };
+                    for g in &r.segs {
+                        fill(col, z, buf, g.len(), |col, part| match *g {
+                            RowSeg::Rows { at, .. } => {
+                                col.push_vals(&arena[at + part.start..at + part.end])
+                            }
+                            RowSeg::Run { seq, addr, clock, size, pc, .. } => {
+                                let (first, step) = match name.as_str() {
+                                    "seq" => seq,
+                                    "address" => addr,
+                                    "clock" => (clock, 0),
+                                    "size" => (size, 0),
+                                    _ => (pc, 0),
+                                };
+                                let first =
+                                    first.wrapping_add(step.wrapping_mul(part.start as u64));
+                                col.push_steps(first, step, part.len());
+                            }
+                            RowSeg::Empty => {}
+                        })?;
+                    }
+                }
+                "kind" => {
+                    // the file's words: load, store and rmw where the dictionary has them
+                    let mut map = [0u8; 3];
+                    for (m, w) in map.iter_mut().zip(crate::tables::ACCESS_KINDS) {
+                        let at = match col.words.iter().position(|x| x == w) {
+                            Some(p) => p,
+                            None => {
+                                col.words.push(w.to_string());
+                                col.words.len() - 1
+                            }
+                        };
+                        *m = at as u8;
+                    }
+                    let mut ids =
+                        Piece::Words(r.kind.iter().map(|&k| map[(k as usize).min(2)]).collect());
+                    fill(col, z, buf, n, |col, part| col.append(&mut ids, part))?;
+                }
+                "value" => {
+                    let mut none = Piece::U64(&[], Some(&nulls));
+                    fill(col, z, buf, n, |col, part| col.append(&mut none, part))?;
+                }
+                "atomic" => {
+                    let mut b = Piece::Bool(atomic.clone());
+                    fill(col, z, buf, n, |col, part| col.append(&mut b, part))?;
+                }
+                other => return Err(Error::Input(format!("no segments for a column {other}"))),
+            }
+        }
+        self.rows += n;
+        if self.rows >= self.row_group {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self) -> Result<(), Error> {
         if self.rows == 0 {
             return Ok(());
@@ -235,6 +314,27 @@ impl PageFile {
         self.w.close().map_err(perr)?;
         Ok(())
     }
+}
+
+/// Appends `n` rows to `col` through `put` (given the rows' range), a page at a
+/// time: each page is encoded as soon as it is full.
+fn fill(
+    col: &mut Col,
+    z: &mut zstd::bulk::Compressor<'static>,
+    buf: &mut Vec<u8>,
+    n: usize,
+    mut put: impl FnMut(&mut Col, std::ops::Range<usize>),
+) -> Result<(), Error> {
+    let mut at = 0;
+    while at < n {
+        let take = (PAGE_ROWS - col.page_rows).min(n - at);
+        put(col, at..at + take);
+        at += take;
+        if col.page_rows == PAGE_ROWS {
+            col.finish_page(z, buf)?;
+        }
+    }
+    Ok(())
 }
 
 fn perr(e: parquet::errors::ParquetError) -> Error {
@@ -334,6 +434,57 @@ struct Col {
     words: Vec<String>,
     /// None: decided on the first data page.
     zstd: Option<bool>,
+    /// The page's integers as segments (steady runs and slices of `ints`);
+    /// empty: `ints` holds them all.
+    segs: Vec<Seg>,
+    /// Scratch: segments read as values.
+    mat: Vec<u64>,
+}
+
+/// Consecutive values of an integer page.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Seg {
+    /// `ints[at..at + n]`.
+    Vals { at: usize, n: usize },
+    /// `first`, `first + step`, ... (`n` values, wrapping).
+    Steps { first: u64, step: u64, n: usize },
+}
+
+impl Seg {
+    /// The smallest and largest value.
+    fn bounds(&self, ints: &[u64]) -> (u64, u64) {
+        match *self {
+            Seg::Vals { at, n } => {
+                ints[at..at + n].iter().fold((u64::MAX, 0), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+            }
+            Seg::Steps { first, step, n } => {
+                let last = i128::from(first) + i128::from(step as i64) * (n as i128 - 1);
+                match u64::try_from(last) {
+                    Ok(last) => (first.min(last), first.max(last)),
+                    // wraps: read every value
+                    Err(_) => {
+                        let mut v = Vec::new();
+                        self.extend(ints, &mut v);
+                        v.iter().fold((u64::MAX, 0), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+                    }
+                }
+            }
+        }
+    }
+
+    fn extend(&self, ints: &[u64], out: &mut Vec<u64>) {
+        match *self {
+            Seg::Vals { at, n } => out.extend_from_slice(&ints[at..at + n]),
+            Seg::Steps { first, step, n } => {
+                let mut x = first;
+                out.extend((0..n).map(|_| {
+                    let v = x;
+                    x = x.wrapping_add(step);
+                    v
+                }));
+            }
+        }
+    }
 }
 
 impl Col {
@@ -359,6 +510,49 @@ impl Col {
             dict_on: false,
             words: Vec::new(),
             zstd: None,
+            segs: Vec::new(),
+            mat: Vec::new(),
+        }
+    }
+
+    /// Appends `v` to the page being filled (a column without nulls).
+    fn push_vals(&mut self, v: &[u64]) {
+        if v.is_empty() {
+            return;
+        }
+        if self.optional {
+            self.valid.resize(self.valid.len() + v.len(), 1);
+        }
+        let before = self.ints.len();
+        self.ints.extend_from_slice(v);
+        self.page_rows += v.len();
+        self.note_vals(before);
+    }
+
+    /// Appends `n` values `first`, `first + step`, ... without writing them out.
+    fn push_steps(&mut self, first: u64, step: u64, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if self.optional {
+            self.valid.resize(self.valid.len() + n, 1);
+        }
+        if self.segs.is_empty() && !self.ints.is_empty() {
+            self.segs.push(Seg::Vals { at: 0, n: self.ints.len() });
+        }
+        self.segs.push(Seg::Steps { first, step, n });
+        self.page_rows += n;
+    }
+
+    /// Once the page has segments, values appended from `ints[before..]` are one.
+    fn note_vals(&mut self, before: usize) {
+        let n = self.ints.len() - before;
+        if self.segs.is_empty() || n == 0 {
+            return;
+        }
+        match self.segs.last_mut() {
+            Some(Seg::Vals { at, n: m }) if *at + *m == before => *m += n,
+            _ => self.segs.push(Seg::Vals { at: before, n }),
         }
     }
 
@@ -369,7 +563,9 @@ impl Col {
                 self.valid.resize(self.valid.len() + rows.len(), 1);
             }
             self.page_rows += rows.len();
+            let before = self.ints.len();
             self.ints.extend_from_slice(&v[rows]);
+            self.note_vals(before);
             return;
         }
         self.append(piece, rows)
@@ -399,6 +595,7 @@ impl Col {
                 None => self.valid.resize(self.valid.len() + count, 1),
             }
         }
+        let before = self.ints.len();
         match piece {
             Piece::U64(v, None) => self.ints.extend(rows.map(|r| v[r])),
             Piece::U32(v, None) => self.ints.extend(rows.map(|r| u64::from(v[r]))),
@@ -411,6 +608,7 @@ impl Col {
             Piece::Words(k) => self.ids.extend(rows.map(|r| k[r])),
             Piece::Bool(b) => self.bools.extend(rows.map(|r| b.value(r))),
         }
+        self.note_vals(before);
         self.page_rows += count;
     }
 
@@ -443,6 +641,57 @@ impl Col {
         self.rows += rows;
         let encoding = match self.ty {
             Ty::Int { bits32 } => {
+                let segs = std::mem::take(&mut self.segs);
+                // a page of segments is read as values only where a dictionary
+                // may take it (the chunk's first page decides, see below)
+                let steady = !segs.is_empty() && !self.pages.is_empty();
+                // a dictionary page of segments: a repeat is one lookup
+                if steady && self.dict_on {
+                    if let Some(d) = self.dict.as_mut() {
+                        self.ids.clear();
+                        if d.add_segs(&segs, &self.ints, &mut self.mat, &mut self.ids).is_some() {
+                            for g in &segs {
+                                let (lo, hi) = g.bounds(&self.ints);
+                                self.lo = self.lo.min(lo);
+                                self.hi = self.hi.max(hi);
+                            }
+                            self.any = true;
+                            let w = width(d.values.len());
+                            buf.push(w as u8);
+                            rle_hybrid(&self.ids, w, buf);
+                            self.ids.clear();
+                            self.segs = segs;
+                            self.segs.clear();
+                            self.ints.clear();
+                            return self.store_page(rows, Encoding::RLE_DICTIONARY, z, buf);
+                        }
+                        // a 257th value: this page and the rest of the chunk fall back
+                        self.dict_on = false;
+                        self.ids.clear();
+                    }
+                }
+                if steady && !self.dict_on {
+                    for g in &segs {
+                        let (lo, hi) = g.bounds(&self.ints);
+                        self.lo = self.lo.min(lo);
+                        self.hi = self.hi.max(hi);
+                    }
+                    self.any = true;
+                    delta_segs(&segs, &self.ints, bits32, buf);
+                    self.segs = segs;
+                    self.segs.clear();
+                    self.ints.clear();
+                    return self.store_page(rows, Encoding::DELTA_BINARY_PACKED, z, buf);
+                }
+                if !segs.is_empty() {
+                    self.mat.clear();
+                    for g in &segs {
+                        g.extend(&self.ints, &mut self.mat);
+                    }
+                    std::mem::swap(&mut self.mat, &mut self.ints);
+                    self.segs = segs;
+                    self.segs.clear();
+                }
                 let v = &self.ints;
                 // four lanes: one min/max chain each
                 let (mut lo, mut hi) = ([u64::MAX; 4], [0u64; 4]);
@@ -506,6 +755,17 @@ impl Col {
         self.ints.clear();
         self.ids.clear();
         self.bools.clear();
+        self.store_page(rows, encoding, z, buf)
+    }
+
+    /// Compresses the encoded page in `buf` (`rows` rows) and keeps it.
+    fn store_page(
+        &mut self,
+        rows: usize,
+        encoding: Encoding,
+        z: &mut zstd::bulk::Compressor<'static>,
+        buf: &mut [u8],
+    ) -> Result<(), Error> {
         // Random addresses do not shrink: a chunk whose first page zstd leaves
         // above 90 % is stored uncompressed (a tenth of the export's time saved).
         let body = match self.zstd {
@@ -689,6 +949,33 @@ impl IntDict {
         (dictionary.len() + 1 + d.values.len() * bytes < delta.len()).then_some(d)
     }
 
+    /// [`IntDict::add`] of a page given as segments (`mat`: scratch).
+    fn add_segs(
+        &mut self,
+        segs: &[Seg],
+        ints: &[u64],
+        mat: &mut Vec<u64>,
+        ids: &mut Vec<u8>,
+    ) -> Option<()> {
+        for g in segs {
+            match *g {
+                Seg::Steps { first, step: 0, n } => {
+                    let before = ids.len();
+                    self.add(&[first], ids)?;
+                    let id = ids[before];
+                    ids.resize(before + n, id);
+                }
+                Seg::Vals { at, n } => self.add(&ints[at..at + n], ids)?,
+                Seg::Steps { .. } => {
+                    mat.clear();
+                    g.extend(ints, mat);
+                    self.add(mat, ids)?;
+                }
+            }
+        }
+        Some(())
+    }
+
     /// Appends the ids of `part`; None once there would be a 257th value.
     fn add(&mut self, part: &[u64], ids: &mut Vec<u8>) -> Option<()> {
         let mut last: Option<(u64, u8)> = None;
@@ -741,49 +1028,174 @@ fn zigzag(out: &mut Vec<u8>, x: i64) {
 /// minimum taken out and its four miniblocks of 32 bit-packed at their own
 /// width. Differences wrap in the column's width (`bits32`: INT32).
 fn delta_binary_packed(v: &[u64], bits32: bool, out: &mut Vec<u8>) {
-    uleb(out, 128);
-    uleb(out, 4);
-    uleb(out, v.len() as u64);
-    let signed = |x: u64| if bits32 { i64::from(x as u32 as i32) } else { x as i64 };
-    zigzag(out, v.first().map_or(0, |&x| signed(x)));
+    delta_header(v.len(), v.first().copied(), bits32, out);
     let mut d = [0u64; 128];
     let mut i = 1;
     while i < v.len() {
         let m = (v.len() - i).min(128);
-        // a loop's steady stride: every difference the minimum, no bits packed
-        let d0 = v[i].wrapping_sub(v[i - 1]);
-        if (1..m).all(|k| v[i + k].wrapping_sub(v[i + k - 1]) == d0) {
-            zigzag(out, signed(d0));
-            out.extend_from_slice(&[0; 4]);
-            i += m;
-            continue;
-        }
-        let mut min = i64::MAX;
-        for k in 0..m {
-            let x = signed(v[i + k].wrapping_sub(v[i + k - 1]));
-            d[k] = x as u64;
-            min = min.min(x);
-        }
-        zigzag(out, min);
-        let mask = if bits32 { u64::from(u32::MAX) } else { u64::MAX };
-        for x in &mut d[..m] {
-            *x = x.wrapping_sub(min as u64) & mask;
-        }
-        d[m..].fill(0);
-        let mut widths = [0u8; 4];
-        for (mb, w) in widths.iter_mut().enumerate() {
-            if mb * 32 < m {
-                let or = d[mb * 32..mb * 32 + 32].iter().fold(0, |a, &x| a | x);
-                *w = (64 - or.leading_zeros()) as u8;
-            }
-        }
-        out.extend_from_slice(&widths);
-        for (mb, &w) in widths.iter().enumerate() {
-            if mb * 32 < m {
-                bit_pack(&d[mb * 32..mb * 32 + 32], u32::from(w), out);
-            }
-        }
+        delta_block(v[i - 1], &v[i..i + m], bits32, &mut d, out);
         i += m;
+    }
+}
+
+fn signed(x: u64, bits32: bool) -> i64 {
+    if bits32 {
+        i64::from(x as u32 as i32)
+    } else {
+        x as i64
+    }
+}
+
+fn delta_header(n: usize, first: Option<u64>, bits32: bool, out: &mut Vec<u8>) {
+    uleb(out, 128);
+    uleb(out, 4);
+    uleb(out, n as u64);
+    zigzag(out, first.map_or(0, |x| signed(x, bits32)));
+}
+
+/// One block: the differences of `v` (at most 128 values), `prev` before it.
+fn delta_block(prev: u64, v: &[u64], bits32: bool, d: &mut [u64; 128], out: &mut Vec<u8>) {
+    let m = v.len();
+    // a loop's steady stride: every difference the minimum, no bits packed
+    let d0 = v[0].wrapping_sub(prev);
+    if v.windows(2).all(|w| w[1].wrapping_sub(w[0]) == d0) {
+        zigzag(out, signed(d0, bits32));
+        out.extend_from_slice(&[0; 4]);
+        return;
+    }
+    let mut min = i64::MAX;
+    let mut last = prev;
+    for (k, &x) in v.iter().enumerate() {
+        let y = signed(x.wrapping_sub(last), bits32);
+        last = x;
+        d[k] = y as u64;
+        min = min.min(y);
+    }
+    zigzag(out, min);
+    let mask = if bits32 { u64::from(u32::MAX) } else { u64::MAX };
+    for x in &mut d[..m] {
+        *x = x.wrapping_sub(min as u64) & mask;
+    }
+    d[m..].fill(0);
+    let mut widths = [0u8; 4];
+    for (mb, w) in widths.iter_mut().enumerate() {
+        if mb * 32 < m {
+            let or = d[mb * 32..mb * 32 + 32].iter().fold(0, |a, &x| a | x);
+            *w = (64 - or.leading_zeros()) as u8;
+        }
+    }
+    out.extend_from_slice(&widths);
+    for (mb, &w) in widths.iter().enumerate() {
+        if mb * 32 < m {
+            bit_pack(&d[mb * 32..mb * 32 + 32], u32::from(w), out);
+        }
+    }
+}
+
+/// [`delta_binary_packed`] of a page given as segments: a block inside one
+/// steady segment is its step and four zero widths, without reading a value.
+fn delta_segs(segs: &[Seg], ints: &[u64], bits32: bool, out: &mut Vec<u8>) {
+    let total: usize = segs
+        .iter()
+        .map(|g| match *g {
+            Seg::Vals { n, .. } | Seg::Steps { n, .. } => n,
+        })
+        .sum();
+    let mut cur = SegCursor { segs, ints, k: 0, off: 0 };
+    let first = (total > 0).then(|| cur.next());
+    delta_header(total, first, bits32, out);
+    let mut prev = first.unwrap_or(0);
+    let mut d = [0u64; 128];
+    let mut block = [0u64; 128];
+    let mut i = 1;
+    while i < total {
+        let m = (total - i).min(128);
+        if let Some((x, step, left)) = cur.steady() {
+            if left >= m && x.wrapping_sub(prev) == step {
+                zigzag(out, signed(step, bits32));
+                out.extend_from_slice(&[0; 4]);
+                prev = x.wrapping_add(step.wrapping_mul(m as u64 - 1));
+                cur.off += m;
+                i += m;
+                continue;
+            }
+        }
+        cur.fill(&mut block[..m]);
+        delta_block(prev, &block[..m], bits32, &mut d, out);
+        prev = block[m - 1];
+        i += m;
+    }
+}
+
+/// Reads a page's segments front to back.
+struct SegCursor<'a> {
+    segs: &'a [Seg],
+    ints: &'a [u64],
+    k: usize,
+    off: usize,
+}
+
+impl SegCursor<'_> {
+    fn skip_done(&mut self) {
+        while let Some(g) = self.segs.get(self.k) {
+            let n = match *g {
+                Seg::Vals { n, .. } | Seg::Steps { n, .. } => n,
+            };
+            if self.off < n {
+                return;
+            }
+            self.k += 1;
+            self.off = 0;
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.skip_done();
+        let x = match self.segs[self.k] {
+            Seg::Vals { at, .. } => self.ints[at + self.off],
+            Seg::Steps { first, step, .. } => {
+                first.wrapping_add(step.wrapping_mul(self.off as u64))
+            }
+        };
+        self.off += 1;
+        x
+    }
+
+    /// The next `out.len()` values.
+    fn fill(&mut self, mut out: &mut [u64]) {
+        while !out.is_empty() {
+            self.skip_done();
+            let (n, take) = match self.segs[self.k] {
+                Seg::Vals { at, n } => {
+                    let take = (n - self.off).min(out.len());
+                    out[..take].copy_from_slice(&self.ints[at + self.off..at + self.off + take]);
+                    (n, take)
+                }
+                Seg::Steps { first, step, n } => {
+                    let take = (n - self.off).min(out.len());
+                    let mut x = first.wrapping_add(step.wrapping_mul(self.off as u64));
+                    for o in out[..take].iter_mut() {
+                        *o = x;
+                        x = x.wrapping_add(step);
+                    }
+                    (n, take)
+                }
+            };
+            debug_assert!(self.off + take <= n);
+            self.off += take;
+            out = &mut out[take..];
+        }
+    }
+
+    /// In a steady segment: the next value, the step and the values left in it.
+    fn steady(&mut self) -> Option<(u64, u64, usize)> {
+        self.skip_done();
+        match *self.segs.get(self.k)? {
+            Seg::Steps { first, step, n } => {
+                Some((first.wrapping_add(step.wrapping_mul(self.off as u64)), step, n - self.off))
+            }
+            Seg::Vals { .. } => None,
+        }
     }
 }
 
@@ -940,6 +1352,104 @@ mod tests {
             at = end;
         }
         out
+    }
+
+    /// `accesses` rows as segments (explicit rows, runs across pages, falling and
+    /// wrapping steps, pcs for a dictionary and pcs beyond one), between batches of
+    /// rows, read back equal to the same rows written out.
+    #[test]
+    fn segments_read_back_as_their_rows() {
+        let (full, _) = crate::parquet_out::stream_schema_for_tests();
+        let plain = crate::tables::plain_schema(&full);
+        let r = xorshift(400_000, 0x1234_5678);
+        let mut segs = SegRows::default();
+        let mut rows: Vec<[u64; 7]> = Vec::new(); // seq clock kind size addr pc atomic
+        let mut seq = 0u64;
+        for (i, &x) in r.iter().enumerate().take(60) {
+            // a run, then a few explicit rows of the same pc
+            let n = [1usize, 5, 70_000, 129, 128, 3000][i % 6];
+            let step = [8u64, u64::MAX - 7, 1 << 63, 0, 64, 4][i % 6];
+            let (a0, pc) = (x >> 8, 0x400 + (i as u64 % 40) * 4 + if i > 30 { x % 900 } else { 0 });
+            segs.segs.push(RowSeg::Run {
+                n,
+                seq: (seq, 3),
+                addr: (a0, step),
+                clock: i as u64 / 7,
+                size: 8,
+                pc,
+            });
+            for k in 0..n as u64 {
+                rows.push([
+                    seq + 3 * k,
+                    i as u64 / 7,
+                    i as u64 % 2,
+                    8,
+                    a0.wrapping_add(step.wrapping_mul(k)),
+                    pc,
+                    0,
+                ]);
+                segs.kind.push((i % 2) as i8);
+                segs.atomic.push(false);
+            }
+            seq += 3 * n as u64;
+            let at = segs.seq.len();
+            for k in 0..(i % 4) {
+                let v = [seq, 9, 2, 4, r[i + k] & 0xffff_fff8, pc, 1];
+                rows.push(v);
+                segs.seq.push(v[0]);
+                segs.clock.push(v[1]);
+                segs.size.push(v[3]);
+                segs.addr.push(v[4]);
+                segs.pc.push(v[5]);
+                segs.kind.push(2);
+                segs.atomic.push(true);
+                seq += 1;
+            }
+            if i % 4 > 0 {
+                segs.segs.push(RowSeg::Rows { at, n: i % 4 });
+            }
+        }
+        segs.rows = rows.len();
+        let batch = |rows: &[[u64; 7]]| {
+            let u = |c: usize| -> ArrayRef {
+                Arc::new(UInt64Array::from(rows.iter().map(|r| r[c]).collect::<Vec<_>>()))
+            };
+            let kinds = Int8Array::from(rows.iter().map(|r| r[2] as i8).collect::<Vec<_>>());
+            let words = Arc::new(StringArray::from(vec!["load", "store", "rmw"]));
+            let cols: Vec<ArrayRef> = vec![
+                u(0),
+                u(1),
+                Arc::new(DictionaryArray::<Int8Type>::try_new(kinds, words).unwrap()),
+                u(3),
+                u(4),
+                u(5),
+                Arc::new(UInt64Array::from(vec![None::<u64>; rows.len()])),
+                Arc::new(BooleanArray::from(rows.iter().map(|r| r[6] == 1).collect::<Vec<_>>())),
+            ];
+            RecordBatch::try_new(full.clone(), cols).unwrap()
+        };
+        let path = std::env::temp_dir().join(format!("pq-segs-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut w =
+            PageFile::new(File::create(&path).unwrap(), full.clone(), &plain, 1 << 20).unwrap();
+        let before = &rows[..1000.min(rows.len())];
+        w.write(batch(&rows[..777]), None).unwrap();
+        w.write_segs(&segs).unwrap();
+        w.write(batch(before), None).unwrap();
+        w.write_segs(&segs).unwrap();
+        w.close().unwrap();
+        let mut want_rows = rows[..777].to_vec();
+        want_rows.extend_from_slice(&rows);
+        want_rows.extend_from_slice(before);
+        want_rows.extend_from_slice(&rows);
+        let want = crate::tables::plain_batch(batch(&want_rows), &plain).unwrap();
+        let rd = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+        let got: Vec<RecordBatch> = rd.build().unwrap().map(|b| b.unwrap()).collect();
+        let got = datafusion::arrow::compute::concat_batches(&plain, &got).unwrap();
+        for c in 0..want.num_columns() {
+            assert_eq!(got.column(c), want.column(c), "column {}", plain.field(c).name());
+        }
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -273,6 +273,201 @@ pub(crate) fn access_rows(cols: &Columns, first_clock: u64, grouped: bool) -> Ac
     out
 }
 
+/// A chunk's `accesses` rows grouped by pc as segments: each run's iterations of
+/// one body row are a segment of steady columns (`seq` and `address` step, the
+/// rest repeat), never written out row by row; the other rows are explicit.
+#[derive(Debug, Default)]
+pub(crate) struct SegRows {
+    /// Rows in all.
+    pub rows: usize,
+    /// The rows in their order: explicit rows of the arenas, or a run's.
+    pub segs: Vec<RowSeg>,
+    /// The explicit rows' columns, in their order.
+    pub seq: Vec<u64>,
+    pub clock: Vec<u64>,
+    pub size: Vec<u64>,
+    pub addr: Vec<u64>,
+    pub pc: Vec<u64>,
+    /// Every row's kind (0 load, 1 store, 2 read-modify-write) and atomic flag.
+    pub kind: Vec<i8>,
+    pub atomic: Vec<bool>,
+}
+
+/// Consecutive rows of a [`SegRows`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) enum RowSeg {
+    /// Explicit rows `at..at + n` of the arenas.
+    Rows { at: usize, n: usize },
+    /// `n` rows: `seq` and `addr` start at `.0` and step by `.1`; the others repeat.
+    Run { n: usize, seq: (u64, u64), addr: (u64, u64), clock: u64, size: u64, pc: u64 },
+    #[default]
+    Empty,
+}
+
+impl RowSeg {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            RowSeg::Rows { n, .. } | RowSeg::Run { n, .. } => *n,
+            RowSeg::Empty => 0,
+        }
+    }
+}
+
+/// Where each group's next explicit row, segment and row go.
+struct Places {
+    at: Vec<usize>,
+    seg: Vec<usize>,
+    row: Vec<usize>,
+    /// The group's last segment is explicit rows (the next one extends it).
+    open: Vec<bool>,
+}
+
+impl Places {
+    fn explicit(&mut self, out: &mut SegRows, g: usize, v: [u64; 5], kind: i8, atomic: bool) {
+        let p = self.at[g];
+        self.at[g] += 1;
+        [out.seq[p], out.clock[p], out.size[p], out.addr[p], out.pc[p]] = v;
+        out.kind[self.row[g]] = kind;
+        out.atomic[self.row[g]] = atomic;
+        self.row[g] += 1;
+        if self.open[g] {
+            if let RowSeg::Rows { n, .. } = &mut out.segs[self.seg[g] - 1] {
+                *n += 1;
+            }
+        } else {
+            out.segs[self.seg[g]] = RowSeg::Rows { at: p, n: 1 };
+            self.seg[g] += 1;
+            self.open[g] = true;
+        }
+    }
+}
+
+/// [`access_rows`] grouped by pc, as segments. None when a row has a value or a
+/// body holds one pc twice (then [`access_rows`] writes the rows out).
+pub(crate) fn access_segs(cols: &Columns, first_clock: u64) -> Option<SegRows> {
+    if !cols.value.is_empty()
+        || cols.other.iter().any(|(_, e)| matches!(e, Event::Rmw { value: Some(_), .. }))
+    {
+        return None;
+    }
+    // Per group: explicit rows, segments, all rows; and whether its last item
+    // was explicit (the next explicit row then extends that segment).
+    #[derive(Clone, Copy, Default)]
+    struct G {
+        explicit: usize,
+        segs: usize,
+        rows: usize,
+        open: bool,
+    }
+    let mut groups = Groups::default();
+    let mut gs: Vec<G> = Vec::new();
+    let mut of_row = Vec::with_capacity(cols.len());
+    let mut twice = false;
+    let explicit = |gs: &mut Vec<G>, g: u32| {
+        if gs.len() <= g as usize {
+            gs.resize(g as usize + 1, G::default());
+        }
+        let x = &mut gs[g as usize];
+        x.explicit += 1;
+        x.rows += 1;
+        if !x.open {
+            x.segs += 1;
+            x.open = true;
+        }
+    };
+    walk(cols, |it| match it {
+        Item::Row(i) => {
+            let g = groups.id(cols.pc[i]);
+            of_row.push(g);
+            explicit(&mut gs, g);
+        }
+        Item::Run(r) => {
+            let body = &of_row[r.row - r.events..r.row];
+            for (j, &g) in body.iter().enumerate() {
+                twice |= body[..j].contains(&g);
+                let x = &mut gs[g as usize];
+                x.segs += 1;
+                x.rows += r.reps as usize;
+                x.open = false;
+            }
+        }
+        Item::Other(_, Event::Rmw { pc, .. }) => explicit(&mut gs, groups.id(pc.0)),
+        Item::Other(..) => {}
+    });
+    if twice {
+        return None;
+    }
+    // each group's first explicit row, segment and row
+    let (mut at, mut seg, mut row) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a, mut s, mut r) = (0, 0, 0);
+    for g in &gs {
+        at.push(a);
+        seg.push(s);
+        row.push(r);
+        a += g.explicit;
+        s += g.segs;
+        r += g.rows;
+    }
+    let mut out = SegRows {
+        rows: r,
+        segs: vec![RowSeg::Empty; s],
+        seq: vec![0; a],
+        clock: vec![0; a],
+        size: vec![0; a],
+        addr: vec![0; a],
+        pc: vec![0; a],
+        kind: vec![0; r],
+        atomic: vec![false; r],
+    };
+    let mut clock = first_clock;
+    let mut pl = Places { at, seg, row, open: vec![false; gs.len()] };
+    walk(cols, |it| match it {
+        Item::Row(i) => {
+            let g = of_row[i] as usize;
+            let v = [cols.seq[i], clock, cols.size[i], cols.addr[i], cols.pc[i]];
+            let k = cols.kind[i];
+            pl.explicit(
+                &mut out,
+                g,
+                v,
+                i8::from(k & Columns::WRITE != 0),
+                k & Columns::ATOMIC != 0,
+            );
+        }
+        Item::Run(r) => {
+            let body = r.row - r.events..r.row;
+            let deltas = cols.deltas(r);
+            for (j, b) in body.enumerate() {
+                let g = of_row[b] as usize;
+                let n = r.reps as usize;
+                let d = deltas[j];
+                out.segs[pl.seg[g]] = RowSeg::Run {
+                    n,
+                    seq: (r.seq + j as u64, r.events as u64),
+                    addr: (cols.addr[b].wrapping_add(d), d),
+                    clock,
+                    size: cols.size[b],
+                    pc: cols.pc[b],
+                };
+                pl.seg[g] += 1;
+                pl.open[g] = false;
+                let k = cols.kind[b];
+                let rows = pl.row[g]..pl.row[g] + n;
+                out.kind[rows.clone()].fill(i8::from(k & Columns::WRITE != 0));
+                out.atomic[rows].fill(k & Columns::ATOMIC != 0);
+                pl.row[g] += n;
+            }
+        }
+        Item::Other(_, Event::Clock(v)) => clock = *v,
+        Item::Other(s, Event::Rmw { pc, addr, size, .. }) => {
+            let g = groups.id(pc.0) as usize;
+            pl.explicit(&mut out, g, [s, clock, u64::from(*size), addr.0, pc.0], 2, true);
+        }
+        Item::Other(..) => {}
+    });
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +562,44 @@ mod tests {
         let mut dec = Decoder::new(&raw[..]);
         while dec.decode_columns(&mut cols, 1 << 20).expect("decodes") > 0 {}
         cols
+    }
+
+    #[test]
+    fn segments_are_the_rows_grouped_by_pc() {
+        let ev = stream();
+        let cols = decoded(&ev);
+        let segs = access_segs(&cols, 0).expect("no values, no pc twice in a body");
+        assert!(segs.segs.iter().any(|s| matches!(s, RowSeg::Run { .. })));
+        assert!(segs.seq.len() * 2 < segs.rows, "the runs are not written out");
+        let mut got = Vec::new();
+        for s in &segs.segs {
+            match *s {
+                RowSeg::Rows { at, n } => {
+                    for p in at..at + n {
+                        got.push((
+                            segs.seq[p],
+                            segs.clock[p],
+                            segs.size[p],
+                            segs.addr[p],
+                            segs.pc[p],
+                        ));
+                    }
+                }
+                RowSeg::Run { n, seq, addr, clock, size, pc } => {
+                    for i in 0..n as u64 {
+                        let a = addr.0.wrapping_add(addr.1.wrapping_mul(i));
+                        got.push((seq.0 + seq.1 * i, clock, size, a, pc));
+                    }
+                }
+                RowSeg::Empty => panic!("a segment left empty"),
+            }
+        }
+        let rows = access_rows(&cols, 0, true);
+        let want: Vec<_> = (0..rows.seq.len())
+            .map(|i| (rows.seq[i], rows.clock[i], rows.size[i], rows.addr[i], rows.pc[i]))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!((segs.kind, segs.atomic), (rows.kind, rows.atomic));
     }
 
     #[test]

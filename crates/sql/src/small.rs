@@ -43,10 +43,11 @@ fn threads(data: &Dataset) -> Vec<ArrayRef> {
     let (mut ev, mut lo, mut st, mut al, mut fr, mut co) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for t in &data.traces {
+        let chunks = t.reader.stream_chunks();
         for s in t.reader.streams() {
             tr.push(t.name.as_str());
             th.push(s.thread.0);
-            let first = t.reader.events(s.thread).next().and_then(|e| e.ok());
+            let first = first_event(&t.reader, &chunks, s.thread);
             match first {
                 Some(Event::ThreadStart { os_tid, parent: p, name: n, .. }) => {
                     tid.push(os_tid);
@@ -80,6 +81,24 @@ fn threads(data: &Dataset) -> Vec<ArrayRef> {
         u64s(fr),
         Arc::new(BooleanArray::from(co)),
     ]
+}
+
+/// The stream's first event when it is not an access (a thread's start): its
+/// first chunk's skeleton, the loops stepped over (decoding the chunk whole
+/// wrote out millions of a loop's accesses).
+fn first_event(
+    r: &memlens_format::TraceReader,
+    chunks: &[memlens_format::StreamChunk],
+    thread: memlens_format::ThreadId,
+) -> Option<Event> {
+    let c = chunks.iter().find(|c| c.thread == thread)?;
+    let mut first = None;
+    let _ = memlens_format::ChunkDecoder::new().skeleton(r, c, |n, e| {
+        if n == 0 && first.is_none() {
+            first = Some(e);
+        }
+    });
+    first
 }
 
 fn allocations(data: &Dataset) -> DfResult<Vec<ArrayRef>> {

@@ -267,6 +267,15 @@ pub(crate) struct StreamState {
 pub(crate) type Batch = (Option<RecordBatch>, Option<String>);
 
 /// What turns the chunks of one stream into rows, the same from chunk to chunk.
+/// A chunk's `accesses` rows for the export.
+pub(crate) enum AccessOut {
+    /// A batch, and whether its rows are grouped by pc already.
+    Rows(Batch, bool),
+    /// Grouped by pc as segments (loops' runs not written out), with the
+    /// warning of a damaged chunk.
+    Segs(crate::run_rows::SegRows, Option<String>),
+}
+
 pub(crate) struct ChunkRows<'a> {
     pub data: &'a Dataset,
     /// Index of the trace in `data`.
@@ -352,7 +361,7 @@ impl ChunkRows<'_> {
         calls: &ChunkRows,
         c: &StreamChunk,
         dec: &mut ChunkDecoder,
-    ) -> (Batch, bool, Batch) {
+    ) -> (AccessOut, Batch) {
         let t = self.trace();
         // loops stay runs: written out by `run_rows`, each row in its place
         let mut cols = Columns { keep_runs: true, ..Columns::new() };
@@ -367,7 +376,7 @@ impl ChunkRows<'_> {
         }
         let call = calls.call_rows(c, rows, warning.clone());
         if cols.runs.is_empty() {
-            return (self.access_rows(c, cols, warning), false, call);
+            return (AccessOut::Rows(self.access_rows(c, cols, warning), false), call);
         }
         // Grouped by pc when the runs hold most rows: a loop's instruction then
         // steps by its stride (see `parquet_out::pc_order`).
@@ -377,10 +386,16 @@ impl ChunkRows<'_> {
             crate::small::add_pcs(&mut set.borrow_mut(), &cols);
         }
         let first_clock = t.reader.chunks()[c.chunk].header.first_clock;
+        let all = self.keep.cols.len() == schema_for(false).fields().len() - 2;
+        if grouped && all {
+            if let Some(segs) = crate::run_rows::access_segs(&cols, first_clock) {
+                return (AccessOut::Segs(segs, warning), call);
+            }
+        }
         let mut r = crate::run_rows::access_rows(&cols, first_clock, grouped);
         let rows = r.kind.len();
         if rows == 0 {
-            return ((None, warning), grouped, call);
+            return (AccessOut::Rows((None, warning), grouped), call);
         }
         let b = self.project(c, rows, warning, |name| match name {
             "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut r.seq))),
@@ -396,7 +411,7 @@ impl ChunkRows<'_> {
             "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut r.atomic))),
             other => unreachable!("accesses has no column {other}"),
         });
-        (b, grouped, call)
+        (AccessOut::Rows(b, grouped), call)
     }
 
     /// The `accesses` batch of a decoded chunk.
