@@ -31,7 +31,7 @@ const CHUNKS_PER_FILE: usize = 32;
 /// Events per file of a stream: a file ends at the chunk that reaches it (a
 /// loop-dense trace holds millions of events a chunk: 27 chunks of matmul 370
 /// were one file on one core).
-const EVENTS_PER_FILE: u64 = 1 << 23;
+const EVENTS_PER_FILE: u64 = 1 << 22;
 
 /// What an export wrote.
 #[derive(Clone, Debug, Default)]
@@ -344,14 +344,19 @@ pub fn export_parquet(data: &Dataset, out: &Path) -> Result<ExportStats, Error> 
                         Unit::Stream { trace, thread, part, chunks } => {
                             let at = (*trace, *thread, *part);
                             let seen = &seen[*trace];
-                            write_stream(data, out, &mut dec, at, chunks, seen, &depths).map(
-                                |(rows, bytes, files)| {
+                            let done = write_stream(data, out, &mut dec, at, chunks, seen, &depths)
+                                .map(|(rows, bytes, files)| {
                                     let mut g = stats.lock().unwrap_or_else(|e| e.into_inner());
                                     g.files += files;
                                     g.accesses += rows;
                                     g.access_bytes += bytes;
-                                },
-                            )
+                                });
+                            // The code names of the pcs seen so far, while the other
+                            // cores still encode: the `code` table at the end (one
+                            // core) then finds them cached, the debug info loaded.
+                            let pcs: Vec<u64> = seen.borrow().iter().copied().collect();
+                            data.traces[*trace].names().codes(&pcs);
+                            done
                         }
                     };
                     if let Err(e) = done {

@@ -540,12 +540,35 @@ impl Col {
         if self.segs.is_empty() && !self.ints.is_empty() {
             self.segs.push(Seg::Vals { at: 0, n: self.ints.len() });
         }
-        self.segs.push(Seg::Steps { first, step, n });
         self.page_rows += n;
+        // A run's first iteration is an explicit row before it, on its line: the
+        // segment takes it (a block across both is then steady too).
+        let (mut first, mut n) = (first, n);
+        while let Some(Seg::Vals { at, n: m }) = self.segs.last_mut() {
+            if *m == 0 || self.ints[*at + *m - 1] != first.wrapping_sub(step) {
+                break;
+            }
+            *m -= 1;
+            first = first.wrapping_sub(step);
+            n += 1;
+            if *m == 0 {
+                self.segs.pop();
+            }
+        }
+        self.segs.push(Seg::Steps { first, step, n });
     }
 
-    /// Once the page has segments, values appended from `ints[before..]` are one.
-    fn note_vals(&mut self, before: usize) {
+    /// Once the page has segments, values appended from `ints[before..]` are one
+    /// (those that go on a steady segment's line join it).
+    fn note_vals(&mut self, mut before: usize) {
+        if let Some(Seg::Steps { first, step, n }) = self.segs.last_mut() {
+            while before < self.ints.len()
+                && self.ints[before] == first.wrapping_add(step.wrapping_mul(*n as u64))
+            {
+                *n += 1;
+                before += 1;
+            }
+        }
         let n = self.ints.len() - before;
         if self.segs.is_empty() || n == 0 {
             return;
@@ -1243,7 +1266,7 @@ fn rle_hybrid(v: &[u8], w: u32, out: &mut Vec<u8>) {
     let (mut start, mut i) = (0usize, 0usize);
     while i < v.len() {
         let x = v[i];
-        let run = v[i..].iter().take_while(|&&y| y == x).count();
+        let run = same_run(&v[i..]);
         if run >= 8 {
             packed(&v[start..i], out);
             rle_hybrid_run(run, x, w, out);
@@ -1254,6 +1277,20 @@ fn rle_hybrid(v: &[u8], w: u32, out: &mut Vec<u8>) {
         }
     }
     packed(&v[start..], out);
+}
+
+/// How many values at the start of `v` equal the first (eight compared at once).
+fn same_run(v: &[u8]) -> usize {
+    let Some(&x) = v.first() else { return 0 };
+    let wide = u64::from_ne_bytes([x; 8]);
+    let mut n = 0;
+    for c in v.chunks_exact(8) {
+        if u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])) != wide {
+            break;
+        }
+        n += 8;
+    }
+    n + v[n..].iter().take_while(|&&y| y == x).count()
 }
 
 /// One RLE run: `n` times `x`.
@@ -1370,6 +1407,20 @@ mod tests {
             let n = [1usize, 5, 70_000, 129, 128, 3000][i % 6];
             let step = [8u64, u64::MAX - 7, 1 << 63, 0, 64, 4][i % 6];
             let (a0, pc) = (x >> 8, 0x400 + (i as u64 % 40) * 4 + if i > 30 { x % 900 } else { 0 });
+            if i % 5 == 0 {
+                // the loop's first iteration, explicit, on the run's line
+                let v = [seq, i as u64 / 7, i as u64 % 2, 8, a0.wrapping_sub(step), pc, 0];
+                rows.push(v);
+                segs.segs.push(RowSeg::Rows { at: segs.seq.len(), n: 1 });
+                segs.seq.push(v[0]);
+                segs.clock.push(v[1]);
+                segs.size.push(v[3]);
+                segs.addr.push(v[4]);
+                segs.pc.push(v[5]);
+                segs.kind.push(v[2] as i8);
+                segs.atomic.push(false);
+                seq += 3;
+            }
             segs.segs.push(RowSeg::Run {
                 n,
                 seq: (seq, 3),
