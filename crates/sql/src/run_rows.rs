@@ -60,6 +60,12 @@ fn walk<'a>(cols: &'a Columns, mut f: impl FnMut(Item<'a>)) {
     }
 }
 
+/// Whether a row of `cols` has a recorded value (`memlens record --values`).
+fn has_values(cols: &Columns) -> bool {
+    !cols.value.is_empty()
+        || cols.other.iter().any(|(_, e)| matches!(e, Event::Rmw { value: Some(_), .. }))
+}
+
 /// Group ids by pc, in order of first appearance (a loop's few pcs hit a small
 /// cache before the map).
 #[derive(Default)]
@@ -128,8 +134,7 @@ pub(crate) fn access_rows(cols: &Columns, first_clock: u64, grouped: bool) -> Ac
         next.push(at);
         at += c;
     }
-    let has_values = !cols.value.is_empty()
-        || cols.other.iter().any(|(_, e)| matches!(e, Event::Rmw { value: Some(_), .. }));
+    let has_values = has_values(cols);
     let mut out = AccessRows {
         seq: vec![0; total],
         clock: vec![0; total],
@@ -345,9 +350,7 @@ impl Places {
 /// [`access_rows`] grouped by pc, as segments. None when a row has a value or a
 /// body holds one pc twice (then [`access_rows`] writes the rows out).
 pub(crate) fn access_segs(cols: &Columns, first_clock: u64) -> Option<SegRows> {
-    if !cols.value.is_empty()
-        || cols.other.iter().any(|(_, e)| matches!(e, Event::Rmw { value: Some(_), .. }))
-    {
+    if has_values(cols) {
         return None;
     }
     // Per group: explicit rows, segments, all rows; and whether its last item

@@ -334,6 +334,11 @@ fn sql_damaged_trace_reads_up_to_the_damage() {
     );
 }
 
+/// `memlens export --format parquet OUT TRACE`.
+fn export_parquet(out: &Path, trace: &Path) -> std::process::Output {
+    run_memlens(&["export", "--format", "parquet", out.to_str().unwrap(), trace.to_str().unwrap()])
+}
+
 /// A venv with pyarrow under target/ (kept between runs; .ci/run installs
 /// python3-venv and python3-pip).
 fn pyarrow() -> PathBuf {
@@ -362,13 +367,7 @@ fn pyarrow() -> PathBuf {
 fn parquet_export_read_by_pyarrow() {
     let t = build_and_record(Cc::Gcc, "sql-parquet", SRC);
     let out = t.dir.join("pq");
-    let o = run_memlens(&[
-        "export",
-        "--format",
-        "parquet",
-        out.to_str().unwrap(),
-        t.trace.to_str().unwrap(),
-    ]);
+    let o = export_parquet(&out, &t.trace);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).starts_with("memlens: wrote "), "{}", stderr(&o));
     for table in ["accesses", "calls", "allocations", "threads", "code", "data"] {
@@ -376,13 +375,7 @@ fn parquet_export_read_by_pyarrow() {
     }
     assert!(out.join("accesses/trace=t.trace/thread=0/part-00000.parquet").is_file());
     // a second export into the same directory is refused, nothing overwritten
-    let o = run_memlens(&[
-        "export",
-        "--format",
-        "parquet",
-        out.to_str().unwrap(),
-        t.trace.to_str().unwrap(),
-    ]);
+    let o = export_parquet(&out, &t.trace);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
     let py = pyarrow();
@@ -427,13 +420,7 @@ print(json.dumps(out))
         .unwrap();
     assert!(o.status.success(), "inc: {}", stderr(&o));
     let out = dir.join("pq");
-    let o = run_memlens(&[
-        "export",
-        "--format",
-        "parquet",
-        out.to_str().unwrap(),
-        trace.to_str().unwrap(),
-    ]);
+    let o = export_parquet(&out, &trace);
     assert!(o.status.success(), "{}", stderr(&o));
     let n = parquet_equals_sql(&py, &out, &trace);
     // the 3000 increments are atomic read-modify-writes; --values recorded values
@@ -458,13 +445,7 @@ fn parquet_export_of_loop_runs_equals_sql() {
     let o = record(&exe, &trace, &["2000", "3"]);
     assert!(o.status.success(), "loops: {}", stderr(&o));
     let out = dir.join("pq");
-    let o = run_memlens(&[
-        "export",
-        "--format",
-        "parquet",
-        out.to_str().unwrap(),
-        trace.to_str().unwrap(),
-    ]);
+    let o = export_parquet(&out, &trace);
     assert!(o.status.success(), "{}", stderr(&o));
     let n = parquet_equals_sql(&pyarrow(), &out, &trace);
     // most of the rows are the runs' (2000 elements a loop, a dozen loops a thread)
