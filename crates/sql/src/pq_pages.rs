@@ -163,6 +163,19 @@ impl PageFile {
             while at < n {
                 let take = (PAGE_ROWS - col.page_rows).min(n - at);
                 let places = at..at + take;
+                // a whole page of integers in their order: encoded where it lies
+                if let (None, Piece::U64(v, None), true) =
+                    (perm, &piece, take == PAGE_ROWS && col.segs.is_empty())
+                {
+                    let v: &[u64] = v;
+                    if col.optional {
+                        col.valid.resize(take, 1);
+                    }
+                    col.page_rows = take;
+                    col.finish_page_of(&mut self.z, &mut self.buf, Some(&v[places]))?;
+                    at += take;
+                    continue;
+                }
                 match perm {
                     Some(p) => col.append(&mut piece, p[places].iter().map(|&r| r as usize)),
                     None => col.append_span(&mut piece, places),
@@ -641,6 +654,18 @@ impl Col {
         z: &mut zstd::bulk::Compressor<'static>,
         buf: &mut Vec<u8>,
     ) -> Result<(), Error> {
+        self.finish_page_of(z, buf, None)
+    }
+
+    /// [`Col::finish_page`] of an integer page whose values are `ext` (a whole
+    /// page of a batch, encoded where it lies instead of copied first), else the
+    /// ones appended.
+    fn finish_page_of(
+        &mut self,
+        z: &mut zstd::bulk::Compressor<'static>,
+        buf: &mut Vec<u8>,
+        ext: Option<&[u64]>,
+    ) -> Result<(), Error> {
         let rows = std::mem::take(&mut self.page_rows);
         if rows == 0 {
             return Ok(());
@@ -715,7 +740,10 @@ impl Col {
                     self.segs = segs;
                     self.segs.clear();
                 }
-                let v = &self.ints;
+                let v: &[u64] = match ext {
+                    Some(e) => e,
+                    None => &self.ints,
+                };
                 // four lanes: one min/max chain each
                 let (mut lo, mut hi) = ([u64::MAX; 4], [0u64; 4]);
                 let mut quads = v.chunks_exact(4);
