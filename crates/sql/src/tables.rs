@@ -266,7 +266,6 @@ pub(crate) struct StreamState {
 /// batch then holds the rows before the damage).
 pub(crate) type Batch = (Option<RecordBatch>, Option<String>);
 
-/// What turns the chunks of one stream into rows, the same from chunk to chunk.
 /// A chunk's `accesses` rows for the export.
 pub(crate) enum AccessOut {
     /// A batch, and whether its rows are grouped by pc already.
@@ -276,6 +275,7 @@ pub(crate) enum AccessOut {
     Segs(crate::run_rows::SegRows, Option<String>),
 }
 
+/// What turns the chunks of one stream into rows, the same from chunk to chunk.
 pub(crate) struct ChunkRows<'a> {
     pub data: &'a Dataset,
     /// Index of the trace in `data`.
@@ -355,7 +355,9 @@ impl ChunkRows<'_> {
     /// `calls` rows in the projection of `calls`, their `depth` relative: 0 for an
     /// entry, 1 for an exit (the depth depends on every earlier chunk of the
     /// stream; [`replay_depth`] fills it in). One read of the trace for both
-    /// tables, where the calls' own scan walks every chunk again.
+    /// tables, where the calls' own scan walks every chunk again. A chunk whose
+    /// loops are runs comes back grouped by pc, as segments when it can (see
+    /// [`crate::run_rows`]).
     pub(crate) fn access_and_call_batches(
         &self,
         calls: &ChunkRows,
