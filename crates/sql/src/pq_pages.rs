@@ -159,32 +159,22 @@ impl PageFile {
                 }
                 continue;
             }
-            let mut at = 0;
-            while at < n {
-                let take = (PAGE_ROWS - col.page_rows).min(n - at);
-                let places = at..at + take;
-                // a whole page of integers in their order: encoded where it lies
-                if let (None, Piece::U64(v, None), true) =
-                    (perm, &piece, take == PAGE_ROWS && col.segs.is_empty())
-                {
-                    let v: &[u64] = v;
-                    if col.optional {
-                        col.valid.resize(take, 1);
+            fill(col, &mut self.z, &mut self.buf, n, |col, z, buf, places| {
+                match (perm, &mut piece) {
+                    // a whole page of integers in their order: encoded where it lies
+                    (None, Piece::U64(v, None)) if places.len() == PAGE_ROWS => {
+                        let v: &[u64] = v;
+                        if col.optional {
+                            col.valid.resize(PAGE_ROWS, 1);
+                        }
+                        col.page_rows = PAGE_ROWS;
+                        return col.finish_page_of(z, buf, Some(&v[places]));
                     }
-                    col.page_rows = take;
-                    col.finish_page_of(&mut self.z, &mut self.buf, Some(&v[places]))?;
-                    at += take;
-                    continue;
+                    (Some(p), piece) => col.append(piece, p[places].iter().map(|&r| r as usize)),
+                    (None, piece) => col.append_span(piece, places),
                 }
-                match perm {
-                    Some(p) => col.append(&mut piece, p[places].iter().map(|&r| r as usize)),
-                    None => col.append_span(&mut piece, places),
-                }
-                at += take;
-                if col.page_rows == PAGE_ROWS {
-                    col.finish_page(&mut self.z, &mut self.buf)?;
-                }
-            }
+                Ok(())
+            })?;
         }
         self.rows += n;
         if self.rows >= self.row_group {
@@ -208,31 +198,27 @@ impl PageFile {
             let (z, buf) = (&mut self.z, &mut self.buf);
             match name.as_str() {
                 "seq" | "clock" | "size" | "address" | "pc" => {
-                    let arena = match name.as_str() {
-                        "seq" => &r.seq,
-                        "clock" => &r.clock,
-                        "size" => &r.size,
-                        "address" => &r.addr,
-                        _ => &r.pc,
-                    };
+                    let k = ["seq", "address", "clock", "size", "pc"]
+                        .iter()
+                        .position(|x| x == name)
+                        .unwrap_or(4);
+                    let arena = [&r.seq, &r.addr, &r.clock, &r.size, &r.pc][k];
                     for g in &r.segs {
-                        fill(col, z, buf, g.len(), |col, part| match *g {
-                            RowSeg::Rows { at, .. } => {
-                                col.push_vals(&arena[at + part.start..at + part.end])
+                        fill(col, z, buf, g.len(), |col, _, _, part| {
+                            match *g {
+                                RowSeg::Rows { at, .. } => {
+                                    col.push_vals(&arena[at + part.start..at + part.end])
+                                }
+                                RowSeg::Run { seq, addr, clock, size, pc, .. } => {
+                                    let (first, step) =
+                                        [seq, addr, (clock, 0), (size, 0), (pc, 0)][k];
+                                    let first =
+                                        first.wrapping_add(step.wrapping_mul(part.start as u64));
+                                    col.push_steps(first, step, part.len());
+                                }
+                                RowSeg::Empty => {}
                             }
-                            RowSeg::Run { seq, addr, clock, size, pc, .. } => {
-                                let (first, step) = match name.as_str() {
-                                    "seq" => seq,
-                                    "address" => addr,
-                                    "clock" => (clock, 0),
-                                    "size" => (size, 0),
-                                    _ => (pc, 0),
-                                };
-                                let first =
-                                    first.wrapping_add(step.wrapping_mul(part.start as u64));
-                                col.push_steps(first, step, part.len());
-                            }
-                            RowSeg::Empty => {}
+                            Ok(())
                         })?;
                     }
                 }
@@ -251,15 +237,24 @@ impl PageFile {
                     }
                     let mut ids =
                         Piece::Words(r.kind.iter().map(|&k| map[(k as usize).min(2)]).collect());
-                    fill(col, z, buf, n, |col, part| col.append(&mut ids, part))?;
+                    fill(col, z, buf, n, |col, _, _, part| {
+                        col.append(&mut ids, part);
+                        Ok(())
+                    })?;
                 }
                 "value" => {
                     let mut none = Piece::U64(&[], Some(&nulls));
-                    fill(col, z, buf, n, |col, part| col.append(&mut none, part))?;
+                    fill(col, z, buf, n, |col, _, _, part| {
+                        col.append(&mut none, part);
+                        Ok(())
+                    })?;
                 }
                 "atomic" => {
                     let mut b = Piece::Bool(atomic.clone());
-                    fill(col, z, buf, n, |col, part| col.append(&mut b, part))?;
+                    fill(col, z, buf, n, |col, _, _, part| {
+                        col.append(&mut b, part);
+                        Ok(())
+                    })?;
                 }
                 other => return Err(Error::Input(format!("no segments for a column {other}"))),
             }
@@ -329,19 +324,25 @@ impl PageFile {
     }
 }
 
-/// Appends `n` rows to `col` through `put` (given the rows' range), a page at a
-/// time: each page is encoded as soon as it is full.
+/// Appends `n` rows to `col` through `put` (given the rows' range, at most the
+/// rest of a page), a page at a time: each page is encoded as soon as it is full
+/// (`put` may encode a whole page itself).
 fn fill(
     col: &mut Col,
     z: &mut zstd::bulk::Compressor<'static>,
     buf: &mut Vec<u8>,
     n: usize,
-    mut put: impl FnMut(&mut Col, std::ops::Range<usize>),
+    mut put: impl FnMut(
+        &mut Col,
+        &mut zstd::bulk::Compressor<'static>,
+        &mut Vec<u8>,
+        std::ops::Range<usize>,
+    ) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut at = 0;
     while at < n {
         let take = (PAGE_ROWS - col.page_rows).min(n - at);
-        put(col, at..at + take);
+        put(col, z, buf, at..at + take)?;
         at += take;
         if col.page_rows == PAGE_ROWS {
             col.finish_page(z, buf)?;
@@ -693,43 +694,12 @@ impl Col {
                 // a page of segments is read as values only where a dictionary
                 // may take it (the chunk's first page decides, see below)
                 let steady = !segs.is_empty() && !self.pages.is_empty();
-                // a dictionary page of segments: a repeat is one lookup
-                if steady && self.dict_on {
-                    if let Some(d) = self.dict.as_mut() {
-                        self.ids.clear();
-                        if d.add_segs(&segs, &self.ints, &mut self.mat, &mut self.ids).is_some() {
-                            for g in &segs {
-                                let (lo, hi) = g.bounds(&self.ints);
-                                self.lo = self.lo.min(lo);
-                                self.hi = self.hi.max(hi);
-                            }
-                            self.any = true;
-                            let w = width(d.values.len());
-                            buf.push(w as u8);
-                            rle_hybrid(&self.ids, w, buf);
-                            self.ids.clear();
-                            self.segs = segs;
-                            self.segs.clear();
-                            self.ints.clear();
-                            return self.store_page(rows, Encoding::RLE_DICTIONARY, z, buf);
-                        }
-                        // a 257th value: this page and the rest of the chunk fall back
-                        self.dict_on = false;
-                        self.ids.clear();
-                    }
-                }
-                if steady && !self.dict_on {
-                    for g in &segs {
-                        let (lo, hi) = g.bounds(&self.ints);
-                        self.lo = self.lo.min(lo);
-                        self.hi = self.hi.max(hi);
-                    }
-                    self.any = true;
-                    delta_segs(&segs, &self.ints, bits32, buf);
+                if steady {
+                    let encoding = self.encode_segs(&segs, bits32, buf);
                     self.segs = segs;
                     self.segs.clear();
                     self.ints.clear();
-                    return self.store_page(rows, Encoding::DELTA_BINARY_PACKED, z, buf);
+                    return self.store_page(rows, encoding, z, buf);
                 }
                 if !segs.is_empty() {
                     self.mat.clear();
@@ -807,6 +777,34 @@ impl Col {
         self.ids.clear();
         self.bools.clear();
         self.store_page(rows, encoding, z, buf)
+    }
+
+    /// Encodes a page given as segments into `buf`, after the chunk's first page
+    /// (which decided on a dictionary): a repeat is one dictionary lookup, a
+    /// delta block inside a steady segment its step.
+    fn encode_segs(&mut self, segs: &[Seg], bits32: bool, buf: &mut Vec<u8>) -> Encoding {
+        for g in segs {
+            let (lo, hi) = g.bounds(&self.ints);
+            self.lo = self.lo.min(lo);
+            self.hi = self.hi.max(hi);
+        }
+        self.any = true;
+        if let Some(d) = self.dict.as_mut().filter(|_| self.dict_on) {
+            self.ids.clear();
+            let fits = d.add_segs(segs, &self.ints, &mut self.mat, &mut self.ids).is_some();
+            if fits {
+                let w = width(d.values.len());
+                buf.push(w as u8);
+                rle_hybrid(&self.ids, w, buf);
+                self.ids.clear();
+                return Encoding::RLE_DICTIONARY;
+            }
+            // a 257th value: this page and the rest of the chunk fall back
+            self.dict_on = false;
+            self.ids.clear();
+        }
+        delta_segs(segs, &self.ints, bits32, buf);
+        Encoding::DELTA_BINARY_PACKED
     }
 
     /// Compresses the encoded page in `buf` (`rows` rows) and keeps it.

@@ -5,6 +5,7 @@
 //! `code` and `data` are small and built whole when a query reads them.
 
 use crate::dataset::Dataset;
+use crate::run_rows::AccessRows;
 use crate::Error;
 use async_trait::async_trait;
 use datafusion::arrow::array::PrimitiveArray;
@@ -394,25 +395,8 @@ impl ChunkRows<'_> {
                 return (AccessOut::Segs(segs, warning), call);
             }
         }
-        let mut r = crate::run_rows::access_rows(&cols, first_clock, grouped);
-        let rows = r.kind.len();
-        if rows == 0 {
-            return (AccessOut::Rows((None, warning), grouped), call);
-        }
-        let b = self.project(c, rows, warning, |name| match name {
-            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut r.seq))),
-            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut r.clock))),
-            "kind" => kind_col(std::mem::take(&mut r.kind), &ACCESS_KINDS),
-            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut r.size))),
-            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut r.addr))),
-            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut r.pc))),
-            "value" if r.value.is_empty() => {
-                datafusion::arrow::array::new_null_array(&DataType::UInt64, rows)
-            }
-            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut r.value))),
-            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut r.atomic))),
-            other => unreachable!("accesses has no column {other}"),
-        });
+        let r = crate::run_rows::access_rows(&cols, first_clock, grouped);
+        let b = self.access_batch_of(c, r, warning);
         (AccessOut::Rows(b, grouped), call)
     }
 
@@ -464,26 +448,48 @@ impl ChunkRows<'_> {
             clock.extend(clocks_of(&rmw_seq, first_clock, &cols.other));
         }
         cols.seq.extend(rmw_seq);
-        let rows = kind.len();
+        let r = AccessRows {
+            seq: cols.seq,
+            clock,
+            kind,
+            size: cols.size,
+            addr: cols.addr,
+            pc: cols.pc,
+            value: values,
+            atomic,
+        };
+        self.access_batch_of(c, r, warning)
+    }
+
+    /// The `accesses` batch of rows written out (the one place they become
+    /// arrays; columns not projected may be left empty, `value` is when no
+    /// row has one).
+    fn access_batch_of(
+        &self,
+        c: &StreamChunk,
+        mut r: AccessRows,
+        warning: Option<String>,
+    ) -> Batch {
+        let rows = r.kind.len();
         if rows == 0 {
             return (None, warning);
         }
         self.project(c, rows, warning, |name| match name {
-            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.seq))),
-            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut clock))),
-            "kind" => kind_col(std::mem::take(&mut kind), &ACCESS_KINDS),
-            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.size))),
-            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.addr))),
-            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut cols.pc))),
+            "seq" => Arc::new(UInt64Array::from(std::mem::take(&mut r.seq))),
+            "clock" => Arc::new(UInt64Array::from(std::mem::take(&mut r.clock))),
+            "kind" => kind_col(std::mem::take(&mut r.kind), &ACCESS_KINDS),
+            "size" => Arc::new(UInt64Array::from(std::mem::take(&mut r.size))),
+            "address" => Arc::new(UInt64Array::from(std::mem::take(&mut r.addr))),
+            "pc" => Arc::new(UInt64Array::from(std::mem::take(&mut r.pc))),
             // most traces record no value: one null bitmap, not a row at a time
-            "value" if values.is_empty() => {
+            "value" if r.value.is_empty() => {
                 datafusion::arrow::array::new_null_array(&DataType::UInt64, rows)
             }
             "value" => {
-                values.resize(rows, None);
-                Arc::new(UInt64Array::from(std::mem::take(&mut values)))
+                r.value.resize(rows, None);
+                Arc::new(UInt64Array::from(std::mem::take(&mut r.value)))
             }
-            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut atomic))),
+            "atomic" => Arc::new(BooleanArray::from(std::mem::take(&mut r.atomic))),
             other => unreachable!("accesses has no column {other}"),
         })
     }
