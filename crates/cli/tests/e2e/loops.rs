@@ -34,49 +34,57 @@ fn runs_per_function(exe: &Path) -> BTreeMap<String, usize> {
 
 /// `memlens dump`, each thread's events on their own, without what differs
 /// between the two copies of a loop or between two runs: the code address, the
-/// event index, time stamps, clocks and the tid. Threads are named by where
-/// their stacks are (which worker registers first is the scheduler's choice),
-/// and an address on a stack as an offset into it.
+/// event index, time stamps, clocks and the tid. Where a worker's stack lands
+/// and which worker registers first are the scheduler's and the allocator's
+/// choice (a stack freed in between can put the second worker above the
+/// first), so an address on a stack is an offset into the main thread's stack
+/// (`Mstack-N`), the thread's own (`own-stack-N`) or another worker's, and the
+/// workers are named `W0`, `W1`, ... in the order of their events' text.
 fn events(trace: &Path) -> BTreeMap<String, Vec<String>> {
     let out = run_memlens(&["dump", trace.to_str().unwrap()]);
     assert!(out.status.success(), "dump: {}", stderr(&out));
     let text = stdout(&out);
     let hex = |x: &str| u64::from_str_radix(x.strip_prefix("0x")?, 16).ok();
-    // (values may point into a thread's stack before its start is dumped)
-    let mut stacks: Vec<(u64, u64, String)> = text
+    // thread -> (stack lo, hi, is main); values may point into a thread's
+    // stack before its start is dumped, so all starts are read first
+    let stacks: BTreeMap<String, (u64, u64, bool)> = text
         .lines()
+        .filter(|l| l.split(' ').nth(2) == Some("thread-start"))
         .filter_map(|l| {
             let r = l.split(' ').find_map(|x| x.strip_prefix("stack="))?;
             let (lo, hi) = r.split_once("..")?;
-            Some((hex(lo)?, hex(hi)?, l.split(' ').next()?.to_string()))
+            let main = !l.contains(" parent=");
+            Some((l.split(' ').next()?.to_string(), (hex(lo)?, hex(hi)?, main)))
         })
         .collect();
-    stacks.sort();
-    let name_of = |t: &str| match stacks.iter().position(|s| s.2 == t) {
-        Some(i) => format!("S{i}"),
-        None => t.to_string(),
-    };
-    let one = |v: &str| match hex(v) {
-        Some(a) => match stacks.iter().position(|s| s.0 <= a && a <= s.1) {
-            Some(i) => format!("S{i}stack-{}", stacks[i].1 - a),
+    let one = |me: &str, v: &str| match hex(v) {
+        Some(a) => match stacks.iter().find(|(_, s)| s.0 <= a && a <= s.1) {
+            Some((_, s)) if s.2 => format!("Mstack-{}", s.1 - a),
+            Some((t, s)) if t == me => format!("own-stack-{}", s.1 - a),
+            Some((_, s)) => format!("other-stack-{}", s.1 - a),
             None => v.to_string(),
         },
         None => v.to_string(),
     };
+    let is_main = |t: &str| stacks.get(t).is_some_and(|s| s.2);
     let mut per: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // time stamps and synchronisation clocks depend on the scheduling
     for l in text.lines().filter(|l| !l.contains(" time ") && !l.contains(" clock ")) {
         let mut w = l.split(' ');
-        let thread = name_of(w.next().unwrap_or(""));
+        let thread = w.next().unwrap_or("").to_string();
         let _index = w.next();
         let words: Vec<String> = w
             .filter(|x| !x.starts_with("pc=") && !x.starts_with("tid="))
             .map(|x| {
                 let (key, val) = x.split_once('=').unwrap_or(("", x));
                 let v = if key == "parent" {
-                    name_of(val)
+                    if is_main(val) {
+                        "M".to_string()
+                    } else {
+                        "W".to_string()
+                    }
                 } else {
-                    val.split("..").map(one).collect::<Vec<_>>().join("..")
+                    val.split("..").map(|v| one(&thread, v)).collect::<Vec<_>>().join("..")
                 };
                 if key.is_empty() {
                     v
@@ -87,7 +95,20 @@ fn events(trace: &Path) -> BTreeMap<String, Vec<String>> {
             .collect();
         per.entry(thread).or_default().push(words.join(" "));
     }
-    per
+    let mut named = BTreeMap::new();
+    let mut workers = Vec::new();
+    for (t, evs) in per {
+        if is_main(&t) {
+            named.insert("M".to_string(), evs);
+        } else {
+            workers.push(evs);
+        }
+    }
+    workers.sort();
+    for (i, evs) in workers.into_iter().enumerate() {
+        named.insert(format!("W{i}"), evs);
+    }
+    named
 }
 
 /// Records `exe args` with ASLR off (so both runs see the same addresses) and
