@@ -66,6 +66,10 @@ pub(crate) struct DenseTable {
     pool: Vec<u32>,
     /// The segment hit last.
     last: usize,
+    /// The addresses between two segments around the last one in none: heap
+    /// and stack accesses ask on every access, and a search of every segment
+    /// was a tenth of naming a heap-heavy trace.
+    gap: std::ops::Range<u64>,
 }
 
 struct DenseSeg {
@@ -102,18 +106,19 @@ impl DenseTable {
                 DenseSeg { range, dir: vec![NO_PAGE; pages as usize] }
             })
             .collect();
-        DenseTable { segs, pool: Vec::new(), last: 0 }
+        DenseTable { segs, pool: Vec::new(), last: 0, gap: 0..0 }
     }
 
     /// A table without segments, for [`DenseTable::add`].
     pub(crate) fn empty() -> DenseTable {
-        DenseTable { segs: Vec::new(), pool: Vec::new(), last: 0 }
+        DenseTable { segs: Vec::new(), pool: Vec::new(), last: 0, gap: 0..0 }
     }
 
     /// A segment for offsets `0..len`; its index.
     pub(crate) fn add(&mut self, len: u64) -> usize {
         let pages = (len >> DENSE_PAGE_BITS) + 1;
         self.segs.push(DenseSeg { range: 0..len, dir: vec![NO_PAGE; pages as usize] });
+        self.gap = 0..0;
         self.segs.len() - 1
     }
 
@@ -133,8 +138,13 @@ impl DenseTable {
     pub(crate) fn get(&mut self, a: u64) -> Option<(usize, u64, u32)> {
         let k = if self.segs.get(self.last).is_some_and(|d| d.range.contains(&a)) {
             self.last
+        } else if self.gap.contains(&a) {
+            return None;
         } else {
-            let k = self.segs.iter().position(|d| d.range.contains(&a))?;
+            let Some(k) = self.segs.iter().position(|d| d.range.contains(&a)) else {
+                self.gap = self.gap_around(a);
+                return None;
+            };
             self.last = k;
             k
         };
@@ -144,6 +154,15 @@ impl DenseTable {
             return Some((k, at, UNSEEN));
         }
         Some((k, at, self.pool[page as usize + (at & DENSE_PAGE_MASK) as usize]))
+    }
+
+    /// The addresses from the end of the last segment below `a` to the start of
+    /// the first above it (`a` is in none).
+    #[cold]
+    fn gap_around(&self, a: u64) -> std::ops::Range<u64> {
+        let below = self.segs.iter().map(|d| d.range.end).filter(|&e| e <= a).max();
+        let above = self.segs.iter().map(|d| d.range.start).filter(|&s| s > a).min();
+        below.unwrap_or(0)..above.unwrap_or(u64::MAX)
     }
 
     /// Prefetches the entry of `a`, if it has one: the next accesses of a batch
@@ -239,3 +258,30 @@ impl BlockLabels {
 /// Dense global tables: not looked up yet, and not a global variable.
 pub(crate) const UNSEEN: u32 = u32::MAX;
 pub(crate) const NOT_GLOBAL: u32 = u32::MAX - 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Addresses between segments are in none, before and after the gap around
+    /// them is remembered, and a segment added later is found in the old gap.
+    #[test]
+    fn dense_table_finds_segments_around_a_remembered_gap() {
+        let mut t = DenseTable::empty();
+        t.segs.push(DenseSeg { range: 0x1000..0x2000, dir: vec![NO_PAGE; 2] });
+        t.segs.push(DenseSeg { range: 0x9000..0xa000, dir: vec![NO_PAGE; 2] });
+        assert_eq!(t.get(0x1800).map(|x| x.0), Some(0));
+        for a in [0x5000, 0x2000, 0x8fff, 0x5000] {
+            assert_eq!(t.get(a), None, "{a:#x}");
+        }
+        assert_eq!(t.gap, 0x2000..0x9000);
+        assert_eq!(t.get(0x9000).map(|x| x.0), Some(1));
+        assert_eq!(t.get(0x1fff).map(|x| x.0), Some(0));
+        assert_eq!(t.get(0xa000), None);
+        assert_eq!(t.gap, 0xa000..u64::MAX);
+        assert_eq!(t.get(0x10), None);
+        assert_eq!(t.gap, 0..0x1000);
+        let k = t.add(0x100);
+        assert_eq!(t.get(0x10).map(|x| (x.0, x.1)), Some((k, 0x10)));
+    }
+}
