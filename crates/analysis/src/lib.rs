@@ -92,6 +92,7 @@ pub mod layout;
 pub mod live;
 pub mod merged;
 pub mod names;
+pub mod piped;
 pub mod registry;
 pub mod reuse;
 pub mod sharing;
@@ -108,6 +109,7 @@ pub use filter::{Filter, Filtered, WindowBasis};
 pub use live::{ChunkSource, Live, TailState, TraceTail};
 pub use merged::{drive_merged, Merged, MergedEvent};
 pub use names::{AccessNamer, CodeName, CurrentVariable, DataName, Named, Namer, NoNames};
+pub use piped::Piped;
 pub use registry::{DynKernel, KernelInfo, KernelOptions, Pipeline, Report};
 pub use table::{Render, RenderOpts, Table};
 

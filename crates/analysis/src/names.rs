@@ -148,7 +148,14 @@ impl CurrentVariable {
 
     #[inline]
     fn set(&self, id: Option<u32>) {
-        self.0.store(id.unwrap_or(Self::NONE), Ordering::Relaxed);
+        self.set_id(id.unwrap_or(Self::NONE));
+    }
+
+    /// Sets the variable id ([`CurrentVariable::NONE`]: no variable), for a
+    /// kernel fed on another thread ([`crate::piped::Piped`]).
+    #[inline]
+    pub fn set_id(&self, id: u32) {
+        self.0.store(id, Ordering::Relaxed);
     }
 }
 

@@ -35,7 +35,7 @@ pub struct Attributor<'s> {
     /// The thread named last and its entry of `epochs` (kept in step with it).
     current: Option<(ThreadId, Epochs, u64)>,
     fn_starts: FnStarts,
-    site_namer: Option<Box<dyn Fn(Pc) -> String + 's>>,
+    site_namer: Option<Box<dyn Fn(Pc) -> String + Send + Sync + 's>>,
     /// Static TLS blocks of the modules loaded at start-up: (module id, offset below
     /// the thread pointer, size).
     static_tls: Vec<(u32, u64, u64)>,
@@ -74,7 +74,7 @@ impl<'s> Attributor<'s> {
     /// How heap blocks are named: given the allocation's call site, a string such as
     /// `counts.c:37 allocs` (before the first access). Without it the site is shown
     /// as an address.
-    pub fn set_site_namer(&mut self, f: impl Fn(Pc) -> String + 's) {
+    pub fn set_site_namer(&mut self, f: impl Fn(Pc) -> String + Send + Sync + 's) {
         self.site_namer = Some(Box::new(f));
     }
 
@@ -199,9 +199,12 @@ impl<'s> Attributor<'s> {
         ep: Epochs,
         slot: usize,
     ) -> LabelId {
-        let classes = self
-            .classes
-            .get_or_insert_with(|| HeapClasses::new(&self.heap, self.site_namer.as_deref()));
+        let classes = self.classes.get_or_insert_with(|| {
+            HeapClasses::new(
+                &self.heap,
+                self.site_namer.as_deref().map(|f| f as crate::SiteNamer<'_>),
+            )
+        });
         if self.res.labels.coarse && self.coarse_heap.is_none() {
             self.coarse_heap = Some(CoarseHeap::new(self.sym, &self.heap, classes));
         }

@@ -3,9 +3,9 @@
 use memlens_analysis::heap::AllocFns;
 use memlens_format::{Module, Pc};
 use memlens_symbols::Symbolizer;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 /// Where a code address is in the source.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,7 +31,7 @@ pub fn is_toolchain_source(path: &str) -> bool {
 /// Symbolises code addresses of one trace.
 pub struct Names {
     sym: Symbolizer,
-    cache: RefCell<HashMap<Pc, CodeName>>,
+    cache: Mutex<HashMap<Pc, CodeName>>,
     alloc_fns: AllocFns,
 }
 
@@ -40,7 +40,7 @@ impl Names {
     pub fn new(modules: &[Module]) -> Names {
         Names {
             sym: Symbolizer::new(modules),
-            cache: RefCell::default(),
+            cache: Mutex::default(),
             alloc_fns: AllocFns::default(),
         }
     }
@@ -100,11 +100,13 @@ impl Names {
 
     /// Name of a code address (a callback's return address).
     pub fn code(&self, pc: Pc) -> CodeName {
-        if let Some(c) = self.cache.borrow().get(&pc) {
+        // (the viewer's index names code from two threads at once)
+        let cache = || self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cache().get(&pc) {
             return c.clone();
         }
         let name = self.resolve(pc);
-        self.cache.borrow_mut().insert(pc, name.clone());
+        cache().insert(pc, name.clone());
         name
     }
 

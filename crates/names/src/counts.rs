@@ -66,7 +66,7 @@ impl Attribution {
 }
 
 /// What names heap blocks after their allocation site (`counts.c:37 allocs`).
-pub type SiteNamer<'a> = &'a dyn Fn(Pc) -> String;
+pub type SiteNamer<'a> = &'a (dyn Fn(Pc) -> String + Sync);
 
 /// Per-label counters on the hot path: the first `INLINE_PCS` code addresses of a
 /// label are counted inline, the rest in a map.

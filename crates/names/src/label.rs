@@ -205,7 +205,10 @@ pub(crate) fn mapping_label(
 }
 
 /// `heap(SITE)` for an allocation call site.
-pub(crate) fn heap_base(site_namer: Option<&(dyn Fn(Pc) -> String + '_)>, site: Pc) -> Arc<str> {
+pub(crate) fn heap_base(
+    site_namer: Option<&(dyn Fn(Pc) -> String + Sync + '_)>,
+    site: Pc,
+) -> Arc<str> {
     let s = match site_namer {
         Some(f) => f(site),
         None => format!("{site}"),

@@ -6,8 +6,8 @@ use crate::code::Names;
 use crate::{Attributor, Error, FastMap, Granularity, HeapIndex, Kind, Label, LabelCounts, Maps};
 use memlens_analysis::{AccessNamer, CodeName, DataName, Namer};
 use memlens_format::{Addr, Event, Pc, ThreadId, TraceReader};
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Builds the heap index: a pass over the chunks that hold allocations or frees.
 pub fn heap_index(r: &TraceReader, names: &Names) -> Result<HeapIndex, Error> {
@@ -42,7 +42,7 @@ fn known_start(names: &Names, pc: Pc) -> Option<Pc> {
 /// block at an address).
 pub struct TraceNamer<'a> {
     names: &'a Names,
-    attr: RefCell<Option<Attributor<'a>>>,
+    attr: Mutex<Option<Attributor<'a>>>,
     /// The trace: a lazy namer reads its heap index on the first data name.
     reader: &'a TraceReader,
 }
@@ -50,13 +50,13 @@ pub struct TraceNamer<'a> {
 impl<'a> TraceNamer<'a> {
     /// A namer for trace `r`, its heap index read now.
     pub fn new(r: &'a TraceReader, names: &'a Names) -> Result<Self, Error> {
-        Ok(TraceNamer { names, attr: RefCell::new(Some(attributor(r, names)?)), reader: r })
+        Ok(TraceNamer { names, attr: Mutex::new(Some(attributor(r, names)?)), reader: r })
     }
 
     /// A namer for trace `r` that reads the heap index only when a data address is
     /// first named (most kernels' tables name code only).
     pub fn lazy(r: &'a TraceReader, names: &'a Names) -> Self {
-        TraceNamer { names, attr: RefCell::new(None), reader: r }
+        TraceNamer { names, attr: Mutex::new(None), reader: r }
     }
 }
 
@@ -117,7 +117,7 @@ impl Namer for TraceNamer<'_> {
     }
 
     fn data(&self, addr: Addr) -> Option<DataName> {
-        let mut a = self.attr.borrow_mut();
+        let mut a = self.attr.lock().unwrap_or_else(|e| e.into_inner());
         let a = a.get_or_insert_with(|| {
             let r = self.reader;
             attributor(r, self.names).unwrap_or_else(|e| {

@@ -10,7 +10,7 @@ use memlens_analysis::calltree::CallTree;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{AllocFns, Heap, HeapConfig};
 use memlens_analysis::sharing::Sharing;
-use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Render, RenderOpts};
+use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Piped, Render, RenderOpts};
 use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -149,8 +149,8 @@ struct PcStat {
 
 /// Data names: per distinct address while the tables stay small.
 struct Names<'n> {
-    namer: &'n dyn Namer,
-    vars: HashMap<(String, String), u32>,
+    namer: &'n (dyn Namer + Sync),
+    vars: FxMap<(String, String), u32>,
     var_list: Vec<(String, String)>,
     addr_vars: FxMap<u64, u32>,
 }
@@ -188,7 +188,7 @@ impl Names<'_> {
 
 /// The index-building kernel.
 struct Builder<'n> {
-    namer: &'n dyn Namer,
+    namer: &'n (dyn Namer + Sync),
     names: Names<'n>,
     opts: BuildOptions,
     shift: u32,
@@ -595,6 +595,23 @@ impl<'n> Builder<'n> {
     }
 }
 
+impl Builder<'_> {
+    /// The events [`Builder`]'s `process` reads (the others need not reach it).
+    fn wants(ev: &Event) -> bool {
+        matches!(
+            ev,
+            Event::Access { .. }
+                | Event::Range { .. }
+                | Event::Rmw { .. }
+                | Event::FuncEnter { .. }
+                | Event::FuncExit { .. }
+                | Event::Time(_)
+                | Event::ThreadStart { .. }
+                | Event::ThreadName(_)
+        )
+    }
+}
+
 impl Kernel for Builder<'_> {
     type Output = ();
 
@@ -646,7 +663,7 @@ pub fn build(
     r: &TraceReader,
     trace: &Path,
     dir: &Path,
-    namer: &dyn Namer,
+    namer: &(dyn Namer + Sync),
     opts: BuildOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Value, Error> {
@@ -711,7 +728,7 @@ pub fn build(
             namer,
             names: Names {
                 namer,
-                vars: HashMap::new(),
+                vars: FxMap::default(),
                 var_list: Vec::new(),
                 addr_vars: FxMap::default(),
             },
@@ -776,9 +793,13 @@ pub fn build(
             let tick = |n| progress(n, total_events);
             let mine = match access {
                 Some(n) => {
-                    b.vars = crate::vars::VarCounts::new(Some(cur.clone()));
+                    // the map builder on the other core: it reads each access's
+                    // variable from its own copy, set as the access reaches it
+                    let mine = CurrentVariable::default();
+                    b.vars = crate::vars::VarCounts::new(Some(mine.clone()));
                     let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
-                    let k = (&mut b, sharing, &mut tree);
+                    let piped = Piped::spawn(sc, &mut b, Some((cur.clone(), mine)), Builder::wants);
+                    let k = (piped, sharing, &mut tree);
                     let k = Named::new(n, cur, k);
                     memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s, ()), names)| {
                         s.set_variables(names.clone());
@@ -786,7 +807,8 @@ pub fn build(
                     })
                 }
                 None => {
-                    let k = (&mut b, Gate { on: multi, k: Sharing::default() }, &mut tree);
+                    let piped = Piped::spawn(sc, &mut b, None, Builder::wants);
+                    let k = (piped, Gate { on: multi, k: Sharing::default() }, &mut tree);
                     memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
                 }
             };
