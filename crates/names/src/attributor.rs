@@ -89,6 +89,15 @@ impl<'s> Attributor<'s> {
         self.cache = None;
     }
 
+    /// For a namer that is asked once per address (the names in results and
+    /// the viewer's index): no label cache and no per-byte label table of large
+    /// heap blocks, which cost 4 bytes per byte of every page of a big hash
+    /// table touched (the same answers).
+    pub fn set_one_off(&mut self) {
+        self.cache = None;
+        self.res.heap_dense_on = false;
+    }
+
     /// The label behind an id.
     pub fn label(&self, id: LabelId) -> &Label {
         self.res.labels.get(id)

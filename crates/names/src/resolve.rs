@@ -211,6 +211,9 @@ pub(crate) struct Resolver {
     heap_dense: DenseTable,
     /// Per block: its segment in `heap_dense` (`u32::MAX`: none yet).
     block_seg: Vec<u32>,
+    /// Whether large blocks get `heap_dense` (4 bytes per byte of each page
+    /// touched): not for a namer asked once per address.
+    pub(crate) heap_dense_on: bool,
     last_block: LastBlock,
     /// Per key of `Shared::coarse`: the label id (`UNSEEN`: none yet).
     pub(crate) region_ids: Vec<u32>,
@@ -234,6 +237,7 @@ impl Resolver {
             block_labels: BlockLabels::default(),
             heap_dense: DenseTable::empty(),
             block_seg: Vec::new(),
+            heap_dense_on: true,
             last_block: LastBlock::default(),
             region_ids: Vec::new(),
             mapping_names: FastMap::default(),
@@ -362,7 +366,7 @@ impl Resolver {
             }
         }
         let mut seg = usize::MAX;
-        if b.end - b.start >= BIG_BLOCK {
+        if self.heap_dense_on && b.end - b.start >= BIG_BLOCK {
             if self.block_seg.len() <= bi {
                 self.block_seg.resize(sh.heap.blocks().len().max(bi + 1), u32::MAX);
             }

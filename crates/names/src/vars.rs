@@ -50,7 +50,9 @@ pub struct TraceNamer<'a> {
 impl<'a> TraceNamer<'a> {
     /// A namer for trace `r`, its heap index read now.
     pub fn new(r: &'a TraceReader, names: &'a Names) -> Result<Self, Error> {
-        Ok(TraceNamer { names, attr: Mutex::new(Some(attributor(r, names)?)), reader: r })
+        let mut a = attributor(r, names)?;
+        a.set_one_off();
+        Ok(TraceNamer { names, attr: Mutex::new(Some(a)), reader: r })
     }
 
     /// A namer for trace `r` that reads the heap index only when a data address is
@@ -120,11 +122,13 @@ impl Namer for TraceNamer<'_> {
         let mut a = self.attr.lock().unwrap_or_else(|e| e.into_inner());
         let a = a.get_or_insert_with(|| {
             let r = self.reader;
-            attributor(r, self.names).unwrap_or_else(|e| {
+            let mut a = attributor(r, self.names).unwrap_or_else(|e| {
                 eprintln!("memlens: warning: heap blocks not named: {e:#}");
                 let maps = r.meta().maps.as_deref().map(Maps::parse);
                 Attributor::new(self.names.symbolizer(), HeapIndex::default(), maps)
-            })
+            });
+            a.set_one_off();
+            a
         });
         let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), addr);
         let l = a.label(id);
