@@ -98,6 +98,16 @@ impl<'s> Attributor<'s> {
         self.res.heap_dense_on = false;
     }
 
+    /// After [`Attributor::set_one_off`]: when more than `max` labels are held,
+    /// starts over without them (the ids handed out before are void). A namer
+    /// asked once per cache line of a big hash table held a label per element.
+    pub fn forget_labels_over(&mut self, max: usize) {
+        if self.cache.is_none() && self.coarse_heap.is_none() && self.res.labels.labels.len() > max
+        {
+            self.res = self.res.fresh(self.sym);
+        }
+    }
+
     /// The label behind an id.
     pub fn label(&self, id: LabelId) -> &Label {
         self.res.labels.get(id)

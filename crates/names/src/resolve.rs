@@ -246,6 +246,12 @@ impl Resolver {
         }
     }
 
+    /// A resolver set up as this one, holding no labels yet.
+    pub(crate) fn fresh(&self, sym: &Symbolizer) -> Resolver {
+        let g = if self.labels.coarse { Granularity::Variable } else { Granularity::Field };
+        Resolver { heap_dense_on: self.heap_dense_on, ..Resolver::new(sym, g, self.spans) }
+    }
+
     /// The label of access `a`. `threads` lists every thread known at this point
     /// with its stack, in the serial pass's order (for mapping names).
     pub(crate) fn resolve<I: IntoIterator<Item = (ThreadId, Option<(u64, u64)>)>>(

@@ -130,6 +130,8 @@ impl Namer for TraceNamer<'_> {
             a.set_one_off();
             a
         });
+        // the answer leaves as text: the labels need not stay
+        a.forget_labels_over(1 << 16);
         let id = a.attribute(ThreadId(u32::MAX), u64::MAX, Pc(0), addr);
         let l = a.label(id);
         if l.kind == Kind::Unknown {

@@ -352,3 +352,56 @@ fn the_label_cache_answers_as_the_full_resolution_in_any_interleaving() {
         }
     }
 }
+
+/// The results namer's attributor (`TraceNamer::data`: one thread-less lookup
+/// per address, no label cache, no per-byte table of big blocks, its labels
+/// forgotten past a bound) answers as the full resolution.
+#[test]
+fn the_one_off_namer_answers_as_the_full_resolution_while_forgetting_its_labels() {
+    let sym = Symbolizer::new(&[]);
+    let no_alloc_fns = memlens_analysis::heap::AllocFns::default();
+    for seed in 1..=6u64 {
+        let mut rng = Rng(0x0FF0_0000_1234_5678 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let path = std::env::temp_dir()
+            .join(format!("memlens-names-oneoff-{}-{seed}.trace", std::process::id()));
+        write(&path, &mut rng);
+        let r = TraceReader::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let heap = || HeapIndex::from_trace(&r, &no_alloc_fns).unwrap();
+        let mut one_off = Attributor::new(&sym, heap(), None);
+        let mut full = Attributor::new(&sym, heap(), None);
+        full.set_uncached();
+        one_off.set_one_off();
+        for a in [&mut one_off, &mut full] {
+            a.set_site_namer(|pc: Pc| format!("site{:x}", pc.0));
+        }
+        let (mut named, mut most) = (0, 0);
+        for s in r.streams() {
+            for ev in r.events(s.thread) {
+                let (Event::Access { addr, .. }
+                | Event::Range { addr, .. }
+                | Event::Rmw { addr, .. }) = ev.unwrap()
+                else {
+                    continue;
+                };
+                one_off.forget_labels_over(3);
+                let none = (ThreadId(u32::MAX), u64::MAX, Pc(0));
+                let (o, f) = (
+                    one_off.attribute(none.0, none.1, none.2, addr),
+                    full.attribute(none.0, none.1, none.2, addr),
+                );
+                let (o, f) = (one_off.label(o), full.label(f));
+                assert_eq!(
+                    (o.display(), &o.base),
+                    (f.display(), &f.base),
+                    "seed {seed} at {addr:?}"
+                );
+                most = most.max(one_off.labels().len());
+                named += 1;
+            }
+        }
+        assert!(named > 100, "seed {seed}: {named} accesses");
+        assert!(most <= 4, "seed {seed}: {most} labels held");
+        assert!(full.labels().len() > 4, "seed {seed}: too few labels to forget any");
+    }
+}

@@ -15,6 +15,7 @@ use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
+use std::sync::Arc;
 
 use std::path::Path;
 
@@ -150,8 +151,12 @@ struct PcStat {
 /// Data names: per distinct address while the tables stay small.
 struct Names<'n> {
     namer: &'n (dyn Namer + Sync),
-    vars: FxMap<(String, String), u32>,
-    var_list: Vec<(String, String)>,
+    /// (element, variable) → id; the strings shared with `var_list`, the
+    /// variable's with every element of it (`variables`): a hash table's million
+    /// lines hold a million element names of one variable.
+    vars: FxMap<(Arc<str>, Arc<str>), u32>,
+    var_list: Vec<(Arc<str>, Arc<str>)>,
+    variables: FxMap<Arc<str>, ()>,
     addr_vars: FxMap<u64, u32>,
 }
 
@@ -175,7 +180,15 @@ impl Names<'_> {
             Some(d) => (d.name, d.variable),
             None => (String::new(), String::new()),
         };
-        let key = (name, variable);
+        let variable: Arc<str> = match self.variables.get_key_value(variable.as_str()) {
+            Some((v, ())) => v.clone(),
+            None => {
+                let v: Arc<str> = variable.into();
+                self.variables.insert(v.clone(), ());
+                v
+            }
+        };
+        let key = (Arc::from(name), variable);
         if let Some(&i) = self.vars.get(&key) {
             return i;
         }
@@ -730,6 +743,7 @@ pub fn build(
                 namer,
                 vars: FxMap::default(),
                 var_list: Vec::new(),
+                variables: FxMap::default(),
                 addr_vars: FxMap::default(),
             },
             shift: opts.line.trailing_zeros(),
@@ -960,14 +974,15 @@ pub fn build(
             .collect();
         // Every variable: per access when named so, else from the per-line counters;
         // the table keeps the top rows, `variables.json` all (the diff of two traces).
-        let all_vars = match &var_names {
-            Some(names) => b.vars.top(names, usize::MAX),
-            None => crate::vars::from_lines(
-                b.line_stats.iter().zip(&b.line_vars).zip(&b.line_totals).map(|((ls, &v), t)| {
-                    (b.names.var_list[v as usize].1.as_str(), t.0, t.1, ls.threads)
-                }),
-            ),
-        };
+        let all_vars =
+            match &var_names {
+                Some(names) => b.vars.top(names, usize::MAX),
+                None => crate::vars::from_lines(
+                    b.line_stats.iter().zip(&b.line_vars).zip(&b.line_totals).map(
+                        |((ls, &v), t)| (&*b.names.var_list[v as usize].1, t.0, t.1, ls.threads),
+                    ),
+                ),
+            };
         fixed += crate::vars::write_json(dir, crate::vars::VARIABLES_FILE, &all_vars)?;
         fixed += crate::vars::write_json(
             dir,
@@ -1001,7 +1016,7 @@ pub fn build(
             "functions": b.func_list,
             "function_files": b.func_files,
             "pcs": pcs,
-            "vars": b.names.var_list.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+            "vars": b.names.var_list.iter().map(|(n, v)| json!([&**n, &**v])).collect::<Vec<_>>(),
             "bands": bands,
             "source": source,
             "cachesim": has_annotation,
