@@ -278,12 +278,7 @@ fn the_label_cache_answers_as_the_full_resolution_in_any_interleaving() {
     let sym = Symbolizer::new(&[]);
     let no_alloc_fns = memlens_analysis::heap::AllocFns::default();
     for seed in 1..=12u64 {
-        let mut rng = Rng(0x5EED_0000_1234_5678 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let path = std::env::temp_dir()
-            .join(format!("memlens-names-cache-{}-{seed}.trace", std::process::id()));
-        write(&path, &mut rng);
-        let r = TraceReader::open(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let (r, mut rng) = random_trace("cache", 0x5EED_0000_1234_5678, seed);
         for g in [Granularity::Field, Granularity::Variable] {
             let heap = || HeapIndex::from_trace(&r, &no_alloc_fns).unwrap();
             let mut cached = Attributor::new(&sym, heap(), None);
@@ -361,12 +356,7 @@ fn the_one_off_namer_answers_as_the_full_resolution_while_forgetting_its_labels(
     let sym = Symbolizer::new(&[]);
     let no_alloc_fns = memlens_analysis::heap::AllocFns::default();
     for seed in 1..=6u64 {
-        let mut rng = Rng(0x0FF0_0000_1234_5678 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let path = std::env::temp_dir()
-            .join(format!("memlens-names-oneoff-{}-{seed}.trace", std::process::id()));
-        write(&path, &mut rng);
-        let r = TraceReader::open(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let (r, _) = random_trace("oneoff", 0x0FF0_0000_1234_5678, seed);
         let heap = || HeapIndex::from_trace(&r, &no_alloc_fns).unwrap();
         let mut one_off = Attributor::new(&sym, heap(), None);
         let mut full = Attributor::new(&sym, heap(), None);
@@ -404,4 +394,16 @@ fn the_one_off_namer_answers_as_the_full_resolution_while_forgetting_its_labels(
         assert!(most <= 4, "seed {seed}: {most} labels held");
         assert!(full.labels().len() > 4, "seed {seed}: too few labels to forget any");
     }
+}
+
+/// A random trace of `write`'s (from `base` and `seed`), read back, and the
+/// generator to go on with.
+fn random_trace(what: &str, base: u64, seed: u64) -> (TraceReader, Rng) {
+    let mut rng = Rng(base ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let path = std::env::temp_dir()
+        .join(format!("memlens-names-{what}-{}-{seed}.trace", std::process::id()));
+    write(&path, &mut rng);
+    let r = TraceReader::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    (r, rng)
 }
