@@ -629,6 +629,7 @@ impl Kernel for Builder<'_> {
     type Output = ();
 
     fn process(&mut self, t: ThreadId, ev: &Event) {
+        // the variants read here are `Builder::wants`' list: keep the two in step
         match ev {
             Event::Access { pc, addr, size, kind, .. } => {
                 let (l, s) = if *kind == AccessKind::Read { (1, 0) } else { (0, 1) };
