@@ -139,6 +139,18 @@ impl<T> Blocks<T> {
         self.slots[slot as usize].as_mut().map(|(s, e, v)| (*s, *e, v))
     }
 
+    /// True when [`Blocks::find`] answers no block for any address in `lo..=hi`:
+    /// none starts in that range and the one starting last before it ends by `lo`.
+    pub fn none_in(&self, lo: u64, hi: u64) -> bool {
+        if self.by_start.range(lo..=hi).next().is_some() {
+            return false;
+        }
+        match self.by_start.range(..lo).next_back() {
+            None => true,
+            Some((_, &slot)) => self.slots[slot as usize].as_ref().is_none_or(|b| b.1 <= lo),
+        }
+    }
+
     /// Removes every block.
     pub fn drain(&mut self) -> Vec<(u64, u64, T)> {
         self.by_start.clear();

@@ -217,6 +217,35 @@ impl Kernel for CallTree<'_> {
         }
     }
 
+    /// A run's accesses add to the open frame at once (one by one with an
+    /// annotation, whose misses are per access).
+    fn process_run(&mut self, t: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        if self.annotation.is_some() {
+            return crate::expand_run(body, deltas, reps, |evs| self.process_batch(t, evs));
+        }
+        for ev in body {
+            let (loads, stores, bytes) = match *ev {
+                Event::Access { size, kind, .. } => {
+                    let w = u64::from(kind == AccessKind::Write);
+                    (1 - w, w, u64::from(size))
+                }
+                Event::Range { len, kind, .. } => {
+                    let w = u64::from(kind == AccessKind::Write);
+                    (1 - w, w, len)
+                }
+                _ => {
+                    self.process(t, ev);
+                    continue;
+                }
+            };
+            self.access(t, loads * reps, stores * reps, bytes * reps);
+        }
+    }
+
+    fn named_runs(&self) -> bool {
+        true
+    }
+
     fn finish(self) -> CallTreeReport {
         CallTreeReport::from_nodes(self.nodes, self.annotation.is_some())
     }

@@ -331,6 +331,10 @@ impl Kernel for FalseSharing {
         });
     }
 
+    fn named_runs(&self) -> bool {
+        true
+    }
+
     fn finish(self) -> FalseSharingReport {
         let step = 1u64 << self.line.bits;
         let lines = self.line.report();

@@ -17,7 +17,7 @@ use crate::blocks::{Blocks, Sites};
 use crate::names::Namer;
 use crate::table::{ratio, Column, Render, RenderOpts, Section, Table};
 use crate::{for_each_touch, Kernel};
-use memlens_format::{Event, Pc};
+use memlens_format::{AccessKind, Event, Pc, ThreadId};
 use serde_json::json;
 
 /// Options of [`Heap`].
@@ -336,6 +336,19 @@ impl Heap {
     }
 }
 
+/// The lowest and highest of `reps` addresses from `first` in steps of `delta`
+/// (two's complement), or `None` when they wrap around the address space.
+pub(crate) fn run_span(first: u64, delta: u64, reps: u64) -> Option<(u64, u64)> {
+    let back = (delta as i64) < 0;
+    let span =
+        if back { delta.wrapping_neg() } else { delta }.checked_mul(reps.saturating_sub(1))?;
+    if back {
+        Some((first.checked_sub(span)?, first))
+    } else {
+        Some((first, first.checked_add(span)?))
+    }
+}
+
 /// Block bookkeeping fed by [`track_allocs`] (this kernel and the DHAT exporter).
 pub trait AllocTracker {
     /// A block of `size` bytes at `addr`, allocated at `pc` (call stack `stack`).
@@ -384,6 +397,39 @@ impl Kernel for Heap {
         if !track_allocs(self, ev) {
             for_each_touch(ev, |t| self.access(t.addr, t.len, t.write));
         }
+    }
+
+    /// A run holds no allocation: its accesses are counted, each body event's at
+    /// once when no block lies under any of its addresses.
+    fn process_run(&mut self, _thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        let n = reps * body.len() as u64;
+        self.now += n;
+        self.ops += n;
+        for (ev, &d) in body.iter().zip(deltas) {
+            let (addr, len, write) = match *ev {
+                Event::Access { addr, size, kind, .. } => {
+                    (addr.0, u64::from(size.max(1)), kind == AccessKind::Write)
+                }
+                Event::Range { addr, len, kind, .. } if len > 0 => {
+                    (addr.0, len, kind == AccessKind::Write)
+                }
+                _ => continue,
+            };
+            let at = |k: u64| addr.wrapping_add(d.wrapping_mul(k));
+            if let Some((lo, hi)) = run_span(at(1), d, reps) {
+                if self.blocks.none_in(lo, hi) {
+                    self.other_accesses += reps;
+                    continue;
+                }
+            }
+            for k in 1..=reps {
+                self.access(at(k), len, write);
+            }
+        }
+    }
+
+    fn named_runs(&self) -> bool {
+        true
     }
 
     fn finish(mut self) -> HeapReport {

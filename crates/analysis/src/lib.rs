@@ -149,8 +149,49 @@ pub trait Kernel {
         }
     }
 
+    /// Called with a loop's replays that the decoder left folded
+    /// ([`memlens_format::codec::EventRuns`]): `body` (loads, stores and ranges
+    /// just given to the kernel) `reps` more times, each event's address moved by
+    /// its delta in `deltas` every time. The same as calling [`Kernel::process`]
+    /// for each of those events, which the default does ([`expand_run`]); kernels
+    /// that can count a run without visiting each access override it.
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        expand_run(body, deltas, reps, |evs| self.process_batch(thread, evs));
+    }
+
+    /// Whether [`Kernel::process_run`] may be called inside a [`Named`] pass
+    /// with the body's variables in [`CurrentVariable::run`] (the current one
+    /// unset): true for a kernel that reads no [`CurrentVariable`], or reads the
+    /// run's. False (the default): [`Named`] gives each event of a run one by
+    /// one with its variable set.
+    fn named_runs(&self) -> bool {
+        false
+    }
+
     /// Called once after the last event.
     fn finish(self) -> Self::Output;
+}
+
+/// The events of a folded run (see [`Kernel::process_run`]) in order, handed to
+/// `f` a few thousand at a time.
+pub fn expand_run(body: &[Event], deltas: &[u64], reps: u64, mut f: impl FnMut(&[Event])) {
+    if body.is_empty() || reps == 0 {
+        return;
+    }
+    let per = (memlens_format::reader::BATCH / body.len()).max(1) as u64;
+    let mut evs = Vec::with_capacity(per.min(reps) as usize * body.len());
+    let mut k = 1;
+    while k <= reps {
+        evs.clear();
+        let end = (k + per).min(reps + 1);
+        for i in k..end {
+            for (e, &d) in body.iter().zip(deltas) {
+                evs.push(memlens_format::codec::replayed(e, d, i));
+            }
+        }
+        f(&evs);
+        k = end;
+    }
 }
 
 /// Feeding a kernel through a mutable reference: the owner keeps the kernel and
@@ -168,6 +209,14 @@ impl<K: Kernel + ?Sized> Kernel for &mut K {
         (**self).process_batch(thread, evs)
     }
 
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        (**self).process_run(thread, body, deltas, reps)
+    }
+
+    fn named_runs(&self) -> bool {
+        (**self).named_runs()
+    }
+
     fn finish(self) {}
 }
 
@@ -179,6 +228,15 @@ impl<A: Kernel, B: Kernel> Kernel for (A, B) {
     fn process(&mut self, thread: ThreadId, ev: &Event) {
         self.0.process(thread, ev);
         self.1.process(thread, ev);
+    }
+
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        self.0.process_run(thread, body, deltas, reps);
+        self.1.process_run(thread, body, deltas, reps);
+    }
+
+    fn named_runs(&self) -> bool {
+        self.0.named_runs() && self.1.named_runs()
     }
 
     fn finish(self) -> Self::Output {
@@ -195,6 +253,16 @@ impl<A: Kernel, B: Kernel, C: Kernel> Kernel for (A, B, C) {
         self.0.process(thread, ev);
         self.1.process(thread, ev);
         self.2.process(thread, ev);
+    }
+
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        self.0.process_run(thread, body, deltas, reps);
+        self.1.process_run(thread, body, deltas, reps);
+        self.2.process_run(thread, body, deltas, reps);
+    }
+
+    fn named_runs(&self) -> bool {
+        self.0.named_runs() && self.1.named_runs() && self.2.named_runs()
     }
 
     fn finish(self) -> Self::Output {

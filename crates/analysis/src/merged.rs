@@ -10,6 +10,7 @@
 //! stream by stream, so no thread's events need to be buffered while another lags).
 
 use crate::{Error, Kernel};
+use memlens_format::codec::EventRuns;
 use memlens_format::{Event, StreamEvents, ThreadId, TraceReader};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -95,41 +96,71 @@ impl Iterator for Merged<'_> {
     }
 }
 
-/// A stream as [`drive_merged`] reads it: a decoded batch and where its head is.
+/// A stream as [`drive_merged`] reads it: a decoded batch (its loops' replays left
+/// folded in `runs`) and where its head is: event `batch[pos]`, or the run
+/// `runs.runs[next_run]` when that run's row is `pos` (a run comes after its body,
+/// before the event at its row).
 struct Run<'r> {
     thread: ThreadId,
     events: StreamEvents<'r>,
     batch: Vec<Event>,
+    runs: EventRuns,
+    /// The first run of the batch not yet passed.
+    next_run: usize,
     pos: usize,
-    /// Clock and stream index of the head (`batch[pos]`).
+    /// Clock and stream index of the head.
     clock: u64,
     index: u64,
 }
 
 impl Run<'_> {
-    /// Moves the head to the next event of the batch; false at the batch's last.
-    fn next_in_batch(&mut self) -> bool {
-        if self.pos + 1 == self.batch.len() {
-            return false;
-        }
-        self.pos += 1;
-        self.index += 1;
-        if let Event::Clock(t) = self.batch[self.pos] {
-            self.clock = self.clock.max(t);
-        }
-        true
+    /// The run at the head, if the head is one.
+    fn head_run(&self) -> Option<&memlens_format::codec::Run> {
+        self.runs.runs.get(self.next_run).filter(|r| r.row == self.pos)
     }
 
-    /// Moves the head to the first event of the next batch; false at the stream's end.
+    /// Where the events from the head stop: the next run's row, or the batch's end.
+    fn events_end(&self) -> usize {
+        self.runs.runs.get(self.next_run).map_or(self.batch.len(), |r| r.row)
+    }
+
+    /// Moves the head past event `batch[pos]`.
+    fn pass_event(&mut self) {
+        self.pos += 1;
+        self.index += 1;
+        self.arrive();
+    }
+
+    /// Moves the head past the run at its place.
+    fn pass_run(&mut self, len: u64) {
+        self.index += len;
+        self.next_run += 1;
+        self.arrive();
+    }
+
+    /// A head that is a `Clock` event carries its clock (a run before it does not).
+    fn arrive(&mut self) {
+        if self.head_run().is_some() {
+            return;
+        }
+        if let Some(Event::Clock(t)) = self.batch.get(self.pos) {
+            self.clock = self.clock.max(*t);
+        }
+    }
+
+    /// Decodes the next batch, the head at its first event; false at the stream's end.
     fn refill(&mut self) -> Result<bool, Error> {
         self.pos = 0;
-        self.index += 1;
-        if self.events.next_batch(&mut self.batch, memlens_format::reader::BATCH)? == 0 {
+        self.next_run = 0;
+        let n = self.events.next_batch_runs(
+            &mut self.batch,
+            &mut self.runs,
+            memlens_format::reader::BATCH,
+        )?;
+        if n == 0 {
             return Ok(false);
         }
-        if let Event::Clock(t) = self.batch[0] {
-            self.clock = self.clock.max(t);
-        }
+        self.arrive();
         Ok(true)
     }
 
@@ -144,7 +175,9 @@ impl Run<'_> {
 /// The order is [`Merged`]'s, but a stream's events go to the kernel in runs: as
 /// long as its head stays ahead of every other stream's (always, for one thread),
 /// no heap operation and no copy of an event, and the run as one
-/// [`Kernel::process_batch`].
+/// [`Kernel::process_batch`]. A loop's replays the decoder left folded go as one
+/// [`Kernel::process_run`]: they hold no clock, so no other stream's event falls
+/// among them.
 pub fn drive_merged<K: Kernel>(
     r: &TraceReader,
     mut k: K,
@@ -157,15 +190,14 @@ pub fn drive_merged<K: Kernel>(
             thread: s.thread,
             events: r.events(s.thread),
             batch: Vec::with_capacity(memlens_format::reader::BATCH),
+            runs: EventRuns::default(),
+            next_run: 0,
             pos: 0,
             clock: 0,
             index: 0,
         };
-        if run.events.next_batch(&mut run.batch, memlens_format::reader::BATCH)? == 0 {
+        if !run.refill()? {
             continue;
-        }
-        if let Event::Clock(t) = run.batch[0] {
-            run.clock = t;
         }
         heap.push(Reverse(run.key(runs.len())));
         runs.push(run);
@@ -176,29 +208,33 @@ pub fn drive_merged<K: Kernel>(
         let limit = heap.peek().map(|Reverse(k)| *k);
         let run = &mut runs[i];
         let below = |run: &Run<'_>| limit.is_none_or(|l| run.key(i) < l);
-        loop {
-            // the run: from the head, as far as the batch goes and stays below
-            let start = run.pos;
-            let mut stopped = false;
-            while run.next_in_batch() {
-                if !below(run) {
-                    stopped = true;
-                    break;
+        // the head is below the limit here
+        let alive = loop {
+            if let Some(&fr) = run.head_run() {
+                let body = &run.batch[fr.row - fr.events..fr.row];
+                k.process_run(run.thread, body, run.runs.deltas(&fr), fr.reps);
+                n += fr.len();
+                run.pass_run(fr.len());
+            } else {
+                // events from the head, as far as the next run or the batch goes,
+                // staying below
+                let (start, stop) = (run.pos, run.events_end());
+                run.pass_event();
+                while run.pos < stop && below(run) {
+                    run.pass_event();
                 }
+                k.process_batch(run.thread, &run.batch[start..run.pos]);
+                n += (run.pos - start) as u64;
             }
-            let end = if stopped { run.pos } else { run.batch.len() };
-            k.process_batch(run.thread, &run.batch[start..end]);
-            n += (end - start) as u64;
-            if !stopped {
-                if !run.refill()? {
-                    break;
-                }
-                if below(run) {
-                    continue;
-                }
+            if run.pos == run.batch.len() && run.head_run().is_none() && !run.refill()? {
+                break false;
             }
+            if !below(run) {
+                break true;
+            }
+        };
+        if alive {
             heap.push(Reverse(run.key(i)));
-            break;
         }
         if n >= next_tick {
             progress(n);
@@ -256,6 +292,55 @@ mod tests {
             assert_eq!(got.len(), want.len());
             assert!(got == want);
         }
+    }
+
+    /// Counts the runs it is given, and records every event (the runs'
+    /// expanded).
+    #[derive(Default)]
+    struct SeenRuns(Vec<(u32, Event)>, u64);
+
+    impl Kernel for SeenRuns {
+        type Output = (Vec<(u32, Event)>, u64);
+        fn process(&mut self, thread: ThreadId, ev: &Event) {
+            self.0.push((thread.0, ev.clone()));
+        }
+        fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+            self.1 += reps * body.len() as u64;
+            crate::expand_run(body, deltas, reps, |evs| self.process_batch(thread, evs));
+        }
+        fn finish(self) -> Self::Output {
+            (self.0, self.1)
+        }
+    }
+
+    /// Loops the writer folds, each ended by a clock, on three threads: the
+    /// driver hands them over as runs, and in the merged order (a clock right
+    /// after a run is the next event's, not the run's).
+    #[test]
+    fn folded_loops_keep_the_merged_order() {
+        let mut streams = Vec::new();
+        for t in 0..3u64 {
+            let mut evs = Vec::new();
+            let mut c = 0;
+            for round in 0..40u64 {
+                let n = 200 + 37 * ((round * 7 + t) % 11);
+                for i in 0..n {
+                    evs.push(rd(0x400 + 0x40 * t, 0x10_0000 + 0x1_0000 * t + 8 * i, 8));
+                    evs.push(rd(0x404 + 0x40 * t, 0x80_0000 - 16 * i, 4));
+                    evs.push(wr(0x408 + 0x40 * t, 0x90_0000 + 64 * i, 8));
+                }
+                c += 1 + (round + t) % 3;
+                evs.push(Event::Clock(c));
+            }
+            streams.push((t as u32, evs));
+        }
+        let r = trace_folded(&streams);
+        let want: Vec<(u32, Event)> =
+            Merged::new(&r).unwrap().map(|e| e.unwrap()).map(|e| (e.thread.0, e.event)).collect();
+        let (got, folded) = drive_merged(&r, SeenRuns::default(), |_| {}).unwrap();
+        assert!(folded > want.len() as u64 / 2, "{folded} of {} events came in runs", want.len());
+        assert_eq!(got.len(), want.len());
+        assert!(got == want);
     }
 
     #[test]

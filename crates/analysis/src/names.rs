@@ -8,7 +8,7 @@
 use crate::Kernel;
 use memlens_format::{Addr, Event, Pc, ThreadId};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Where a code address comes from.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -111,6 +111,21 @@ pub trait AccessNamer {
     /// Follows every event of `thread`, in the thread's stream order; for an
     /// access returns the id of its variable.
     fn observe(&mut self, thread: ThreadId, ev: &Event) -> Option<u32>;
+    /// Follows a loop's folded replays ([`Kernel::process_run`]) at once when
+    /// every access of each body event has one variable: pushes each body event's
+    /// id onto `ids` and returns true. False (nothing followed, `ids` as it was):
+    /// the caller observes each event of the run instead.
+    fn observe_run(
+        &mut self,
+        thread: ThreadId,
+        body: &[Event],
+        deltas: &[u64],
+        reps: u64,
+        ids: &mut Vec<u32>,
+    ) -> bool {
+        let _ = (thread, body, deltas, reps, ids);
+        false
+    }
     /// The variable behind each id, by id.
     fn variables(&self) -> Vec<String>;
 }
@@ -120,19 +135,31 @@ impl<N: AccessNamer + ?Sized> AccessNamer for Box<N> {
         (**self).observe(thread, ev)
     }
 
+    fn observe_run(
+        &mut self,
+        thread: ThreadId,
+        body: &[Event],
+        deltas: &[u64],
+        reps: u64,
+        ids: &mut Vec<u32>,
+    ) -> bool {
+        (**self).observe_run(thread, body, deltas, reps, ids)
+    }
+
     fn variables(&self) -> Vec<String> {
         (**self).variables()
     }
 }
 
 /// The variable of the access a kernel is processing, set by [`Named`] before
-/// the kernel sees the event (`NONE` for events that are not accesses).
+/// the kernel sees the event (`NONE` for events that are not accesses); for a
+/// folded run ([`Kernel::process_run`]), the variable of each body event.
 #[derive(Clone, Debug)]
-pub struct CurrentVariable(Arc<AtomicU32>);
+pub struct CurrentVariable(Arc<(AtomicU32, Mutex<Vec<u32>>)>);
 
 impl Default for CurrentVariable {
     fn default() -> Self {
-        CurrentVariable(Arc::new(AtomicU32::new(CurrentVariable::NONE)))
+        CurrentVariable(Arc::new((AtomicU32::new(CurrentVariable::NONE), Mutex::new(Vec::new()))))
     }
 }
 
@@ -143,7 +170,20 @@ impl CurrentVariable {
     /// The variable id of the access being processed.
     #[inline]
     pub fn get(&self) -> u32 {
-        self.0.load(Ordering::Relaxed)
+        self.0 .0.load(Ordering::Relaxed)
+    }
+
+    /// The variable ids of the run being processed, one per body event (empty
+    /// outside a run, or when the run's events are not named).
+    pub fn run(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.0 .1.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the run's variable ids (see [`CurrentVariable::run`]).
+    pub fn set_run(&self, ids: &[u32]) {
+        let mut r = self.run();
+        r.clear();
+        r.extend_from_slice(ids);
     }
 
     #[inline]
@@ -155,7 +195,7 @@ impl CurrentVariable {
     /// kernel fed on another thread ([`crate::piped::Piped`]).
     #[inline]
     pub fn set_id(&self, id: u32) {
-        self.0.store(id, Ordering::Relaxed);
+        self.0 .0.store(id, Ordering::Relaxed);
     }
 }
 
@@ -167,12 +207,14 @@ pub struct Named<N, K> {
     namer: N,
     current: CurrentVariable,
     inner: K,
+    /// Scratch: a run's variable ids.
+    ids: Vec<u32>,
 }
 
 impl<N: AccessNamer, K: Kernel> Named<N, K> {
     /// `inner` reads the variable of each access from a clone of `current`.
     pub fn new(namer: N, current: CurrentVariable, inner: K) -> Self {
-        Named { namer, current, inner }
+        Named { namer, current, inner, ids: Vec::new() }
     }
 }
 
@@ -184,6 +226,24 @@ impl<N: AccessNamer, K: Kernel> Kernel for Named<N, K> {
         let id = self.namer.observe(thread, ev);
         self.current.set(id);
         self.inner.process(thread, ev);
+    }
+
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        if self.inner.named_runs() && self.namer.observe_run(thread, body, deltas, reps, &mut ids) {
+            self.current.set_run(&ids);
+            self.current.set(None);
+            self.inner.process_run(thread, body, deltas, reps);
+            self.current.set_run(&[]);
+        } else {
+            crate::expand_run(body, deltas, reps, |evs| {
+                for ev in evs {
+                    self.process(thread, ev);
+                }
+            });
+        }
+        self.ids = ids;
     }
 
     fn finish(self) -> Self::Output {

@@ -17,7 +17,41 @@ const BATCH: usize = 4096;
 /// behind (memory stays bounded).
 const IN_FLIGHT: usize = 4;
 
-type Batch = Vec<(ThreadId, Event, u32)>;
+/// Runs per hand-over at most (each holds a copy of its body).
+const RUNS: usize = 256;
+
+/// A hand-over: events with their variables, and the folded runs among them.
+#[derive(Default)]
+struct Batch {
+    evs: Vec<(ThreadId, Event, u32)>,
+    /// Each run comes before `evs[at]`.
+    runs: Vec<PipedRun>,
+}
+
+/// A folded run ([`Kernel::process_run`]) with its body events' variables.
+struct PipedRun {
+    at: usize,
+    thread: ThreadId,
+    body: Vec<Event>,
+    deltas: Vec<u64>,
+    reps: u64,
+    ids: Vec<u32>,
+}
+
+impl Batch {
+    fn with_capacity(n: usize) -> Batch {
+        Batch { evs: Vec::with_capacity(n), runs: Vec::new() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.evs.is_empty() && self.runs.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.evs.clear();
+        self.runs.clear();
+    }
+}
 
 /// Feeds `inner` on a thread of `scope` (see the module doc).
 pub struct Piped<'s, O> {
@@ -52,11 +86,18 @@ impl<'s, O: Send + 's> Piped<'s, O> {
         };
         let worker = scope.spawn(move || {
             for mut batch in rx {
-                for (t, ev, id) in batch.iter() {
+                let mut runs = batch.runs.iter().peekable();
+                for (i, (t, ev, id)) in batch.evs.iter().enumerate() {
+                    while let Some(r) = runs.next_if(|r| r.at == i) {
+                        run(&mut inner, write.as_ref(), r);
+                    }
                     if let Some(w) = &write {
                         w.set_id(*id);
                     }
                     inner.process(*t, ev);
+                }
+                for r in runs {
+                    run(&mut inner, write.as_ref(), r);
                 }
                 batch.clear();
                 // the feeder may have stopped taking spares: nothing to do then
@@ -65,7 +106,7 @@ impl<'s, O: Send + 's> Piped<'s, O> {
             inner.finish()
         });
         Piped {
-            batch: Vec::with_capacity(BATCH),
+            batch: Batch::with_capacity(BATCH),
             wants,
             read,
             tx: Some(tx),
@@ -75,7 +116,7 @@ impl<'s, O: Send + 's> Piped<'s, O> {
     }
 
     fn hand_over(&mut self) {
-        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let next = self.spare.try_recv().unwrap_or_else(|_| Batch::with_capacity(BATCH));
         let full = std::mem::replace(&mut self.batch, next);
         if let Some(tx) = &self.tx {
             // a send fails only when the worker is gone (it panicked): `finish`
@@ -94,10 +135,34 @@ impl<'s, O: Send + 's> Kernel for Piped<'s, O> {
             return;
         }
         let id = self.read.as_ref().map_or(CurrentVariable::NONE, |r| r.get());
-        self.batch.push((thread, ev.clone(), id));
-        if self.batch.len() >= BATCH {
+        self.batch.evs.push((thread, ev.clone(), id));
+        if self.batch.evs.len() >= BATCH {
             self.hand_over();
         }
+    }
+
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        // a body is loads, stores and ranges: wanted alike
+        if !body.first().is_some_and(|e| (self.wants)(e)) {
+            return;
+        }
+        let ids = self.read.as_ref().map_or_else(Vec::new, |r| r.run().clone());
+        self.batch.runs.push(PipedRun {
+            at: self.batch.evs.len(),
+            thread,
+            body: body.to_vec(),
+            deltas: deltas.to_vec(),
+            reps,
+            ids,
+        });
+        if self.batch.runs.len() >= RUNS {
+            self.hand_over();
+        }
+    }
+
+    /// The worker reads a run's variables (see [`run`]).
+    fn named_runs(&self) -> bool {
+        true
     }
 
     fn finish(mut self) -> O {
@@ -110,6 +175,28 @@ impl<'s, O: Send + 's> Kernel for Piped<'s, O> {
             Ok(out) => out,
             Err(panic) => std::panic::resume_unwind(panic),
         }
+    }
+}
+
+/// Feeds `inner` a handed-over run, its body's variables set in `write` (each
+/// event's in turn when `inner` does not read a run's: [`Kernel::named_runs`]).
+fn run<K: Kernel>(inner: &mut K, write: Option<&CurrentVariable>, r: &PipedRun) {
+    match write {
+        Some(w) if !r.ids.is_empty() && !inner.named_runs() => {
+            crate::expand_run(&r.body, &r.deltas, r.reps, |evs| {
+                for (ev, &id) in evs.iter().zip(r.ids.iter().cycle()) {
+                    w.set_id(id);
+                    inner.process(r.thread, ev);
+                }
+            });
+        }
+        Some(w) => {
+            w.set_id(CurrentVariable::NONE);
+            w.set_run(&r.ids);
+            inner.process_run(r.thread, &r.body, &r.deltas, r.reps);
+            w.set_run(&[]);
+        }
+        None => inner.process_run(r.thread, &r.body, &r.deltas, r.reps),
     }
 }
 

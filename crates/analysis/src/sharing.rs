@@ -115,25 +115,27 @@ impl Kernel for Sharing {
     type Output = SharingReport;
 
     fn process(&mut self, thread: ThreadId, ev: &Event) {
-        let map = &mut self.by_addr;
-        for_each_touch(ev, |t| {
-            if matches!(ev, Event::Range { .. }) {
-                let mut w = t.addr & !7;
-                while w < t.addr.saturating_add(t.len) {
-                    map.entry(w).or_default().add(thread, t.pc, t.write, 1);
-                    w += 8;
-                }
-            } else {
-                map.entry(t.addr).or_default().add(thread, t.pc, t.write, 1);
+        let id = self.vars.as_ref().map(CurrentVariable::get);
+        self.add(thread, ev, id);
+    }
+
+    /// Each access of the run, with its body event's variable.
+    fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        let ids = self.vars.as_ref().map(|c| c.run().clone());
+        crate::expand_run(body, deltas, reps, |evs| {
+            for (j, ev) in evs.iter().enumerate() {
+                let id = match &ids {
+                    Some(ids) if !ids.is_empty() => Some(ids[j % ids.len()]),
+                    Some(_) => self.vars.as_ref().map(CurrentVariable::get),
+                    None => None,
+                };
+                self.add(thread, ev, id);
             }
         });
-        if let Some(c) = &self.vars {
-            let id = c.get();
-            let by_var = &mut self.by_var;
-            for_each_touch(ev, |t| {
-                by_var.entry((id, t.addr)).or_default().add(thread, t.pc, t.write, 1);
-            });
-        }
+    }
+
+    fn named_runs(&self) -> bool {
+        true
     }
 
     fn finish(self) -> SharingReport {
@@ -150,6 +152,28 @@ impl Kernel for Sharing {
 }
 
 impl Sharing {
+    /// Counts one event, by the variable `id` too (when counting by variables).
+    fn add(&mut self, thread: ThreadId, ev: &Event, id: Option<u32>) {
+        let map = &mut self.by_addr;
+        for_each_touch(ev, |t| {
+            if matches!(ev, Event::Range { .. }) {
+                let mut w = t.addr & !7;
+                while w < t.addr.saturating_add(t.len) {
+                    map.entry(w).or_default().add(thread, t.pc, t.write, 1);
+                    w += 8;
+                }
+            } else {
+                map.entry(t.addr).or_default().add(thread, t.pc, t.write, 1);
+            }
+        });
+        if let Some(id) = id {
+            let by_var = &mut self.by_var;
+            for_each_touch(ev, |t| {
+                by_var.entry((id, t.addr)).or_default().add(thread, t.pc, t.write, 1);
+            });
+        }
+    }
+
     /// Counts accesses by the variable of each access too, read from `current`
     /// (see [`crate::Named`]).
     pub fn with_variables(current: CurrentVariable) -> Sharing {

@@ -1,5 +1,6 @@
 //! Helpers for tests: events and synthetic traces.
 
+use memlens_format::codec::Folder;
 use memlens_format::{
     AccessKind, Addr, AllocKind, Event, EventBuffer, FreeKind, Pc, RmwOp, TraceReader, TraceWriter,
 };
@@ -62,14 +63,39 @@ pub fn trace(streams: &[(u32, Vec<Event>)]) -> TraceReader {
     r
 }
 
-/// Writes the streams (thread id, events) into a trace file (the caller removes it).
-pub fn trace_file(streams: &[(u32, Vec<Event>)]) -> std::path::PathBuf {
+/// [`trace`], each stream's loops folded into `repeat`s ([`Folder`]) whether or
+/// not the writer's size test would keep them: one chunk per stream.
+pub fn trace_folded(streams: &[(u32, Vec<Event>)]) -> TraceReader {
+    let path = temp_trace();
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), 1, 0).unwrap();
+    for (t, evs) in streams {
+        let mut buf = EventBuffer::new();
+        for e in evs {
+            buf.push(e);
+        }
+        let (raw, counts) = buf.take();
+        let mut f = Folder::new();
+        let s = f.fold(&raw.ops, &raw.side).expect("the stream folds").clone();
+        w.write_encoded(*t, true, counts, 0, &s.ops, &s.side).unwrap();
+    }
+    w.finish(|_| {}).unwrap();
+    let r = TraceReader::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    r
+}
+
+fn temp_trace() -> std::path::PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let path = std::env::temp_dir().join(format!(
+    std::env::temp_dir().join(format!(
         "memlens-an-{}-{}.trace",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
-    ));
+    ))
+}
+
+/// Writes the streams (thread id, events) into a trace file (the caller removes it).
+pub fn trace_file(streams: &[(u32, Vec<Event>)]) -> std::path::PathBuf {
+    let path = temp_trace();
     let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), 1, 0).unwrap();
     for (t, evs) in streams {
         let mut buf = EventBuffer::new();

@@ -23,6 +23,13 @@ pub fn decoder(data: &[u8]) {
             break;
         }
     }
+    let mut runs = crate::codec::EventRuns::default();
+    let mut d = Decoder::new(data);
+    while let Ok(n) = d.next_batch_runs(&mut batch, &mut runs, 64) {
+        if n == 0 {
+            break;
+        }
+    }
     let _ = Decoder::new(data).scan_counts(&mut AccessTally::default(), |_, _| {});
     let _ = Decoder::new(data).skeleton(|_, _| {});
     // the reader folds the loops of chunks the writer left unfolded

@@ -4,7 +4,7 @@ use crate::chunk::{
     ChunkCounts, ChunkHeader, ChunkKind, FileHeader, PayloadBuf, CHUNK_HEADER_SIZE, CHUNK_MAGIC,
     FLAG_LAST, HEADER_SIZE, META_STREAM,
 };
-use crate::codec::Decoder;
+use crate::codec::{Decoder, EventRuns};
 use crate::complete::Completeness;
 use crate::event::Event;
 use crate::meta::{EndStatus, MetaRecord};
@@ -757,20 +757,47 @@ impl StreamEvents<'_> {
     /// [`Iterator::next`] per event (no event is copied). On an error the events
     /// before it are in `out`, and the next call returns the error.
     pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<usize, Error> {
+        self.batch(out, None, max)
+    }
+
+    /// [`StreamEvents::next_batch`] with loops' replays left folded in `runs`
+    /// ([`Decoder::next_batch_runs`]): the events of the batch are those in `out`
+    /// with each run's after its row.
+    pub fn next_batch_runs(
+        &mut self,
+        out: &mut Vec<Event>,
+        runs: &mut EventRuns,
+        max: usize,
+    ) -> Result<usize, Error> {
+        runs.clear();
+        self.batch(out, Some(runs), max)
+    }
+
+    fn batch(
+        &mut self,
+        out: &mut Vec<Event>,
+        mut runs: Option<&mut EventRuns>,
+        max: usize,
+    ) -> Result<usize, Error> {
         out.clear();
         loop {
             if self.done {
                 return self.pending.take().map_or(Ok(0), Err);
             }
             if let Some((off, dec)) = self.dec.as_mut() {
-                match dec.next_batch(out, max) {
+                let got = match runs.as_deref_mut() {
+                    Some(r) => dec.next_batch_runs(out, r, max),
+                    None => dec.next_batch(out, max),
+                };
+                let folded = runs.as_deref().map_or(0, EventRuns::events);
+                match got {
                     Ok(0) => {
                         if let Some((_, d)) = self.dec.take() {
                             self.buf.raw = d.into_inner();
                         }
                     }
                     Ok(n) => {
-                        self.index += n as u64;
+                        self.index += n as u64 + folded;
                         return Ok(n);
                     }
                     Err(e) => {
@@ -780,7 +807,7 @@ impl StreamEvents<'_> {
                             return Err(err);
                         }
                         // hand these over first; the error comes with the next call
-                        self.index += out.len() as u64;
+                        self.index += out.len() as u64 + folded;
                         self.pending = Some(err);
                         return Ok(out.len());
                     }

@@ -173,6 +173,30 @@ fn by_batches(raw: &[u8], max: usize) -> Vec<Event> {
     out
 }
 
+/// What `next_batch_runs` yields in batches of at most `max`, each run written
+/// out after its row, and how many events came folded.
+fn by_batch_runs(raw: &[u8], max: usize) -> (Vec<Event>, u64) {
+    let mut d = Decoder::new(raw);
+    let (mut out, mut b, mut runs, mut folded) =
+        (Vec::new(), Vec::new(), codec::EventRuns::default(), 0);
+    while d.next_batch_runs(&mut b, &mut runs, max).unwrap() > 0 {
+        let mut at = 0;
+        for r in &runs.runs {
+            assert!(r.row >= r.events && r.reps > 0, "a run follows its body");
+            out.extend_from_slice(&b[at..r.row]);
+            at = r.row;
+            for k in 1..=r.reps {
+                for (e, &d) in b[r.row - r.events..r.row].iter().zip(runs.deltas(r)) {
+                    out.push(codec::replayed(e, d, k));
+                }
+            }
+            folded += r.len();
+        }
+        out.extend_from_slice(&b[at..]);
+    }
+    (out, folded)
+}
+
 /// The skeleton's events and event count.
 fn by_skeleton(raw: &[u8]) -> (Vec<(u64, Event)>, u64) {
     let mut evs = Vec::new();
@@ -259,6 +283,7 @@ proptest! {
         prop_assert_eq!(&by_next(&folded), &want);
         prop_assert_eq!(&by_columns(&folded, max), &want);
         prop_assert_eq!(by_batches(&folded, max), want.0.iter().map(|x| x.1.clone()).collect::<Vec<_>>());
+        prop_assert_eq!(by_batch_runs(&folded, max).0, want.0.iter().map(|x| x.1.clone()).collect::<Vec<_>>());
         prop_assert_eq!(by_skeleton(&folded), by_skeleton(&whole));
         prop_assert_eq!(by_counts(&folded), by_counts(&whole));
         prop_assert_eq!(by_counts(&ops_only(&folded)), by_counts(&whole));
@@ -331,6 +356,16 @@ proptest! {
         let raw = s.to_raw();
         prop_assert_eq!(&by_next(&raw), &want);
         prop_assert_eq!(&by_columns(&raw, max), &want);
+        let (events, folded) = by_batch_runs(&raw, max);
+        prop_assert_eq!(events, want.0.iter().map(|x| x.1.clone()).collect::<Vec<_>>());
+        // the repeat's replays after the first (decoded as events, as are the two
+        // iterations written out before it); fewer when a batch cut one, the
+        // replays before the cut decoded one by one
+        let rest = (trips - 3) * items.len() as u64;
+        prop_assert!(folded <= rest && folded % items.len() as u64 == 0);
+        if max >= 4 * (before.len() + 3 * items.len()) {
+            prop_assert_eq!(folded, rest, "the loop comes as one run");
+        }
         prop_assert_eq!(by_counts(&raw), by_counts(&plain.to_raw()));
         let mut folder = codec::Folder::new();
         if let Some(f) = folder.fold(&s.ops, &s.side) {

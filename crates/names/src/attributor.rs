@@ -206,6 +206,47 @@ impl<'s> Attributor<'s> {
         self.resolve(thread, index, pc, addr, ep, slot)
     }
 
+    /// By whole variables ([`Attributor::set_granularity`]), the label of every
+    /// access by code at `pc` from `first` to `last` (a loop's run, the first its
+    /// event `index`) when they all have one name whatever the event
+    /// (`Shared::one_name`); `None`: name them one by one.
+    pub fn attribute_run(
+        &mut self,
+        thread: ThreadId,
+        index: u64,
+        pc: Pc,
+        first: Addr,
+        last: Addr,
+    ) -> Option<LabelId> {
+        if !self.res.labels.coarse {
+            return None;
+        }
+        let classes = self.classes.get_or_insert_with(|| {
+            HeapClasses::new(
+                &self.heap,
+                self.site_namer.as_deref().map(|f| f as crate::SiteNamer<'_>),
+            )
+        });
+        if self.coarse_heap.is_none() {
+            self.coarse_heap = Some(CoarseHeap::new(self.sym, &self.heap, classes));
+        }
+        let sh = Shared {
+            sym: self.sym,
+            heap: &self.heap,
+            classes,
+            maps: self.maps.as_ref(),
+            static_tls: &self.static_tls,
+            coarse: self.coarse_heap.as_ref(),
+            tls_reach: self.tls_reach,
+        };
+        let st = self.threads.get(&thread).unwrap_or(&self.no_thread);
+        let (lo, hi) = (first.0.min(last.0), first.0.max(last.0));
+        if !sh.one_name(st, &mut self.res, lo, hi) {
+            return None;
+        }
+        Some(self.attribute(thread, index, pc, first))
+    }
+
     /// Names an access the cache did not answer (and keeps the answer there in
     /// `slot`).
     #[inline(never)]

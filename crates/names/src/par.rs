@@ -29,7 +29,6 @@ use crate::{
 };
 use memlens_format::codec::{Columns, Run};
 use memlens_format::{Addr, ChunkDecoder, Event, Pc, StreamChunk, ThreadId, TraceReader};
-use memlens_symbols::DataKind;
 
 /// One chunk's starting point.
 struct ChunkStart {
@@ -214,30 +213,8 @@ impl<'a> Worker<'a> {
         first: u64,
         last: u64,
     ) -> Option<u32> {
-        if !self.res.labels.coarse {
-            return None;
-        }
         let (lo, hi) = (first.min(last), first.max(last));
-        let sym = self.sh.sym;
-        let same = if sym.any_module_in(Addr(lo), Addr(hi)) {
-            // a global's bytes are one variable whatever the address in it
-            let (a, b) = (sym.data_name(Addr(lo))?, sym.data_name(Addr(hi))?);
-            a.kind == DataKind::Global
-                && b.kind == DataKind::Global
-                && a.module_id == b.module_id
-                && a.base == b.base
-                && lo.wrapping_sub(a.offset) == hi.wrapping_sub(b.offset)
-        } else {
-            let st = &cur.st;
-            let coarse = self.sh.coarse?;
-            let stack = st.stack.is_some_and(|(s, e)| s <= hi && e > lo);
-            let tls = st.tls != 0 && st.tls.saturating_sub(self.sh.tls_reach) <= hi && st.tls > lo;
-            !stack
-                && !tls
-                && coarse
-                    .find(lo, &mut self.res.region_ids, &mut self.res.labels)
-                    .is_some_and(|(rlo, rhi, _)| rlo <= lo && hi < rhi)
-        };
+        let same = self.sh.one_name(&cur.st, &mut self.res, lo, hi);
         same.then(|| self.label(cur, index, pc, Addr(first)))
     }
 

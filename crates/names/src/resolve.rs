@@ -16,7 +16,7 @@ use crate::{
     Maps, ModulePages, SiteNamer, ThreadState, BIG_BLOCK, NOT_GLOBAL, UNSEEN,
 };
 use memlens_format::{Addr, Pc, ThreadId};
-use memlens_symbols::{HeapType, Symbolizer};
+use memlens_symbols::{DataKind, HeapType, Symbolizer};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
@@ -164,6 +164,39 @@ pub(crate) struct Shared<'a> {
 impl Shared<'_> {
     pub(crate) fn tls_reach(static_tls: &[(u32, u64, u64)]) -> u64 {
         static_tls.iter().map(|&(_, off, _)| off).max().unwrap_or(0)
+    }
+
+    /// By whole variables ([`Granularity::Variable`]), whether every address from
+    /// `lo` to `hi` has one name for a thread in state `st`, whatever the event:
+    /// all in one global variable, or in one heap range named alike whatever the
+    /// block (`CoarseHeap`) with no module, stack or static TLS of the thread in
+    /// between (what `resolve` looks at before it). A loop's run is then named
+    /// by its first access.
+    pub(crate) fn one_name(&self, st: &ThreadState, res: &mut Resolver, lo: u64, hi: u64) -> bool {
+        if !res.labels.coarse {
+            return false;
+        }
+        let sym = self.sym;
+        if sym.any_module_in(Addr(lo), Addr(hi)) {
+            // a global's bytes are one variable whatever the address in it
+            let (Some(a), Some(b)) = (sym.data_name(Addr(lo)), sym.data_name(Addr(hi))) else {
+                return false;
+            };
+            a.kind == DataKind::Global
+                && b.kind == DataKind::Global
+                && a.module_id == b.module_id
+                && a.base == b.base
+                && lo.wrapping_sub(a.offset) == hi.wrapping_sub(b.offset)
+        } else {
+            let Some(coarse) = self.coarse else { return false };
+            let stack = st.stack.is_some_and(|(s, e)| s <= hi && e > lo);
+            let tls = st.tls != 0 && st.tls.saturating_sub(self.tls_reach) <= hi && st.tls > lo;
+            !stack
+                && !tls
+                && coarse
+                    .find(lo, &mut res.region_ids, &mut res.labels)
+                    .is_some_and(|(rlo, rhi, _)| rlo <= lo && hi < rhi)
+        }
     }
 }
 

@@ -107,6 +107,49 @@ impl AccessNamer for AccessNames<'_> {
         }
     }
 
+    fn observe_run(
+        &mut self,
+        thread: ThreadId,
+        body: &[Event],
+        deltas: &[u64],
+        reps: u64,
+        ids: &mut Vec<u32>,
+    ) -> bool {
+        let n0 = match self.current {
+            Some((t, n)) if t == thread => n,
+            _ => self.next.get(&thread).copied().unwrap_or(0),
+        };
+        let p = body.len() as u64;
+        for (j, (ev, &d)) in body.iter().zip(deltas).enumerate() {
+            let (Event::Access { pc, addr, .. } | Event::Range { pc, addr, .. }) = *ev else {
+                ids.clear();
+                return false;
+            };
+            // iteration k (1..=reps) of body event j is the thread's event n0 + (k - 1) p + j
+            let at = |k: u64| Addr(addr.0.wrapping_add(d.wrapping_mul(k)));
+            let index = n0 + j as u64;
+            match self.attr.attribute_run(thread, index, pc, at(1), at(reps)) {
+                Some(id) => ids.push(id),
+                None => {
+                    ids.clear();
+                    return false;
+                }
+            }
+        }
+        // the run's events are followed: the thread's next event comes after them
+        let n = n0 + reps * p;
+        match &mut self.current {
+            Some((t, c)) if *t == thread => *c = n,
+            cur => {
+                if let Some((t, c)) = *cur {
+                    self.next.insert(t, c);
+                }
+                *cur = Some((thread, n));
+            }
+        }
+        true
+    }
+
     fn variables(&self) -> Vec<String> {
         self.attr.labels().iter().map(|l| l.base.to_string()).collect()
     }

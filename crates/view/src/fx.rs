@@ -54,6 +54,16 @@ impl<K: Kernel> Kernel for Gate<K> {
         }
     }
 
+    fn process_run(&mut self, t: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        if self.on {
+            self.k.process_run(t, body, deltas, reps);
+        }
+    }
+
+    fn named_runs(&self) -> bool {
+        !self.on || self.k.named_runs()
+    }
+
     fn finish(self) -> K::Output {
         self.k.finish()
     }

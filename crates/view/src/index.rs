@@ -68,6 +68,39 @@ const MAX_VARS: usize = 100_000;
 /// Elements remembered per line when naming a bucket's touches.
 const MEMO_WAYS: usize = 8;
 
+/// Most events in a run's body the builder takes at once (the decoder folds at
+/// most 64).
+const MAX_BODY: usize = 64;
+
+/// Iterations ahead whose lines' records a run fetches into the cache.
+const AHEAD: u64 = 8;
+
+/// Starts loading `x`'s cache line (a hint: nothing happens where there is none).
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(
+            (x as *const T).cast::<i8>(),
+            std::arch::x86_64::_MM_HINT_T0,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// One access of a run's body, its code address as an id.
+struct RunAccess {
+    pc: u32,
+    addr: u64,
+    delta: u64,
+    len: u64,
+    loads: u32,
+    stores: u32,
+    var: Option<u32>,
+}
+
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
 
@@ -213,6 +246,8 @@ struct Builder<'n> {
     /// sorted by address only for a key frame, not on every insertion.
     ws: Vec<u32>,
     ring: Vec<Vec<u32>>,
+    /// `ins % max_age`: the slot of `ring` lines touched now go to.
+    ring_at: usize,
     max_rows: usize,
     levels: Vec<Level>,
     pcs: FxMap<Pc, u32>,
@@ -490,51 +525,31 @@ impl<'n> Builder<'n> {
         lv.bucket += 1;
     }
 
-    /// One memory operation touching `[addr, addr+len)`.
+    /// One memory operation touching `[addr, addr+len)`, of the current variable.
     fn access(&mut self, t: ThreadId, pc: Pc, addr: u64, len: u64, loads: u32, stores: u32) {
+        let var = self.vars.begin(1u64 << (t.0 % 64), loads, stores);
+        self.access_of(t, pc, addr, len, loads, stores, var);
+    }
+
+    /// [`Builder::access`] of variable `var` (counted by the caller).
+    #[allow(clippy::too_many_arguments)]
+    fn access_of(
+        &mut self,
+        t: ThreadId,
+        pc: Pc,
+        addr: u64,
+        len: u64,
+        loads: u32,
+        stores: u32,
+        var: Option<u32>,
+    ) {
         let op = self.op;
         if op >= self.next_close {
             self.close_buckets(op);
         }
         let pcid = self.pc_id(pc);
-        let tb = (t.0.min(254)) as u8;
         let tbit = 1u64 << (t.0 % 64);
-        let lsz = self.opts.line;
-        let first = addr >> self.shift;
-        let last = (addr + len.max(1) - 1) >> self.shift;
-        // A huge memcpy/memset: the map shows its first 4096 lines.
-        let last = last.min(first + 4095);
-        let mut shared = false;
-        let var = self.vars.begin(tbit, loads, stores);
-        for line in first..=last {
-            let lo = (line << self.shift).max(addr);
-            let hi = ((line + 1) << self.shift).min(addr + len.max(1));
-            let off = (lo & (lsz - 1)) as u32;
-            let nbytes = (hi - lo) as u32;
-            let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
-            let id = self.line_id(line, lo);
-            // The variable's set of lines: only when the line last held another one.
-            let ls = &mut self.line_stats[id as usize];
-            if let Some(v) = var {
-                if ls.var_memo != v + 1 {
-                    ls.var_memo = v + 1;
-                    self.vars.line(v, line);
-                }
-            }
-            if ls.threads & !tbit != 0 {
-                shared = true;
-            }
-            ls.threads |= tbit;
-            ls.thread = tb;
-            if !ls.t0_live {
-                ls.t0_live = true;
-                ls.t0 = Touch::default();
-                self.touched0.push(id);
-            }
-            ls.t0.fold(&Touch { loads, stores, pc: pcid, off: off as u8 });
-            self.touch_ws(id, bits);
-        }
-        self.max_rows = self.max_rows.max(self.ws.len());
+        let shared = self.touch_lines(t, pcid, addr, len, loads, stores, var);
         let ps = &mut self.pc_stats[pcid as usize];
         ps.loads += loads as u64;
         ps.stores += stores as u64;
@@ -565,8 +580,134 @@ impl<'n> Builder<'n> {
             }
             *k += 1;
         }
-        self.threads.add(t.0);
+        self.threads.add(t.0, 1);
         self.op += 1;
+    }
+
+    /// What an access by code address `pcid` of variable `var` does to the lines
+    /// of `[addr, addr+len)` and the working set (not to the code address's sums);
+    /// true when another thread touched one of them before (shared).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn touch_lines(
+        &mut self,
+        t: ThreadId,
+        pcid: u32,
+        addr: u64,
+        len: u64,
+        loads: u32,
+        stores: u32,
+        var: Option<u32>,
+    ) -> bool {
+        let tb = (t.0.min(254)) as u8;
+        let tbit = 1u64 << (t.0 % 64);
+        let lsz = self.opts.line;
+        let first = addr >> self.shift;
+        let last = (addr + len.max(1) - 1) >> self.shift;
+        // A huge memcpy/memset: the map shows its first 4096 lines.
+        let last = last.min(first + 4095);
+        let mut shared = false;
+        for line in first..=last {
+            let lo = (line << self.shift).max(addr);
+            let hi = ((line + 1) << self.shift).min(addr + len.max(1));
+            let off = (lo & (lsz - 1)) as u32;
+            let nbytes = (hi - lo) as u32;
+            let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
+            let id = self.line_id(line, lo);
+            // The variable's set of lines: only when the line last held another one.
+            let ls = &mut self.line_stats[id as usize];
+            if let Some(v) = var {
+                if ls.var_memo != v + 1 {
+                    ls.var_memo = v + 1;
+                    self.vars.line(v, line);
+                }
+            }
+            if ls.threads & !tbit != 0 {
+                shared = true;
+            }
+            ls.threads |= tbit;
+            ls.thread = tb;
+            if !ls.t0_live {
+                ls.t0_live = true;
+                ls.t0 = Touch::default();
+                self.touched0.push(id);
+            }
+            ls.t0.fold(&Touch { loads, stores, pc: pcid, off: off as u8 });
+            self.touch_ws(id, bits);
+        }
+        self.max_rows = self.max_rows.max(self.ws.len());
+        shared
+    }
+
+    /// A loop's folded run (see [`Kernel::process_run`]): each access's lines one
+    /// by one as [`Builder::access_of`] would, the code addresses' and variables'
+    /// sums added once per body event (at every bucket close and at the end).
+    fn run(&mut self, t: ThreadId, body: &[RunAccess], reps: u64) {
+        let tbit = 1u64 << (t.0 % 64);
+        let p = body.len();
+        // accesses and shared ones per body event since the last flush, and the
+        // body event the count started at (code addresses enter a bucket's list
+        // in the order of their first access)
+        let mut cnt = [0u64; MAX_BODY];
+        let mut shared = [0u64; MAX_BODY];
+        let mut from = 0;
+        for b in body {
+            self.pc_stats[b.pc as usize].threads |= tbit;
+        }
+        for k in 1..=reps {
+            // the lines a few iterations on: their records are on their way by then
+            if k + AHEAD <= reps {
+                for b in body {
+                    let a = b.addr.wrapping_add(b.delta.wrapping_mul(k + AHEAD));
+                    if let Some(id) = self.lines.get(a >> self.shift) {
+                        prefetch(&self.line_stats[id as usize]);
+                    }
+                }
+            }
+            for (j, b) in body.iter().enumerate() {
+                if self.op >= self.next_close {
+                    self.flush_run(body, from, &mut cnt, &mut shared);
+                    from = j;
+                    self.close_buckets(self.op);
+                }
+                let a = b.addr.wrapping_add(b.delta.wrapping_mul(k));
+                let sh = self.touch_lines(t, b.pc, a, b.len, b.loads, b.stores, b.var);
+                cnt[j] += 1;
+                shared[j] += u64::from(sh);
+                self.op += 1;
+            }
+        }
+        self.flush_run(body, from, &mut cnt, &mut shared);
+        self.threads.add(t.0, reps * p as u64);
+    }
+
+    /// Adds a run's counts since the last flush to its code addresses' sums.
+    fn flush_run(&mut self, body: &[RunAccess], from: usize, cnt: &mut [u64], shared: &mut [u64]) {
+        let p = body.len();
+        for j in (from..p).chain(0..from) {
+            let (n, sh) = (cnt[j], shared[j]);
+            if n == 0 {
+                continue;
+            }
+            let b = &body[j];
+            let (l, s) = (n * u64::from(b.loads), n * u64::from(b.stores));
+            let ps = &mut self.pc_stats[b.pc as usize];
+            ps.loads += l;
+            ps.stores += s;
+            ps.bytes += n * b.len;
+            ps.shared += sh;
+            let w = &mut self.pc_win0[b.pc as usize];
+            if w.loads == 0 && w.stores == 0 {
+                self.win0_list.push(b.pc);
+            }
+            let sat = |x: u64| x.min(u64::from(u32::MAX)) as u32;
+            w.loads = w.loads.saturating_add(sat(l));
+            w.stores = w.stores.saturating_add(sat(s));
+            w.bytes = w.bytes.saturating_add(n * b.len);
+            w.shared = w.shared.wrapping_add(sh as u32);
+            cnt[j] = 0;
+            shared[j] = 0;
+        }
     }
 
     /// ExpertMemer's working set: a touched line is refreshed; a new line enters in
@@ -578,12 +719,14 @@ impl<'n> Builder<'n> {
             ls.mask |= bits;
             if ls.stamp != self.ins {
                 ls.stamp = self.ins;
-                self.ring[(self.ins % max_age) as usize].push(id);
+                self.ring[self.ring_at].push(id);
             }
             return;
         }
         self.ins += 1;
-        let slot = (self.ins % max_age) as usize;
+        // `ins % max_age`, without a division per new line
+        self.ring_at = if self.ring_at + 1 == self.ring.len() { 0 } else { self.ring_at + 1 };
+        let slot = self.ring_at;
         let mut old = std::mem::take(&mut self.ring[slot]);
         for &o in &old {
             let s = &mut self.line_stats[o as usize];
@@ -653,6 +796,39 @@ impl Kernel for Builder<'_> {
             Event::ThreadName(name) => self.lanes.rename(t, name),
             _ => {}
         }
+    }
+
+    /// Each access of the run in turn, of its body event's variable.
+    fn process_run(&mut self, t: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
+        let ids = self.vars.run_ids();
+        let tbit = 1u64 << (t.0 % 64);
+        let mut accs = Vec::with_capacity(body.len());
+        for (j, (ev, &delta)) in body.iter().zip(deltas).enumerate() {
+            let (pc, addr, len, kind) = match *ev {
+                Event::Access { pc, addr, size, kind, .. } => (pc, addr, u64::from(size), kind),
+                Event::Range { pc, addr, len, kind } => (pc, addr, len, kind),
+                _ => continue,
+            };
+            let (loads, stores) = if kind == AccessKind::Read { (1, 0) } else { (0, 1) };
+            let id = ids.get(j).copied().unwrap_or(CurrentVariable::NONE);
+            let var = self.vars.begin_as(id, tbit, reps * loads as u64, reps * stores as u64);
+            let pc = self.pc_id(pc);
+            accs.push(RunAccess { pc, addr: addr.0, delta, len, loads, stores, var });
+        }
+        if self.annotation.is_none() && accs.len() <= MAX_BODY {
+            return self.run(t, &accs, reps);
+        }
+        // misses are read per access from the annotation
+        for k in 1..=reps {
+            for b in &accs {
+                let a = b.addr.wrapping_add(b.delta.wrapping_mul(k));
+                self.access_of(t, self.pc_list[b.pc as usize], a, b.len, b.loads, b.stores, b.var);
+            }
+        }
+    }
+
+    fn named_runs(&self) -> bool {
+        true
     }
 
     fn finish(self) {}
@@ -754,6 +930,7 @@ pub fn build(
             ins: 0,
             ws: Vec::new(),
             ring: vec![Vec::new(); opts.max_age as usize],
+            ring_at: 0,
             max_rows: 0,
             levels,
             pcs: FxMap::default(),

@@ -439,3 +439,117 @@ fn the_map_matches_a_plain_model_of_the_working_set() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Two threads' loops (strided, backwards, line-crossing ranges, a fixed
+/// address) between calls, clocks and scattered accesses: written with every
+/// loop folded into `repeat`s when `fold`, else as plain events.
+fn loop_trace(name: &str, fold: bool) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("view-{name}-{}.trace", std::process::id()));
+    let mut w = TraceWriter::new(File::create(&path).unwrap(), 0, 1).unwrap();
+    let acc = |pc: u64, addr: u64, size: u8, write: bool| Event::Access {
+        pc: Pc(pc),
+        addr: Addr(addr),
+        size,
+        kind: if write { AccessKind::Write } else { AccessKind::Read },
+        atomic: false,
+        value: None,
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for t in 0..2u32 {
+        let mut buf = EventBuffer::new();
+        let base = 0x10_0000 + 0x4_0000 * u64::from(t);
+        buf.push(&Event::FuncEnter { pc: Pc(0x100), call_site: Pc(0), frame: Addr(0x7000) });
+        for round in 0..30u64 {
+            buf.push(&Event::Clock(1 + 2 * round + u64::from(t)));
+            buf.push(&Event::FuncEnter {
+                pc: Pc(0x200),
+                call_site: Pc(0x104),
+                frame: Addr(0x6f00),
+            });
+            let n = 150 + 61 * ((round * 5 + u64::from(t)) % 9);
+            for i in 0..n {
+                buf.push(&acc(0x210, base + 8 * i, 8, false));
+                buf.push(&acc(0x214, base + 0x2_0000 - 16 * i, 4, true));
+                buf.push(&acc(0x218, base + 0x1_0000 + 72 * i, 8, false));
+                buf.push(&Event::Range {
+                    pc: Pc(0x21c),
+                    addr: Addr(base + 0x3_0000 + 24 * i),
+                    len: 24,
+                    kind: AccessKind::Write,
+                });
+            }
+            for _ in 0..40 + round {
+                buf.push(&acc(0x220, base + 0x3_8000, 8, true));
+            }
+            buf.push(&Event::FuncExit { pc: Pc(0x200) });
+            for _ in 0..50 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                buf.push(&acc(
+                    0x230 + 4 * (x % 7),
+                    base + (x >> 20) % 0x4_0000,
+                    8,
+                    x.is_multiple_of(3),
+                ));
+            }
+        }
+        buf.push(&Event::FuncExit { pc: Pc(0x100) });
+        let (raw, counts) = buf.take();
+        let mut folder = memlens_format::codec::Folder::new();
+        let folded = if fold { folder.fold(&raw.ops, &raw.side).cloned() } else { None };
+        assert_eq!(folded.is_some(), fold, "the loops fold");
+        let s = folded.unwrap_or(raw);
+        w.write_encoded(t, true, counts, 0, &s.ops, &s.side).unwrap();
+    }
+    w.finish(|_| {}).unwrap();
+    path
+}
+
+/// A trace whose loops the decoder hands over as runs (each kernel's
+/// `process_run`: the map builder, the call tree, the heap and sharing tables)
+/// indexes byte for byte as the same events written out one by one.
+#[test]
+fn folded_loops_index_as_their_events() {
+    let mut dirs = Vec::new();
+    for fold in [false, true] {
+        let path = loop_trace(if fold { "runs-folded" } else { "runs-plain" }, fold);
+        let r = TraceReader::open(&path).unwrap();
+        if fold {
+            // the decoder does leave runs
+            let mut ev = r.events(r.streams()[0].thread);
+            let (mut b, mut runs, mut folded) = (Vec::new(), Default::default(), 0);
+            while ev.next_batch_runs(&mut b, &mut runs, 4096).unwrap() > 0 {
+                folded += runs.events();
+            }
+            let events = u64::from(r.streams()[0].counts.events);
+            assert!(folded * 10 > events * 7, "{folded} of {events} events in runs");
+        }
+        let dir = crate::index_dir(&path);
+        let opts = BuildOptions { max_age: 64, max_buckets: 4096, ..BuildOptions::default() };
+        crate::build(&r, &path, &dir, &ByAddr, opts, &mut |_, _| {}).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        dirs.push(dir);
+    }
+    let mut names: Vec<_> =
+        std::fs::read_dir(&dirs[0]).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert!(names.len() > 10);
+    for n in &names {
+        let (a, b) =
+            (std::fs::read(dirs[0].join(n)).unwrap(), std::fs::read(dirs[1].join(n)).unwrap());
+        if n == "meta.json" {
+            let strip = |v: &[u8]| {
+                let mut m: Value = serde_json::from_slice(v).unwrap();
+                m.as_object_mut().unwrap().remove("trace");
+                m
+            };
+            assert_eq!(strip(&a), strip(&b));
+        } else {
+            assert!(a == b, "{n:?} differs");
+        }
+    }
+    for d in dirs {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

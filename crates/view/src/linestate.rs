@@ -96,6 +96,17 @@ impl LineIds {
     }
 }
 
+impl LineIds {
+    /// Line `line`'s id, if it was seen (nothing is added).
+    #[inline]
+    pub(crate) fn get(&self, line: u64) -> Option<u32> {
+        let page = line / PAGE;
+        let c = &self.cache[page as usize & (PAGE_CACHE - 1)];
+        let k = if c.0 == page { c.1 } else { *self.pages.get(&page)? };
+        self.ids[(k as u64 * PAGE + line % PAGE) as usize].checked_sub(1)
+    }
+}
+
 /// The lines touched in a level's current bucket: a sparse set over line ids.
 #[derive(Default)]
 pub(crate) struct TouchSet {
@@ -135,15 +146,15 @@ const SMALL_THREADS: u32 = 4096;
 
 impl ThreadOps {
     #[inline]
-    pub(crate) fn add(&mut self, t: u32) {
+    pub(crate) fn add(&mut self, t: u32, n: u64) {
         if t < SMALL_THREADS {
             let i = t as usize;
             if i >= self.small.len() {
                 self.small.resize(i + 1, 0);
             }
-            self.small[i] += 1;
+            self.small[i] += n;
         } else {
-            *self.big.entry(t).or_insert(0) += 1;
+            *self.big.entry(t).or_insert(0) += n;
         }
     }
 

@@ -34,9 +34,15 @@ impl VarCounts {
     /// [`VarCounts::line`]s the caller then adds (it knows which are new to it).
     #[inline]
     pub(crate) fn begin(&mut self, tbit: u64, loads: u32, stores: u32) -> Option<u32> {
-        let c = self.current.as_ref()?;
-        let id = c.get();
-        if id == CurrentVariable::NONE {
+        let id = self.current.as_ref()?.get();
+        self.begin_as(id, tbit, u64::from(loads), u64::from(stores))
+    }
+
+    /// [`VarCounts::begin`] for accesses of variable `id` (from a run's
+    /// [`VarCounts::run_ids`]).
+    #[inline]
+    pub(crate) fn begin_as(&mut self, id: u32, tbit: u64, loads: u64, stores: u64) -> Option<u32> {
+        if id == CurrentVariable::NONE || self.current.is_none() {
             return None;
         }
         let i = id as usize;
@@ -44,10 +50,15 @@ impl VarCounts {
             self.stats.resize_with(i + 1, Stat::default);
         }
         let s = &mut self.stats[i];
-        s.loads += u64::from(loads);
-        s.stores += u64::from(stores);
+        s.loads += loads;
+        s.stores += stores;
         s.threads |= tbit;
         Some(id)
+    }
+
+    /// The variables of the body of the run being processed (empty when not named).
+    pub(crate) fn run_ids(&self) -> Vec<u32> {
+        self.current.as_ref().map_or_else(Vec::new, |c| c.run().clone())
     }
 
     /// Cache line `line` holds variable `id` (from [`VarCounts::begin`]).

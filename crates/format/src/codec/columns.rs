@@ -73,6 +73,47 @@ impl Run {
     }
 }
 
+/// Loops' replays a batch decode left folded ([`Decoder::next_batch_runs`]): run
+/// `r`'s body is the `r.events` events of the batch before position `r.row`,
+/// repeated `r.reps` more times, each access's address moved by its delta
+/// ([`EventRuns::deltas`], wrapping) every time; `r.seq` is the number in the
+/// chunk of the run's first event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventRuns {
+    /// The runs, in stream order.
+    pub runs: Vec<Run>,
+    /// Each run's address deltas, as in [`Columns::run_deltas`].
+    pub deltas: Vec<u64>,
+}
+
+impl EventRuns {
+    /// No runs.
+    pub fn clear(&mut self) {
+        self.runs.clear();
+        self.deltas.clear();
+    }
+
+    /// Address deltas of run `r`'s body events.
+    pub fn deltas(&self, r: &Run) -> &[u64] {
+        &self.deltas[r.deltas..r.deltas + r.events]
+    }
+
+    /// Events in every run.
+    pub fn events(&self) -> u64 {
+        self.runs.iter().map(Run::len).sum()
+    }
+}
+
+/// Iteration `k` (1 = the first replay) of a folded body event `ev` whose
+/// address moves by `delta` each time: what a full decode gives in its place.
+pub fn replayed(ev: &Event, delta: u64, k: u64) -> Event {
+    let mut e = ev.clone();
+    if let Event::Access { addr, .. } | Event::Range { addr, .. } = &mut e {
+        addr.0 = addr.0.wrapping_add(delta.wrapping_mul(k));
+    }
+    e
+}
+
 impl Columns {
     /// [`Columns::kind`] bit: a store (else a load).
     pub const WRITE: u8 = 1;

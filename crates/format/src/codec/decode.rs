@@ -1,7 +1,7 @@
 //! The full decoder: every event as an [`Event`], and the skeleton walk.
 
 use super::columns::varint8;
-use super::{tag, varint_at, DecodeError, Predictor};
+use super::{tag, varint_at, DecodeError, EventRuns, Predictor, Run};
 use crate::event::{AccessKind, AllocKind, Event, FreeKind, RmwOp};
 use crate::types::{Addr, Pc, ThreadId};
 use crate::varint::{self, unzigzag, MAX_VARINT};
@@ -380,12 +380,39 @@ impl<B: AsRef<[u8]>> Decoder<B> {
     /// Returns how many were decoded; 0 at the end of the chunk. On an error, the
     /// events decoded before it are left in `out`, so a caller processes them first.
     pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<usize, DecodeError> {
+        self.batch(out, max, None)
+    }
+
+    /// [`Decoder::next_batch`], but a loop's repeated iterations stay folded:
+    /// where every replay of a `repeat` body moves each access by the same delta,
+    /// the body's first iteration is in `out` and the replays after it are one
+    /// [`Run`] in `runs` (cleared first; `row` its place in `out`, `seq` its
+    /// first event's number in the chunk), not events. Returns the events in
+    /// `out`; [`EventRuns::events`] counts the others.
+    pub fn next_batch_runs(
+        &mut self,
+        out: &mut Vec<Event>,
+        runs: &mut EventRuns,
+        max: usize,
+    ) -> Result<usize, DecodeError> {
+        runs.clear();
+        self.batch(out, max, Some(runs))
+    }
+
+    fn batch(
+        &mut self,
+        out: &mut Vec<Event>,
+        max: usize,
+        mut runs: Option<&mut EventRuns>,
+    ) -> Result<usize, DecodeError> {
         out.clear();
         out.reserve(max);
         if self.failed {
             return Ok(0);
         }
         let base = self.seq;
+        // events folded into runs so far: the next event's number is past them
+        let mut folded = 0;
         while out.len() < max {
             // Events are built in the vector's memory: one built on the stack and
             // copied made every copy wait for a store-forwarding failure (half of
@@ -393,10 +420,13 @@ impl<B: AsRef<[u8]>> Decoder<B> {
             if self.fast_access_into(out) {
                 continue;
             }
-            self.seq = base + out.len() as u64;
+            self.seq = base + folded + out.len() as u64;
             if self.rep.active && self.pos >= self.end {
-                self.replay_events(out, max, base);
-                self.seq = base + out.len() as u64;
+                match runs.as_deref_mut() {
+                    Some(runs) => folded += self.fold_run(out, base, runs),
+                    None => self.replay_events(out, max, base),
+                }
+                self.seq = base + folded + out.len() as u64;
                 if out.len() == max {
                     break;
                 }
@@ -408,8 +438,49 @@ impl<B: AsRef<[u8]>> Decoder<B> {
                 break;
             }
         }
-        self.seq = base + out.len() as u64;
+        self.seq = base + folded + out.len() as u64;
         Ok(out.len())
+    }
+
+    /// [`Decoder::next_batch_runs`]' fold: the replays still to come of the body
+    /// just decoded (the last events of `out`; this batch started at event
+    /// `base`) as one run, when each moves every access by the same delta (as
+    /// [`Decoder::replay_events`] requires). Returns the events folded (0: none,
+    /// the replays are decoded one by one).
+    #[cold]
+    fn fold_run(&mut self, out: &[Event], base: u64, runs: &mut EventRuns) -> u64 {
+        let p = self.rep.events as usize;
+        let len = out.len();
+        if self.rep.left == 0
+            || self.seq - self.rep.seq0 != p as u64
+            || len < p
+            || base > self.rep.seq0
+            || p > 64
+        {
+            return 0;
+        }
+        let body = &out[len - p..];
+        let mut pcs = [0u64; 64];
+        for (k, e) in body.iter().enumerate() {
+            pcs[k] = match e {
+                Event::Access { pc, value: None, .. } | Event::Range { pc, .. } => pc.0,
+                _ => return 0,
+            };
+        }
+        let Some(deltas) = self.replay_deltas(&pcs[..p]) else { return 0 };
+        let reps = self.rep.left;
+        for (e, d) in body.iter().zip(&deltas) {
+            if let Event::Access { pc, addr, .. } | Event::Range { pc, addr, .. } = e {
+                self.pred.last[super::slot(pc.0)] = addr.0.wrapping_add(d.wrapping_mul(reps));
+            }
+        }
+        runs.runs.push(Run { row: len, events: p, reps, seq: self.seq, deltas: runs.deltas.len() });
+        runs.deltas.extend_from_slice(&deltas);
+        let n = reps * p as u64;
+        // as if every replay was decoded: the last one is the one under way
+        self.rep.left = 0;
+        self.rep.seq0 = self.seq + n - p as u64;
+        n
     }
 
     /// The common case, a plain load/store without value with every field's bytes

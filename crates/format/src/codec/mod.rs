@@ -45,7 +45,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 
-pub use columns::{Columns, Run};
+pub use columns::{replayed, Columns, EventRuns, Run};
 pub use decode::Decoder;
 pub use encode::Encoder;
 pub use fold::Folder;
