@@ -159,6 +159,14 @@ pub trait Kernel {
         expand_run(body, deltas, reps, |evs| self.process_batch(thread, evs));
     }
 
+    /// A hint that `ev` comes soon (a few events on): a kernel whose state for a
+    /// scattered access is a cache miss may start loading it. The default does
+    /// nothing; drivers and adaptors call it where they see events ahead.
+    #[inline]
+    fn prefetch(&self, thread: ThreadId, ev: &Event) {
+        let _ = (thread, ev);
+    }
+
     /// Whether [`Kernel::process_run`] may be called inside a [`Named`] pass
     /// with the body's variables in [`CurrentVariable::run`] (the current one
     /// unset): true for a kernel that reads no [`CurrentVariable`], or reads the
@@ -217,6 +225,11 @@ impl<K: Kernel + ?Sized> Kernel for &mut K {
         (**self).named_runs()
     }
 
+    #[inline]
+    fn prefetch(&self, thread: ThreadId, ev: &Event) {
+        (**self).prefetch(thread, ev)
+    }
+
     fn finish(self) {}
 }
 
@@ -237,6 +250,12 @@ impl<A: Kernel, B: Kernel> Kernel for (A, B) {
 
     fn named_runs(&self) -> bool {
         self.0.named_runs() && self.1.named_runs()
+    }
+
+    #[inline]
+    fn prefetch(&self, thread: ThreadId, ev: &Event) {
+        self.0.prefetch(thread, ev);
+        self.1.prefetch(thread, ev);
     }
 
     fn finish(self) -> Self::Output {
@@ -263,6 +282,13 @@ impl<A: Kernel, B: Kernel, C: Kernel> Kernel for (A, B, C) {
 
     fn named_runs(&self) -> bool {
         self.0.named_runs() && self.1.named_runs() && self.2.named_runs()
+    }
+
+    #[inline]
+    fn prefetch(&self, thread: ThreadId, ev: &Event) {
+        self.0.prefetch(thread, ev);
+        self.1.prefetch(thread, ev);
+        self.2.prefetch(thread, ev);
     }
 
     fn finish(self) -> Self::Output {

@@ -126,6 +126,11 @@ pub trait AccessNamer {
         let _ = (thread, body, deltas, reps, ids);
         false
     }
+    /// A hint that an access to `addr` comes soon: a namer may start loading
+    /// what naming it reads (the default does nothing).
+    fn prefetch(&self, addr: Addr) {
+        let _ = addr;
+    }
     /// The variable behind each id, by id.
     fn variables(&self) -> Vec<String>;
 }
@@ -144,6 +149,10 @@ impl<N: AccessNamer + ?Sized> AccessNamer for Box<N> {
         ids: &mut Vec<u32>,
     ) -> bool {
         (**self).observe_run(thread, body, deltas, reps, ids)
+    }
+
+    fn prefetch(&self, addr: Addr) {
+        (**self).prefetch(addr)
     }
 
     fn variables(&self) -> Vec<String> {
@@ -199,6 +208,9 @@ impl CurrentVariable {
     }
 }
 
+/// Events ahead that [`Named`] announces ([`Kernel::prefetch`]).
+const AHEAD: usize = 16;
+
 /// Feeds an [`AccessNamer`] every event before the kernel `inner` (which may sit
 /// behind a filter: the namer still follows every frame and allocation), and
 /// publishes each access's variable through a [`CurrentVariable`] the kernel holds.
@@ -226,6 +238,25 @@ impl<N: AccessNamer, K: Kernel> Kernel for Named<N, K> {
         let id = self.namer.observe(thread, ev);
         self.current.set(id);
         self.inner.process(thread, ev);
+    }
+
+    /// Each event in turn, told of the event a few on (a scattered access's
+    /// table entries are then on their way when it is named).
+    fn process_batch(&mut self, thread: ThreadId, evs: &[Event]) {
+        for (i, ev) in evs.iter().enumerate() {
+            if let Some(next) = evs.get(i + AHEAD) {
+                self.prefetch(thread, next);
+            }
+            self.process(thread, ev);
+        }
+    }
+
+    #[inline]
+    fn prefetch(&self, thread: ThreadId, ev: &Event) {
+        if let Event::Access { addr, .. } | Event::Rmw { addr, .. } = ev {
+            self.namer.prefetch(*addr);
+        }
+        self.inner.prefetch(thread, ev);
     }
 
     fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {

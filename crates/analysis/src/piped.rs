@@ -17,6 +17,9 @@ const BATCH: usize = 4096;
 /// behind (memory stays bounded).
 const IN_FLIGHT: usize = 4;
 
+/// Events ahead the worker announces to the inner kernel ([`Kernel::prefetch`]).
+const AHEAD: usize = 16;
+
 /// Runs per hand-over at most (each holds a copy of its body).
 const RUNS: usize = 256;
 
@@ -88,6 +91,9 @@ impl<'s, O: Send + 's> Piped<'s, O> {
             for mut batch in rx {
                 let mut runs = batch.runs.iter().peekable();
                 for (i, (t, ev, id)) in batch.evs.iter().enumerate() {
+                    if let Some((t, next, _)) = batch.evs.get(i + AHEAD) {
+                        inner.prefetch(*t, next);
+                    }
                     while let Some(r) = runs.next_if(|r| r.at == i) {
                         run(&mut inner, write.as_ref(), r);
                     }

@@ -150,6 +150,10 @@ impl AccessNamer for AccessNames<'_> {
         true
     }
 
+    fn prefetch(&self, addr: Addr) {
+        self.attr.prefetch(addr);
+    }
+
     fn variables(&self) -> Vec<String> {
         self.attr.labels().iter().map(|l| l.base.to_string()).collect()
     }

@@ -64,6 +64,13 @@ impl<K: Kernel> Kernel for Gate<K> {
         !self.on || self.k.named_runs()
     }
 
+    #[inline]
+    fn prefetch(&self, t: ThreadId, ev: &Event) {
+        if self.on {
+            self.k.prefetch(t, ev);
+        }
+    }
+
     fn finish(self) -> K::Output {
         self.k.finish()
     }

@@ -659,7 +659,7 @@ impl<'n> Builder<'n> {
             if k + AHEAD <= reps {
                 for b in body {
                     let a = b.addr.wrapping_add(b.delta.wrapping_mul(k + AHEAD));
-                    if let Some(id) = self.lines.get(a >> self.shift) {
+                    if let Some(id) = self.lines.cached(a >> self.shift) {
                         prefetch(&self.line_stats[id as usize]);
                     }
                 }
@@ -795,6 +795,16 @@ impl Kernel for Builder<'_> {
             Event::ThreadStart { os_tid, name, .. } => self.lanes.start(t, *os_tid, name),
             Event::ThreadName(name) => self.lanes.rename(t, name),
             _ => {}
+        }
+    }
+
+    /// Starts loading the record of the line an access a few events on touches.
+    #[inline]
+    fn prefetch(&self, _t: ThreadId, ev: &Event) {
+        if let Event::Access { addr, .. } | Event::Rmw { addr, .. } = ev {
+            if let Some(id) = self.lines.cached(addr.0 >> self.shift) {
+                prefetch(&self.line_stats[id as usize]);
+            }
         }
     }
 

@@ -97,13 +97,17 @@ impl LineIds {
 }
 
 impl LineIds {
-    /// Line `line`'s id, if it was seen (nothing is added).
+    /// Line `line`'s id, if it was seen and its page is in the page cache
+    /// (nothing is added, no map is searched: a prefetch's lookup, which must
+    /// not wait on a miss of its own).
     #[inline]
-    pub(crate) fn get(&self, line: u64) -> Option<u32> {
+    pub(crate) fn cached(&self, line: u64) -> Option<u32> {
         let page = line / PAGE;
         let c = &self.cache[page as usize & (PAGE_CACHE - 1)];
-        let k = if c.0 == page { c.1 } else { *self.pages.get(&page)? };
-        self.ids[(k as u64 * PAGE + line % PAGE) as usize].checked_sub(1)
+        if c.0 != page {
+            return None;
+        }
+        self.ids[(c.1 as u64 * PAGE + line % PAGE) as usize].checked_sub(1)
     }
 }
 
