@@ -242,9 +242,14 @@ struct Builder<'n> {
     /// First operation of the next finest bucket: buckets are closed only there.
     next_close: u64,
     ins: u64,
-    /// The working set's line ids, unordered (`LineStat::pos` is each one's place):
-    /// sorted by address only for a key frame, not on every insertion.
-    ws: Vec<u32>,
+    /// Lines in the working set. The set itself is found in `ring` (a key frame
+    /// lists it), not kept in a list of its own: a list's removals touched a
+    /// scattered line record each.
+    ws: usize,
+    /// Per `ins % max_age`: the lines whose stamp was set at an `ins` of that
+    /// slot, in the last `max_age` insertions (stale entries of lines touched
+    /// since are skipped: every line of the working set is in the slot of its
+    /// stamp, once).
     ring: Vec<Vec<u32>>,
     /// `ins % max_age`: the slot of `ring` lines touched now go to.
     ring_at: usize,
@@ -371,6 +376,7 @@ impl<'n> Builder<'n> {
         let Builder {
             levels,
             ws,
+            ring,
             line_stats,
             line_addrs,
             line_vars,
@@ -444,7 +450,7 @@ impl<'n> Builder<'n> {
         }
         // A key frame when the touches since the last one outgrow the working set:
         // replaying a block then costs at most about twice the working set.
-        let key = !lv.dead && (lv.bucket == 0 || lv.since_key >= (ws.len() as u64).max(KEY_MIN));
+        let key = !lv.dead && (lv.bucket == 0 || lv.since_key >= (*ws as u64).max(KEY_MIN));
         if key {
             if let Err(e) = lv.out.cut() {
                 error.get_or_insert(e);
@@ -455,7 +461,16 @@ impl<'n> Builder<'n> {
         rest.clear();
         if key {
             all.clear();
-            all.extend(ws.iter().map(|&id| (line_addrs[id as usize], id)));
+            let max_age = ring.len() as u64;
+            for (r, slot) in ring.iter().enumerate() {
+                for &id in slot {
+                    let ls = &line_stats[id as usize];
+                    if ls.live && (ls.stamp % max_age) as usize == r {
+                        all.push((line_addrs[id as usize], id));
+                    }
+                }
+            }
+            debug_assert_eq!(all.len(), *ws);
             all.sort_unstable();
             let mut k = 0;
             for &(addr, id) in all.iter() {
@@ -471,7 +486,7 @@ impl<'n> Builder<'n> {
             encode_bucket(&mut lv.out, *ins, recs, rest);
             lv.out.end_bucket();
         }
-        lv.cells += ws.len() as u64;
+        lv.cells += *ws as u64;
         // This bucket's sums per code address.
         lv.woffsets.push(lv.wrecords);
         wbuf.clear();
@@ -635,7 +650,7 @@ impl<'n> Builder<'n> {
             ls.t0.fold(&Touch { loads, stores, pc: pcid, off: off as u8 });
             self.touch_ws(id, bits);
         }
-        self.max_rows = self.max_rows.max(self.ws.len());
+        self.max_rows = self.max_rows.max(self.ws);
         shared
     }
 
@@ -732,11 +747,7 @@ impl<'n> Builder<'n> {
             let s = &mut self.line_stats[o as usize];
             if s.live && s.stamp + max_age <= self.ins {
                 s.live = false;
-                let p = s.pos as usize;
-                self.ws.swap_remove(p);
-                if let Some(&moved) = self.ws.get(p) {
-                    self.line_stats[moved as usize].pos = p as u32;
-                }
+                self.ws -= 1;
             }
         }
         old.clear();
@@ -746,8 +757,7 @@ impl<'n> Builder<'n> {
         ls.live = true;
         ls.stamp = self.ins;
         ls.mask = bits;
-        ls.pos = self.ws.len() as u32;
-        self.ws.push(id);
+        self.ws += 1;
     }
 }
 
@@ -938,7 +948,7 @@ pub fn build(
             op: 0,
             next_close: 0,
             ins: 0,
-            ws: Vec::new(),
+            ws: 0,
             ring: vec![Vec::new(); opts.max_age as usize],
             ring_at: 0,
             max_rows: 0,

@@ -37,8 +37,6 @@ pub(crate) struct LineStat {
     pub(crate) stamp: u64,
     /// Bytes of the line touched since it entered.
     pub(crate) mask: u64,
-    /// Its place in `Builder::ws` while live.
-    pub(crate) pos: u32,
     /// The variable (id + 1) last counted in it by the per-variable table.
     pub(crate) var_memo: u32,
     /// Its touch in the current finest bucket, valid while `t0_live`.
