@@ -614,6 +614,25 @@ impl<'n> Builder<'n> {
         stores: u32,
         var: Option<u32>,
     ) -> bool {
+        self.touch_lines_from(t, pcid, addr, len, loads, stores, var, &mut (u64::MAX, 0))
+    }
+
+    /// [`Builder::touch_lines`] given the last line this access's code touched
+    /// and its id (`last`, updated; a run's access that stays in its line skips
+    /// the id lookup).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn touch_lines_from(
+        &mut self,
+        t: ThreadId,
+        pcid: u32,
+        addr: u64,
+        len: u64,
+        loads: u32,
+        stores: u32,
+        var: Option<u32>,
+        known: &mut (u64, u32),
+    ) -> bool {
         let tb = (t.0.min(254)) as u8;
         let tbit = 1u64 << (t.0 % 64);
         let lsz = self.opts.line;
@@ -628,7 +647,8 @@ impl<'n> Builder<'n> {
             let off = (lo & (lsz - 1)) as u32;
             let nbytes = (hi - lo) as u32;
             let bits = if nbytes >= 64 { u64::MAX } else { ((1u64 << nbytes) - 1) << off };
-            let id = self.line_id(line, lo);
+            let id = if known.0 == line { known.1 } else { self.line_id(line, lo) };
+            *known = (line, id);
             // The variable's set of lines: only when the line last held another one.
             let ls = &mut self.line_stats[id as usize];
             if let Some(v) = var {
@@ -666,6 +686,8 @@ impl<'n> Builder<'n> {
         let mut cnt = [0u64; MAX_BODY];
         let mut shared = [0u64; MAX_BODY];
         let mut from = 0;
+        // each body access's last line and its id
+        let mut known = [(u64::MAX, 0u32); MAX_BODY];
         for b in body {
             self.pc_stats[b.pc as usize].threads |= tbit;
         }
@@ -686,7 +708,8 @@ impl<'n> Builder<'n> {
                     self.close_buckets(self.op);
                 }
                 let a = b.addr.wrapping_add(b.delta.wrapping_mul(k));
-                let sh = self.touch_lines(t, b.pc, a, b.len, b.loads, b.stores, b.var);
+                let (l, s, v) = (b.loads, b.stores, b.var);
+                let sh = self.touch_lines_from(t, b.pc, a, b.len, l, s, v, &mut known[j]);
                 cnt[j] += 1;
                 shared[j] += u64::from(sh);
                 self.op += 1;
