@@ -1,21 +1,22 @@
 //! Building the index: one merged pass over the trace.
 
+use crate::emit::{Close, Level, Snap, Win, Writer};
 use crate::flame::Calls;
 use crate::fx::{FxMap, Gate};
 use crate::linestate::{LineIds, LineStat, ThreadOps, Touch, TouchSet};
-use crate::sparse::{encode_bucket, BlockWriter, TouchRec};
-use crate::{Error, SPAN_BYTES, WINDOW_BYTES};
+use crate::sparse::BlockWriter;
+use crate::{Error, SPAN_BYTES};
 use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::calltree::CallTree;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{AllocFns, Heap, HeapConfig};
 use memlens_analysis::sharing::Sharing;
 use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Piped, Render, RenderOpts};
-use memlens_format::{AccessKind, Addr, Event, Pc, ThreadId, TraceReader};
+use memlens_format::{AccessKind, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use std::path::Path;
 
@@ -59,15 +60,6 @@ impl Default for BuildOptions {
     }
 }
 
-/// Distinct data addresses named one by one; beyond, a cache line's first name stands
-/// for all its bytes (keeps build memory and the name table bounded).
-const MAX_NAMED_ADDRS: usize = 1 << 22;
-/// Distinct names in the index.
-const MAX_VARS: usize = 100_000;
-
-/// Elements remembered per line when naming a bucket's touches.
-const MEMO_WAYS: usize = 8;
-
 /// Most events in a run's body the builder takes at once (the decoder folds at
 /// most 64).
 const MAX_BODY: usize = 64;
@@ -104,71 +96,12 @@ struct RunAccess {
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
 
-/// What one code address did within the current bucket of one level.
-#[derive(Clone, Copy, Default)]
-struct Win {
-    loads: u32,
-    stores: u32,
-    shared: u32,
-    misses: u32,
-    mem: u32,
-    bytes: u64,
-}
-
-impl Win {
-    fn fold(&mut self, o: &Win) {
-        self.loads = self.loads.saturating_add(o.loads);
-        self.stores = self.stores.saturating_add(o.stores);
-        self.shared = self.shared.saturating_add(o.shared);
-        self.misses = self.misses.saturating_add(o.misses);
-        self.mem = self.mem.saturating_add(o.mem);
-        self.bytes = self.bytes.saturating_add(o.bytes);
-    }
-
-    fn record(&self, pc: u32) -> [u8; WINDOW_BYTES] {
-        let mut r = [0u8; WINDOW_BYTES];
-        for (k, v) in [pc, self.loads, self.stores, self.shared, self.misses, self.mem]
-            .into_iter()
-            .enumerate()
-        {
-            r[k * 4..k * 4 + 4].copy_from_slice(&v.to_le_bytes());
-        }
-        r[24..32].copy_from_slice(&self.bytes.to_le_bytes());
-        r
-    }
-}
-
-/// A level's window records beyond this are not kept (the level has no window file).
-const MAX_WINDOW_RECORDS: u64 = 8 << 20;
-
-struct Level {
-    bsize: u64,
-    bucket: u64,
-    /// Touches and code-address sums of the current bucket, by line id and pc id; the
-    /// finest level keeps them in `LineStat::t0` / `Builder::pc_win0` instead (no
-    /// hashing per access) and hands them up when its bucket closes.
-    touched: TouchSet,
-    win: FxMap<u32, Win>,
-    offsets: Vec<u64>,
-    cells: u64,
-    out: BlockWriter,
-    /// Touched lines written since the last key frame.
-    since_key: u64,
-    /// Over the size budget: no longer written, left out at the end.
-    dead: bool,
-    woffsets: Vec<u64>,
-    wrecords: u64,
-    /// `None` once the level has more than [`MAX_WINDOW_RECORDS`].
-    wout: Option<BlockWriter>,
-}
+/// Closes handed to the writer and not yet written, at most (the builder waits
+/// beyond).
+const CLOSES_IN_FLIGHT: usize = 8;
 
 /// Slots of the builder's pc and line caches (powers of two).
 const PC_CACHE: usize = 256;
-
-/// A key frame at least every this many touched lines (and the working set's size).
-const KEY_MIN: u64 = 1 << 15;
-/// Window sums are compressed in blocks of about this many bytes.
-const WINDOW_BLOCK: usize = 1 << 20;
 
 #[derive(Default, Clone)]
 struct PcStat {
@@ -181,80 +114,33 @@ struct PcStat {
     threads: u64,
 }
 
-/// Data names: per distinct address while the tables stay small.
-struct Names<'n> {
-    namer: &'n (dyn Namer + Sync),
-    /// (element, variable) → id; the strings shared with `var_list`, the
-    /// variable's with every element of it (`variables`): a hash table's million
-    /// lines hold a million element names of one variable.
-    vars: FxMap<(Arc<str>, Arc<str>), u32>,
-    var_list: Vec<(Arc<str>, Arc<str>)>,
-    variables: FxMap<Arc<str>, ()>,
-    addr_vars: FxMap<u64, u32>,
-}
-
-impl Names<'_> {
-    /// The name of the element at `addr`, once per distinct address while the
-    /// tables stay small (then the line's name stands for it).
-    fn elem_var(&mut self, addr: u64, line_var: u32) -> u32 {
-        if let Some(&v) = self.addr_vars.get(&addr) {
-            return v;
-        }
-        if self.addr_vars.len() >= MAX_NAMED_ADDRS || self.var_list.len() >= MAX_VARS {
-            return line_var;
-        }
-        let v = self.var_id(addr);
-        self.addr_vars.insert(addr, v);
-        v
-    }
-
-    fn var_id(&mut self, addr: u64) -> u32 {
-        let (name, variable) = match self.namer.data(Addr(addr)) {
-            Some(d) => (d.name, d.variable),
-            None => (String::new(), String::new()),
-        };
-        let variable: Arc<str> = match self.variables.get_key_value(variable.as_str()) {
-            Some((v, ())) => v.clone(),
-            None => {
-                let v: Arc<str> = variable.into();
-                self.variables.insert(v.clone(), ());
-                v
-            }
-        };
-        let key = (Arc::from(name), variable);
-        if let Some(&i) = self.vars.get(&key) {
-            return i;
-        }
-        let i = self.var_list.len() as u32;
-        self.vars.insert(key.clone(), i);
-        self.var_list.push(key);
-        i
-    }
-}
-
 /// The index-building kernel.
 struct Builder<'n> {
     namer: &'n (dyn Namer + Sync),
-    names: Names<'n>,
     opts: BuildOptions,
     shift: u32,
     op: u64,
     /// First operation of the next finest bucket: buckets are closed only there.
     next_close: u64,
     ins: u64,
-    /// Lines in the working set. The set itself is found in `ring` (a key frame
-    /// lists it), not kept in a list of its own: a list's removals touched a
-    /// scattered line record each.
+    /// Lines in the working set (the writer keeps the set itself).
     ws: usize,
     /// Per `ins % max_age`: the lines whose stamp was set at an `ins` of that
     /// slot, in the last `max_age` insertions (stale entries of lines touched
-    /// since are skipped: every line of the working set is in the slot of its
-    /// stamp, once).
+    /// since are skipped when their slot comes round).
     ring: Vec<Vec<u32>>,
     /// `ins % max_age`: the slot of `ring` lines touched now go to.
     ring_at: usize,
     max_rows: usize,
-    levels: Vec<Level>,
+    /// The finest level's bucket size and current bucket (the writer keeps the
+    /// levels).
+    bsize0: u64,
+    bucket0: u64,
+    /// What the next close hands the writer, filled as the accesses go.
+    close: Close,
+    to_writer: Option<SyncSender<Close>>,
+    /// Closes the writer is done with, for reuse.
+    spare: Option<Receiver<Close>>,
     pcs: FxMap<Pc, u32>,
     /// Recent pc → pc id, direct-mapped: a loop's few pcs skip the map.
     pc_cache: Vec<(Pc, u32)>,
@@ -264,22 +150,6 @@ struct Builder<'n> {
     win0_list: Vec<u32>,
     lines: LineIds,
     line_stats: Vec<LineStat>,
-    line_addrs: Vec<u64>,
-    /// Per line: the name of its first byte.
-    line_vars: Vec<u32>,
-    /// Per line, [`MEMO_WAYS`] elements named in it (`(off + 1) << 32 | var`, 0:
-    /// none; by `off / 8`), so that an element is looked up once, not in every
-    /// bucket that touches it.
-    elem_memo: Vec<u64>,
-    /// Per line: loads and stores, added up when each finest bucket closes (only
-    /// when the variables table is made from them: `count_lines`).
-    line_totals: Vec<(u64, u64)>,
-    count_lines: bool,
-    /// Scratch of `emit`, kept across buckets.
-    recs: Vec<TouchRec>,
-    rest: Vec<(u64, u8, u8, u32)>,
-    all: Vec<(u64, u32)>,
-    wbuf: Vec<u8>,
     touched0: Vec<u32>,
     funcs: HashMap<String, u32>,
     func_list: Vec<String>,
@@ -291,11 +161,8 @@ struct Builder<'n> {
     access_index: FxMap<ThreadId, u64>,
     threads: ThreadOps,
     lanes: crate::lanes::LaneBuilder,
-    error: Option<std::io::Error>,
     /// Per variable, when the namer names each access.
     vars: crate::vars::VarCounts,
-    /// The index's size budget in bytes.
-    budget: u64,
 }
 
 impl<'n> Builder<'n> {
@@ -326,13 +193,9 @@ impl<'n> Builder<'n> {
         if *slot != 0 {
             return *slot - 1;
         }
-        let i = self.line_addrs.len() as u32;
+        let i = self.line_stats.len() as u32;
         *slot = i + 1;
-        self.line_addrs.push(line << self.shift);
-        let var = self.names.var_id(lo);
-        self.line_vars.push(var);
-        self.elem_memo.extend([0; MEMO_WAYS]);
-        self.line_totals.push((0, 0));
+        self.close.new_lines.push((line << self.shift, lo));
         self.line_stats.push(LineStat { thread: 255, ..LineStat::default() });
         i
     }
@@ -357,187 +220,36 @@ impl<'n> Builder<'n> {
         i
     }
 
-    /// Closes every level's buckets that end at or before operation `op`.
+    /// Closes every level's buckets that end at or before operation `op`: hands
+    /// the writer the finest bucket's touches and sums, with the state of each
+    /// line touched (see [`Close`]).
     fn close_buckets(&mut self, op: u64) {
-        for li in 0..self.levels.len() {
-            while (self.levels[li].bucket + 1) * self.levels[li].bsize <= op {
-                self.emit(li);
-            }
-        }
-        self.next_close = (self.levels[0].bucket + 1) * self.levels[0].bsize;
-    }
-
-    /// Writes the current bucket of level `li`: the lines of the working set touched
-    /// in it, with what the bucket did to them, in address order (plus, at the start
-    /// of a block, every other line of the working set: see `sparse`); and the
-    /// bucket's per-code-address sums. Then hands both to the next coarser level (its
-    /// buckets are 4 finer ones).
-    fn emit(&mut self, li: usize) {
-        let Builder {
-            levels,
-            ws,
-            ring,
-            line_stats,
-            line_addrs,
-            line_vars,
-            elem_memo,
-            line_totals,
-            count_lines,
-            names,
-            ins,
-            error,
-            touched0,
-            pc_win0,
-            win0_list,
-            budget,
-            recs,
-            rest,
-            all,
-            wbuf,
-            ..
-        } = self;
-        let (lower, upper) = levels.split_at_mut(li + 1);
-        let lv = &mut lower[li];
-        let mut next = upper.first_mut();
-        lv.offsets.push(lv.cells);
-        // The touched lines still in the working set, in address order (their rows').
-        recs.clear();
-        let mut add = |id: u32, t: &Touch| {
-            let ls = &line_stats[id as usize];
-            if ls.live {
-                recs.push(TouchRec {
-                    addr: line_addrs[id as usize],
-                    pc: t.pc,
-                    var: id,
-                    loads: t.loads.min(u16::MAX as u32) as u16,
-                    stores: t.stores.min(u16::MAX as u32) as u16,
-                    used: ls.mask.count_ones() as u8,
-                    thread: ls.thread,
-                    off: t.off,
-                    dist: (*ins - ls.stamp) as u32,
-                });
-            }
-        };
-        if li == 0 {
-            for &id in touched0.iter() {
-                add(id, &line_stats[id as usize].t0);
-            }
-        } else {
-            for (id, t) in lv.touched.list.iter() {
-                add(*id, t);
-            }
-        }
-        recs.sort_unstable_by_key(|r| r.addr);
-        // Touched: the element the last access named (named in row order, as the ids
-        // are handed out in that order). A line's last element is remembered: naming
-        // the same address again changes nothing (the name tables only grow).
-        for r in recs.iter_mut() {
-            let id = r.var as usize;
-            let key = (r.off as u64 + 1) << 32;
-            let memo = &mut elem_memo[id * MEMO_WAYS + (r.off as usize >> 3) % MEMO_WAYS];
-            r.var = if *memo >> 32 == key >> 32 {
-                *memo as u32
-            } else {
-                let v = names.elem_var(r.addr + r.off as u64, line_vars[id]);
-                *memo = key | v as u64;
-                v
+        let spare = self.spare.as_ref().and_then(|r| r.try_recv().ok()).unwrap_or_default();
+        let mut c = std::mem::replace(&mut self.close, spare);
+        (c.op, c.ins, c.ws) = (op, self.ins, self.ws);
+        for id in self.touched0.drain(..) {
+            let ls = &mut self.line_stats[id as usize];
+            ls.t0_live = false;
+            let snap = Snap {
+                live: ls.live,
+                used: ls.mask.count_ones() as u8,
+                thread: ls.thread,
+                stamp: ls.stamp,
             };
+            c.touched.push((id, ls.t0, snap));
         }
-        // A finer level already over the size budget will be left out: stop writing it
-        // (the coarsest is always kept).
-        if next.is_some() && lv.out.bytes() > *budget {
-            lv.dead = true;
+        for pc in self.win0_list.drain(..) {
+            c.wins.push((pc, std::mem::take(&mut self.pc_win0[pc as usize])));
         }
-        // A key frame when the touches since the last one outgrow the working set:
-        // replaying a block then costs at most about twice the working set.
-        let key = !lv.dead && (lv.bucket == 0 || lv.since_key >= (*ws as u64).max(KEY_MIN));
-        if key {
-            if let Err(e) = lv.out.cut() {
-                error.get_or_insert(e);
-            }
-            lv.since_key = 0;
+        if let Some(tx) = &self.to_writer {
+            // a send fails only when the writer is gone (it panicked): the build
+            // reports that when it joins it
+            let _ = tx.send(c);
         }
-        lv.since_key += recs.len() as u64;
-        rest.clear();
-        if key {
-            all.clear();
-            let max_age = ring.len() as u64;
-            for (r, slot) in ring.iter().enumerate() {
-                for &id in slot {
-                    let ls = &line_stats[id as usize];
-                    if ls.live && (ls.stamp % max_age) as usize == r {
-                        all.push((line_addrs[id as usize], id));
-                    }
-                }
-            }
-            debug_assert_eq!(all.len(), *ws);
-            all.sort_unstable();
-            let mut k = 0;
-            for &(addr, id) in all.iter() {
-                if recs.get(k).is_some_and(|r| r.addr == addr) {
-                    k += 1;
-                    continue;
-                }
-                let ls = &line_stats[id as usize];
-                rest.push((addr, ls.mask.count_ones() as u8, ls.thread, (*ins - ls.stamp) as u32));
-            }
+        while (self.bucket0 + 1) * self.bsize0 <= op {
+            self.bucket0 += 1;
         }
-        if !lv.dead {
-            encode_bucket(&mut lv.out, *ins, recs, rest);
-            lv.out.end_bucket();
-        }
-        lv.cells += *ws as u64;
-        // This bucket's sums per code address.
-        lv.woffsets.push(lv.wrecords);
-        wbuf.clear();
-        let mut wins = |pc: u32, w: &Win, next: &mut Option<&mut Level>| {
-            wbuf.extend_from_slice(&w.record(pc));
-            if let Some(n) = next {
-                n.win.entry(pc).or_default().fold(w);
-            }
-        };
-        if li == 0 {
-            for pc in win0_list.drain(..) {
-                wins(pc, &pc_win0[pc as usize], &mut next);
-                pc_win0[pc as usize] = Win::default();
-            }
-            for id in touched0.drain(..) {
-                let ls = &mut line_stats[id as usize];
-                ls.t0_live = false;
-                if *count_lines {
-                    let tot = &mut line_totals[id as usize];
-                    tot.0 += ls.t0.loads as u64;
-                    tot.1 += ls.t0.stores as u64;
-                }
-                if let Some(n) = next.as_mut() {
-                    n.touched.fold(id, &ls.t0);
-                }
-            }
-        } else {
-            for (pc, w) in lv.win.drain() {
-                wins(pc, &w, &mut next);
-            }
-            if let Some(n) = next.as_mut() {
-                for (id, t) in lv.touched.list.iter() {
-                    n.touched.fold(*id, t);
-                }
-            }
-            lv.touched.list.clear();
-        }
-        lv.wrecords += (wbuf.len() / WINDOW_BYTES) as u64;
-        if lv.wrecords > MAX_WINDOW_RECORDS || lv.dead {
-            lv.wout = None;
-        }
-        if let Some(w) = &mut lv.wout {
-            w.push(wbuf);
-            w.end_bucket();
-            if w.raw_len() >= WINDOW_BLOCK {
-                if let Err(e) = w.cut() {
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        lv.bucket += 1;
+        self.next_close = (self.bucket0 + 1) * self.bsize0;
     }
 
     /// One memory operation touching `[addr, addr+len)`, of the current variable.
@@ -771,6 +483,7 @@ impl<'n> Builder<'n> {
             if s.live && s.stamp + max_age <= self.ins {
                 s.live = false;
                 self.ws -= 1;
+                self.close.evicted.push(o);
             }
         }
         old.clear();
@@ -957,15 +670,15 @@ pub fn build(
         // the call tree counts misses from its own copy (the builder owns the other)
         let tree_annotation = annotation.clone();
         let mut tree = CallTree::new(namer).with_annotation(tree_annotation.as_ref());
+        // The analysis kernels for the tables take a second pass on another core;
+        // sharing and the variables go with the pass that names each access.
+        let access = namer.access_namer();
+        let bsize0 = levels[0].bsize;
+        let mut w = Writer::new(namer, levels, access.is_none(), budget);
+        let (to_writer, closes) = sync_channel::<Close>(CLOSES_IN_FLIGHT);
+        let (back, spare) = sync_channel::<Close>(CLOSES_IN_FLIGHT + 1);
         let mut b = Builder {
             namer,
-            names: Names {
-                namer,
-                vars: FxMap::default(),
-                var_list: Vec::new(),
-                variables: FxMap::default(),
-                addr_vars: FxMap::default(),
-            },
             shift: opts.line.trailing_zeros(),
             opts: opts.clone(),
             op: 0,
@@ -975,7 +688,11 @@ pub fn build(
             ring: vec![Vec::new(); opts.max_age as usize],
             ring_at: 0,
             max_rows: 0,
-            levels,
+            bsize0,
+            bucket0: 0,
+            close: Close::default(),
+            to_writer: Some(to_writer),
+            spare: Some(spare),
             pcs: FxMap::default(),
             pc_cache: vec![(Pc(u64::MAX), 0); PC_CACHE],
             pc_list: Vec::new(),
@@ -984,15 +701,6 @@ pub fn build(
             win0_list: Vec::new(),
             lines: LineIds::default(),
             line_stats: Vec::new(),
-            line_addrs: Vec::new(),
-            line_vars: Vec::new(),
-            elem_memo: Vec::new(),
-            line_totals: Vec::new(),
-            count_lines: true,
-            recs: Vec::new(),
-            rest: Vec::new(),
-            all: Vec::new(),
-            wbuf: Vec::new(),
             touched0: Vec::new(),
             funcs: HashMap::new(),
             func_list: Vec::new(),
@@ -1003,71 +711,80 @@ pub fn build(
             access_index: FxMap::default(),
             threads: ThreadOps::default(),
             lanes: Default::default(),
-            error: None,
             vars: crate::vars::VarCounts::default(),
-            budget,
         };
-        // The analysis kernels for the tables take a second pass on another core;
-        // sharing and the variables go with the pass that names each access.
-        let access = namer.access_namer();
-        b.count_lines = access.is_none();
         let cur = CurrentVariable::default();
         let streams: std::collections::BTreeSet<ThreadId> =
             r.streams().iter().map(|s| s.thread).collect();
         let multi = streams.len() > 1;
-        let (sharing, var_names, false_sharing, heap) = std::thread::scope(|sc| {
-            let tables = sc.spawn(|| {
-                let heap = HeapConfig {
-                    timeline: Some(fine),
-                    alloc_fns: opts.alloc_fns.clone(),
-                    ..HeapConfig::default()
-                };
-                let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
-                memlens_analysis::drive_merged(r, k, |_| {})
+        // the writer of every level's buckets on a thread of its own (see `emit`)
+        let (tables, end) = std::thread::scope(|ws| {
+            let writer = ws.spawn(move || {
+                for mut c in closes {
+                    w.close(&mut c);
+                    let _ = back.try_send(c);
+                }
+                w
             });
-            let tick = |n| progress(n, total_events);
-            let mine = match access {
-                Some(n) => {
-                    // the map builder on the other core: it reads each access's
-                    // variable from its own copy, set as the access reaches it
-                    let mine = CurrentVariable::default();
-                    b.vars = crate::vars::VarCounts::new(Some(mine.clone()));
-                    let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
-                    let piped = Piped::spawn(sc, &mut b, Some((cur.clone(), mine)), Builder::wants);
-                    let k = (piped, sharing, &mut tree);
-                    let k = Named::new(n, cur, k);
-                    memlens_analysis::drive_merged(r, k, tick).map(|(((), mut s, ()), names)| {
-                        s.set_variables(names.clone());
-                        (s, Some(names))
-                    })
-                }
-                None => {
-                    let piped = Piped::spawn(sc, &mut b, None, Builder::wants);
-                    let k = (piped, Gate { on: multi, k: Sharing::default() }, &mut tree);
-                    memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
-                }
-            };
-            let tables = tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
-            let (sharing, var_names) = mine?;
-            let (false_sharing, heap) = tables?;
-            Ok::<_, Error>((sharing, var_names, false_sharing, heap))
+            let tables = std::thread::scope(|sc| {
+                let tables = sc.spawn(|| {
+                    let heap = HeapConfig {
+                        timeline: Some(fine),
+                        alloc_fns: opts.alloc_fns.clone(),
+                        ..HeapConfig::default()
+                    };
+                    let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
+                    memlens_analysis::drive_merged(r, k, |_| {})
+                });
+                let tick = |n| progress(n, total_events);
+                let mine = match access {
+                    Some(n) => {
+                        // the map builder on the other core: it reads each access's
+                        // variable from its own copy, set as the access reaches it
+                        let mine = CurrentVariable::default();
+                        b.vars = crate::vars::VarCounts::new(Some(mine.clone()));
+                        let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
+                        let vars = Some((cur.clone(), mine));
+                        let piped = Piped::spawn(sc, &mut b, vars, Builder::wants);
+                        let k = (piped, sharing, &mut tree);
+                        let k = Named::new(n, cur, k);
+                        memlens_analysis::drive_merged(r, k, tick).map(
+                            |(((), mut s, ()), names)| {
+                                s.set_variables(names.clone());
+                                (s, Some(names))
+                            },
+                        )
+                    }
+                    None => {
+                        let piped = Piped::spawn(sc, &mut b, None, Builder::wants);
+                        let k = (piped, Gate { on: multi, k: Sharing::default() }, &mut tree);
+                        memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
+                    }
+                };
+                let tables =
+                    tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
+                let (sharing, var_names) = mine?;
+                let (false_sharing, heap) = tables?;
+                Ok::<_, Error>((sharing, var_names, false_sharing, heap))
+            });
+            // Close the last buckets (the writer then writes every level's last).
+            let end = b.op;
+            b.close_buckets(end.div_ceil(bsize0) * bsize0);
+            b.to_writer = None;
+            let w = writer.join().map_err(|_| Error::Config("index writer panicked".into()));
+            Ok::<_, Error>((tables.and_then(|t| w.map(|w| (t, w))), end))
         })?;
-        // Close the last buckets and the frames still open.
-        let end = b.op;
-        b.close_buckets(end.div_ceil(b.levels[0].bsize) * b.levels[0].bsize);
-        for li in 0..b.levels.len() {
-            if b.levels[li].bucket * b.levels[li].bsize < end {
-                b.emit(li);
-            }
-        }
+        let ((sharing, var_names, false_sharing, heap), mut w) = tables?;
+        w.finish(end);
+        // the frames still open
         b.calls.finish(end);
-        if let Some(e) = b.error.take() {
+        if let Some(e) = w.error.take() {
             return Err(Error::Io(format!("cannot write the index: {e}")));
         }
         // Every level's files; which of them stay is decided by the size budget below.
         let mut level_meta = Vec::new();
         let mut sizes = Vec::new();
-        for (i, lv) in std::mem::take(&mut b.levels).into_iter().enumerate() {
+        for (i, lv) in std::mem::take(&mut w.levels).into_iter().enumerate() {
             let mut offsets = lv.offsets;
             offsets.push(lv.cells);
             let nb = offsets.len() as u64 - 1;
@@ -1132,21 +849,21 @@ pub fn build(
         }
         let max_depth = b.calls.spans.iter().map(|s| s.depth).max().unwrap_or(0);
         // Lines sorted by address, for the by-variable Y mode, with their variable bands.
-        let mut order: Vec<u32> = (0..b.line_addrs.len() as u32).collect();
-        order.sort_by_key(|&i| b.line_addrs[i as usize]);
+        let mut order: Vec<u32> = (0..w.line_addrs.len() as u32).collect();
+        order.sort_by_key(|&i| w.line_addrs[i as usize]);
         let mut bytes = Vec::with_capacity(order.len() * 8);
         let mut line_vars = Vec::with_capacity(order.len() * 4);
         let mut bands: Vec<Value> = Vec::new();
         let mut cur: Option<(u32, usize, u64)> = None;
         for (rank, &i) in order.iter().enumerate() {
-            let addr = b.line_addrs[i as usize];
+            let addr = w.line_addrs[i as usize];
             bytes.extend_from_slice(&addr.to_le_bytes());
-            let var = b.line_vars[i as usize];
+            let var = w.line_vars[i as usize];
             line_vars.extend_from_slice(&var.to_le_bytes());
             match cur {
                 Some((v, r0, prev))
-                    if b.names.var_list[v as usize].1 == b.names.var_list[var as usize].1
-                        && !b.names.var_list[var as usize].1.is_empty()
+                    if w.names.var_list[v as usize].1 == w.names.var_list[var as usize].1
+                        && !w.names.var_list[var as usize].1.is_empty()
                         && addr == prev + opts.line =>
                 {
                     cur = Some((v, r0, addr))
@@ -1199,8 +916,8 @@ pub fn build(
             match &var_names {
                 Some(names) => b.vars.top(names, usize::MAX),
                 None => crate::vars::from_lines(
-                    b.line_stats.iter().zip(&b.line_vars).zip(&b.line_totals).map(
-                        |((ls, &v), t)| (&*b.names.var_list[v as usize].1, t.0, t.1, ls.threads),
+                    b.line_stats.iter().zip(&w.line_vars).zip(&w.line_totals).map(
+                        |((ls, &v), t)| (&*w.names.var_list[v as usize].1, t.0, t.1, ls.threads),
                     ),
                 ),
             };
@@ -1226,7 +943,7 @@ pub fn build(
             "line": opts.line,
             "max_age": opts.max_age,
             "max_rows": b.max_rows,
-            "distinct_lines": b.line_addrs.len(),
+            "distinct_lines": w.line_addrs.len(),
             "levels": level_meta,
             "span_levels": span_levels,
             "level_factor": LEVEL_FACTOR,
@@ -1237,7 +954,7 @@ pub fn build(
             "functions": b.func_list,
             "function_files": b.func_files,
             "pcs": pcs,
-            "vars": b.names.var_list.iter().map(|(n, v)| json!([&**n, &**v])).collect::<Vec<_>>(),
+            "vars": w.names.var_list.iter().map(|(n, v)| json!([&**n, &**v])).collect::<Vec<_>>(),
             "bands": bands,
             "source": source,
             "cachesim": has_annotation,

@@ -1,9 +1,10 @@
 //! Tests of the index builder.
 
 use super::*;
+use crate::emit::KEY_MIN;
 use crate::TileQuery;
 use memlens_analysis::NoNames;
-use memlens_format::{EventBuffer, TraceWriter};
+use memlens_format::{Addr, EventBuffer, TraceWriter};
 
 pub(crate) fn trace_of(name: &str, addrs: &[u64]) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("view-{name}-{}.trace", std::process::id()));

@@ -24,6 +24,7 @@
 //! ```
 
 mod diff;
+mod emit;
 mod flame;
 mod fx;
 mod guard;
