@@ -246,6 +246,10 @@ impl Kernel for CallTree<'_> {
         true
     }
 
+    fn wants_runs(&self) -> bool {
+        true
+    }
+
     fn finish(self) -> CallTreeReport {
         CallTreeReport::from_nodes(self.nodes, self.annotation.is_some())
     }

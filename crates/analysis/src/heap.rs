@@ -432,6 +432,10 @@ impl Kernel for Heap {
         true
     }
 
+    fn wants_runs(&self) -> bool {
+        true
+    }
+
     fn finish(mut self) -> HeapReport {
         if self.peak_pending {
             self.snapshot_peak();

@@ -159,6 +159,14 @@ pub trait Kernel {
         expand_run(body, deltas, reps, |evs| self.process_batch(thread, evs));
     }
 
+    /// Whether the kernel takes a loop's replays as one [`Kernel::process_run`]
+    /// to its advantage: the driver then leaves them folded ([`drive_merged`]);
+    /// else (the default) the decoder replays them, which costs less than a
+    /// run's expansion.
+    fn wants_runs(&self) -> bool {
+        false
+    }
+
     /// A hint that `ev` comes soon (a few events on): a kernel whose state for a
     /// scattered access is a cache miss may start loading it. The default does
     /// nothing; drivers and adaptors call it where they see events ahead.
@@ -181,24 +189,29 @@ pub trait Kernel {
 }
 
 /// The events of a folded run (see [`Kernel::process_run`]) in order, handed to
-/// `f` a few thousand at a time.
+/// `f` a few thousand at a time: each iteration is the one before with every
+/// address moved by its delta (what the decoder's replay gives).
 pub fn expand_run(body: &[Event], deltas: &[u64], reps: u64, mut f: impl FnMut(&[Event])) {
     if body.is_empty() || reps == 0 {
         return;
     }
-    let per = (memlens_format::reader::BATCH / body.len()).max(1) as u64;
-    let mut evs = Vec::with_capacity(per.min(reps) as usize * body.len());
-    let mut k = 1;
-    while k <= reps {
-        evs.clear();
-        let end = (k + per).min(reps + 1);
-        for i in k..end {
-            for (e, &d) in body.iter().zip(deltas) {
-                evs.push(memlens_format::codec::replayed(e, d, i));
+    let per = (memlens_format::reader::BATCH / body.len()).max(1);
+    let mut cur = body.to_vec();
+    let mut evs = Vec::with_capacity(per.min(reps as usize) * body.len());
+    for _ in 0..reps {
+        for (e, &d) in cur.iter_mut().zip(deltas) {
+            if let Event::Access { addr, .. } | Event::Range { addr, .. } = e {
+                addr.0 = addr.0.wrapping_add(d);
             }
         }
+        evs.extend_from_slice(&cur);
+        if evs.len() >= per * body.len() {
+            f(&evs);
+            evs.clear();
+        }
+    }
+    if !evs.is_empty() {
         f(&evs);
-        k = end;
     }
 }
 
@@ -223,6 +236,10 @@ impl<K: Kernel + ?Sized> Kernel for &mut K {
 
     fn named_runs(&self) -> bool {
         (**self).named_runs()
+    }
+
+    fn wants_runs(&self) -> bool {
+        (**self).wants_runs()
     }
 
     #[inline]
@@ -250,6 +267,10 @@ impl<A: Kernel, B: Kernel> Kernel for (A, B) {
 
     fn named_runs(&self) -> bool {
         self.0.named_runs() && self.1.named_runs()
+    }
+
+    fn wants_runs(&self) -> bool {
+        self.0.wants_runs() || self.1.wants_runs()
     }
 
     #[inline]
@@ -282,6 +303,10 @@ impl<A: Kernel, B: Kernel, C: Kernel> Kernel for (A, B, C) {
 
     fn named_runs(&self) -> bool {
         self.0.named_runs() && self.1.named_runs() && self.2.named_runs()
+    }
+
+    fn wants_runs(&self) -> bool {
+        self.0.wants_runs() || self.1.wants_runs() || self.2.wants_runs()
     }
 
     #[inline]

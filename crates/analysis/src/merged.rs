@@ -149,14 +149,15 @@ impl Run<'_> {
     }
 
     /// Decodes the next batch, the head at its first event; false at the stream's end.
-    fn refill(&mut self) -> Result<bool, Error> {
+    fn refill(&mut self, runs: bool) -> Result<bool, Error> {
         self.pos = 0;
         self.next_run = 0;
-        let n = self.events.next_batch_runs(
-            &mut self.batch,
-            &mut self.runs,
-            memlens_format::reader::BATCH,
-        )?;
+        let max = memlens_format::reader::BATCH;
+        let n = if runs {
+            self.events.next_batch_runs(&mut self.batch, &mut self.runs, max)?
+        } else {
+            self.events.next_batch(&mut self.batch, max)?
+        };
         if n == 0 {
             return Ok(false);
         }
@@ -175,9 +176,9 @@ impl Run<'_> {
 /// The order is [`Merged`]'s, but a stream's events go to the kernel in runs: as
 /// long as its head stays ahead of every other stream's (always, for one thread),
 /// no heap operation and no copy of an event, and the run as one
-/// [`Kernel::process_batch`]. A loop's replays the decoder left folded go as one
-/// [`Kernel::process_run`]: they hold no clock, so no other stream's event falls
-/// among them.
+/// [`Kernel::process_batch`]. For a kernel that [wants runs](Kernel::wants_runs),
+/// a loop's replays stay folded and go as one [`Kernel::process_run`]: they hold
+/// no clock, so no other stream's event falls among them.
 pub fn drive_merged<K: Kernel>(
     r: &TraceReader,
     mut k: K,
@@ -185,6 +186,7 @@ pub fn drive_merged<K: Kernel>(
 ) -> Result<K::Output, Error> {
     let mut runs: Vec<Run<'_>> = Vec::new();
     let mut heap: BinaryHeap<Reverse<(u64, u32, u64, usize)>> = BinaryHeap::new();
+    let folded = k.wants_runs();
     for s in r.streams() {
         let mut run = Run {
             thread: s.thread,
@@ -196,7 +198,7 @@ pub fn drive_merged<K: Kernel>(
             clock: 0,
             index: 0,
         };
-        if !run.refill()? {
+        if !run.refill(folded)? {
             continue;
         }
         heap.push(Reverse(run.key(runs.len())));
@@ -226,7 +228,7 @@ pub fn drive_merged<K: Kernel>(
                 k.process_batch(run.thread, &run.batch[start..run.pos]);
                 n += (run.pos - start) as u64;
             }
-            if run.pos == run.batch.len() && run.head_run().is_none() && !run.refill()? {
+            if run.pos == run.batch.len() && run.head_run().is_none() && !run.refill(folded)? {
                 break false;
             }
             if !below(run) {
@@ -308,6 +310,9 @@ mod tests {
             self.1 += reps * body.len() as u64;
             crate::expand_run(body, deltas, reps, |evs| self.process_batch(thread, evs));
         }
+        fn wants_runs(&self) -> bool {
+            true
+        }
         fn finish(self) -> Self::Output {
             (self.0, self.1)
         }
@@ -341,6 +346,8 @@ mod tests {
         assert!(folded > want.len() as u64 / 2, "{folded} of {} events came in runs", want.len());
         assert_eq!(got.len(), want.len());
         assert!(got == want);
+        // a kernel that does not want runs gets every event from the decoder
+        assert!(drive_merged(&r, Seen::default(), |_| {}).unwrap() == want);
     }
 
     #[test]

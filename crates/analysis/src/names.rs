@@ -259,6 +259,10 @@ impl<N: AccessNamer, K: Kernel> Kernel for Named<N, K> {
         self.inner.prefetch(thread, ev);
     }
 
+    fn wants_runs(&self) -> bool {
+        self.inner.wants_runs()
+    }
+
     fn process_run(&mut self, thread: ThreadId, body: &[Event], deltas: &[u64], reps: u64) {
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();

@@ -64,6 +64,8 @@ pub struct Piped<'s, O> {
     tx: Option<SyncSender<Batch>>,
     spare: Receiver<Batch>,
     worker: Option<ScopedJoinHandle<'s, O>>,
+    /// The inner kernel's [`Kernel::wants_runs`].
+    wants_runs: bool,
 }
 
 impl<'s, O: Send + 's> Piped<'s, O> {
@@ -81,6 +83,7 @@ impl<'s, O: Send + 's> Piped<'s, O> {
     where
         K: Kernel<Output = O> + Send + 's,
     {
+        let wants_runs = inner.wants_runs();
         let (tx, rx) = sync_channel::<Batch>(IN_FLIGHT);
         let (back, spare) = sync_channel::<Batch>(IN_FLIGHT + 1);
         let (read, write) = match vars {
@@ -118,6 +121,7 @@ impl<'s, O: Send + 's> Piped<'s, O> {
             tx: Some(tx),
             spare,
             worker: Some(worker),
+            wants_runs,
         }
     }
 
@@ -169,6 +173,10 @@ impl<'s, O: Send + 's> Kernel for Piped<'s, O> {
     /// The worker reads a run's variables (see [`run`]).
     fn named_runs(&self) -> bool {
         true
+    }
+
+    fn wants_runs(&self) -> bool {
+        self.wants_runs
     }
 
     fn finish(mut self) -> O {

@@ -64,6 +64,10 @@ impl<K: Kernel> Kernel for Gate<K> {
         !self.on || self.k.named_runs()
     }
 
+    fn wants_runs(&self) -> bool {
+        self.on && self.k.wants_runs()
+    }
+
     #[inline]
     fn prefetch(&self, t: ThreadId, ev: &Event) {
         if self.on {

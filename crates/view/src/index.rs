@@ -587,6 +587,10 @@ impl Kernel for Builder<'_> {
         true
     }
 
+    fn wants_runs(&self) -> bool {
+        true
+    }
+
     fn finish(self) {}
 }
 
