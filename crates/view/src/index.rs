@@ -96,9 +96,10 @@ struct RunAccess {
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
 
-/// Closes handed to the writer and not yet written, at most (the builder waits
-/// beyond).
-const CLOSES_IN_FLIGHT: usize = 8;
+/// Closes handed to the writer at once, and hand-overs not yet written at most
+/// (the builder waits beyond).
+const CLOSES_PER_SEND: usize = 16;
+const SENDS_IN_FLIGHT: usize = 4;
 
 /// Slots of the builder's pc and line caches (powers of two).
 const PC_CACHE: usize = 256;
@@ -138,9 +139,13 @@ struct Builder<'n> {
     bucket0: u64,
     /// What the next close hands the writer, filled as the accesses go.
     close: Close,
-    to_writer: Option<SyncSender<Close>>,
-    /// Closes the writer is done with, for reuse.
-    spare: Option<Receiver<Close>>,
+    /// Closes not yet handed over: they go [`CLOSES_PER_SEND`] at a time (a
+    /// hand-over may wake the writer: a system call).
+    ready: Vec<Close>,
+    to_writer: Option<SyncSender<Vec<Close>>>,
+    /// Hand-overs the writer is done with, and their closes, for reuse.
+    spare: Option<Receiver<Vec<Close>>>,
+    free: Vec<Close>,
     pcs: FxMap<Pc, u32>,
     /// Recent pc → pc id, direct-mapped: a loop's few pcs skip the map.
     pc_cache: Vec<(Pc, u32)>,
@@ -224,8 +229,8 @@ impl<'n> Builder<'n> {
     /// the writer the finest bucket's touches and sums, with the state of each
     /// line touched (see [`Close`]).
     fn close_buckets(&mut self, op: u64) {
-        let spare = self.spare.as_ref().and_then(|r| r.try_recv().ok()).unwrap_or_default();
-        let mut c = std::mem::replace(&mut self.close, spare);
+        let next = self.free.pop().unwrap_or_default();
+        let mut c = std::mem::replace(&mut self.close, next);
         (c.op, c.ins, c.ws) = (op, self.ins, self.ws);
         for id in self.touched0.drain(..) {
             let ls = &mut self.line_stats[id as usize];
@@ -241,15 +246,29 @@ impl<'n> Builder<'n> {
         for pc in self.win0_list.drain(..) {
             c.wins.push((pc, std::mem::take(&mut self.pc_win0[pc as usize])));
         }
-        if let Some(tx) = &self.to_writer {
-            // a send fails only when the writer is gone (it panicked): the build
-            // reports that when it joins it
-            let _ = tx.send(c);
+        self.ready.push(c);
+        if self.ready.len() >= CLOSES_PER_SEND {
+            self.hand_over();
         }
         while (self.bucket0 + 1) * self.bsize0 <= op {
             self.bucket0 += 1;
         }
         self.next_close = (self.bucket0 + 1) * self.bsize0;
+    }
+
+    /// Hands the closes ready to the writer.
+    fn hand_over(&mut self) {
+        let mut next = Vec::new();
+        if let Some(mut back) = self.spare.as_ref().and_then(|r| r.try_recv().ok()) {
+            self.free.append(&mut back);
+            next = back;
+        }
+        let batch = std::mem::replace(&mut self.ready, next);
+        if let Some(tx) = &self.to_writer {
+            // a send fails only when the writer is gone (it panicked): the build
+            // reports that when it joins it
+            let _ = tx.send(batch);
+        }
     }
 
     /// One memory operation touching `[addr, addr+len)`, of the current variable.
@@ -679,8 +698,8 @@ pub fn build(
         let access = namer.access_namer();
         let bsize0 = levels[0].bsize;
         let mut w = Writer::new(namer, levels, access.is_none(), budget);
-        let (to_writer, closes) = sync_channel::<Close>(CLOSES_IN_FLIGHT);
-        let (back, spare) = sync_channel::<Close>(CLOSES_IN_FLIGHT + 1);
+        let (to_writer, closes) = sync_channel::<Vec<Close>>(SENDS_IN_FLIGHT);
+        let (back, spare) = sync_channel::<Vec<Close>>(SENDS_IN_FLIGHT + 1);
         let mut b = Builder {
             namer,
             shift: opts.line.trailing_zeros(),
@@ -695,8 +714,10 @@ pub fn build(
             bsize0,
             bucket0: 0,
             close: Close::default(),
+            ready: Vec::new(),
             to_writer: Some(to_writer),
             spare: Some(spare),
+            free: Vec::new(),
             pcs: FxMap::default(),
             pc_cache: vec![(Pc(u64::MAX), 0); PC_CACHE],
             pc_list: Vec::new(),
@@ -724,22 +745,28 @@ pub fn build(
         // the writer of every level's buckets on a thread of its own (see `emit`)
         let (tables, end) = std::thread::scope(|ws| {
             let writer = ws.spawn(move || {
-                for mut c in closes {
-                    w.close(&mut c);
-                    let _ = back.try_send(c);
+                for mut batch in closes {
+                    for c in batch.iter_mut() {
+                        w.close(c);
+                    }
+                    let _ = back.try_send(batch);
                 }
                 w
             });
             let tables = std::thread::scope(|sc| {
-                let tables = sc.spawn(|| {
-                    let heap = HeapConfig {
-                        timeline: Some(fine),
-                        alloc_fns: opts.alloc_fns.clone(),
-                        ..HeapConfig::default()
-                    };
-                    let k = (Gate { on: multi, k: FalseSharing::default() }, Heap::new(heap));
-                    memlens_analysis::drive_merged(r, k, |_| {})
+                let heap_config = HeapConfig {
+                    timeline: Some(fine),
+                    alloc_fns: opts.alloc_fns.clone(),
+                    ..HeapConfig::default()
+                };
+                // With one thread the false-sharing table is empty and the heap
+                // kernel goes with the naming pass (one decode of the trace less);
+                // with more both take a pass of their own.
+                let tables = multi.then(|| {
+                    let k = (FalseSharing::default(), Heap::new(heap_config.clone()));
+                    sc.spawn(|| memlens_analysis::drive_merged(r, k, |_| {}))
                 });
+                let heap_here = Gate { on: !multi, k: Heap::new(heap_config) };
                 let tick = |n| progress(n, total_events);
                 let mine = match access {
                     Some(n) => {
@@ -750,30 +777,38 @@ pub fn build(
                         let sharing = Gate { on: multi, k: Sharing::with_variables(cur.clone()) };
                         let vars = Some((cur.clone(), mine));
                         let piped = Piped::spawn(sc, &mut b, vars, Builder::wants);
-                        let k = (piped, sharing, &mut tree);
+                        let k = (piped, sharing, (&mut tree, heap_here));
                         let k = Named::new(n, cur, k);
                         memlens_analysis::drive_merged(r, k, tick).map(
-                            |(((), mut s, ()), names)| {
+                            |(((), mut s, ((), h)), names)| {
                                 s.set_variables(names.clone());
-                                (s, Some(names))
+                                (s, Some(names), h)
                             },
                         )
                     }
                     None => {
                         let piped = Piped::spawn(sc, &mut b, None, Builder::wants);
-                        let k = (piped, Gate { on: multi, k: Sharing::default() }, &mut tree);
-                        memlens_analysis::drive_merged(r, k, tick).map(|((), s, ())| (s, None))
+                        let sharing = Gate { on: multi, k: Sharing::default() };
+                        let k = (piped, sharing, (&mut tree, heap_here));
+                        memlens_analysis::drive_merged(r, k, tick)
+                            .map(|((), s, ((), h))| (s, None, h))
                     }
                 };
-                let tables =
-                    tables.join().map_err(|_| Error::Config("table pass panicked".into()))?;
-                let (sharing, var_names) = mine?;
-                let (false_sharing, heap) = tables?;
+                let tables = match tables {
+                    Some(t) => {
+                        Some(t.join().map_err(|_| Error::Config("table pass panicked".into()))??)
+                    }
+                    None => None,
+                };
+                let (sharing, var_names, heap) = mine?;
+                let (false_sharing, heap) =
+                    tables.unwrap_or_else(|| (FalseSharing::default().finish(), heap));
                 Ok::<_, Error>((sharing, var_names, false_sharing, heap))
             });
             // Close the last buckets (the writer then writes every level's last).
             let end = b.op;
             b.close_buckets(end.div_ceil(bsize0) * bsize0);
+            b.hand_over();
             b.to_writer = None;
             let w = writer.join().map_err(|_| Error::Config("index writer panicked".into()));
             Ok::<_, Error>((tables.and_then(|t| w.map(|w| (t, w))), end))
