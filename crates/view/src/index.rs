@@ -14,7 +14,7 @@ use memlens_analysis::sharing::Sharing;
 use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Piped, Render, RenderOpts};
 use memlens_format::{AccessKind, Event, Pc, ThreadId, TraceReader};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
@@ -126,12 +126,10 @@ struct Builder<'n> {
     ins: u64,
     /// Lines in the working set (the writer keeps the set itself).
     ws: usize,
-    /// Per `ins % max_age`: the lines whose stamp was set at an `ins` of that
-    /// slot, in the last `max_age` insertions (stale entries of lines touched
-    /// since are skipped when their slot comes round).
-    ring: Vec<Vec<u32>>,
-    /// `ins % max_age`: the slot of `ring` lines touched now go to.
-    ring_at: usize,
+    /// Each line whose stamp was set in the last `max_age` insertions, with the
+    /// stamp, oldest first: a new line's insertion checks those that come of age
+    /// (a line touched since has a newer entry and stays).
+    ring: VecDeque<(u32, u64)>,
     max_rows: usize,
     /// The finest level's bucket size and current bucket (the writer keeps the
     /// levels).
@@ -488,16 +486,16 @@ impl<'n> Builder<'n> {
             ls.mask |= bits;
             if ls.stamp != self.ins {
                 ls.stamp = self.ins;
-                self.ring[self.ring_at].push(id);
+                self.ring.push_back((id, self.ins));
             }
             return;
         }
         self.ins += 1;
-        // `ins % max_age`, without a division per new line
-        self.ring_at = if self.ring_at + 1 == self.ring.len() { 0 } else { self.ring_at + 1 };
-        let slot = self.ring_at;
-        let mut old = std::mem::take(&mut self.ring[slot]);
-        for &o in &old {
+        while let Some(&(o, stamp)) = self.ring.front() {
+            if stamp + max_age > self.ins {
+                break;
+            }
+            self.ring.pop_front();
             let s = &mut self.line_stats[o as usize];
             if s.live && s.stamp + max_age <= self.ins {
                 s.live = false;
@@ -505,9 +503,7 @@ impl<'n> Builder<'n> {
                 self.close.evicted.push(o);
             }
         }
-        old.clear();
-        old.push(id);
-        self.ring[slot] = old;
+        self.ring.push_back((id, self.ins));
         let ls = &mut self.line_stats[id as usize];
         ls.live = true;
         ls.stamp = self.ins;
@@ -708,8 +704,7 @@ pub fn build(
             next_close: 0,
             ins: 0,
             ws: 0,
-            ring: vec![Vec::new(); opts.max_age as usize],
-            ring_at: 0,
+            ring: VecDeque::new(),
             max_rows: 0,
             bsize0,
             bucket0: 0,
