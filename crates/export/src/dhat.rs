@@ -87,6 +87,15 @@ impl Kernel for Peak {
         track_allocs(self, ev);
     }
 
+    /// A run holds no allocation: only the event count moves.
+    fn process_run(&mut self, _t: ThreadId, body: &[Event], _deltas: &[u64], reps: u64) {
+        self.now += reps * body.len() as u64;
+    }
+
+    fn wants_runs(&self) -> bool {
+        true
+    }
+
     fn finish(mut self) -> Peak {
         if self.pending {
             self.at_peak.clone_from(&self.live);
