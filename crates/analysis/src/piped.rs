@@ -170,7 +170,7 @@ impl<'s, O: Send + 's> Kernel for Piped<'s, O> {
         }
     }
 
-    /// The worker reads a run's variables (see [`run`]).
+    /// The worker reads a run's variables (the private `run` below).
     fn named_runs(&self) -> bool {
         true
     }
