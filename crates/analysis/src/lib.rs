@@ -115,6 +115,22 @@ pub use table::{Render, RenderOpts, Table};
 
 use memlens_format::{AccessKind, ChunkDecoder, Event, Pc, ThreadId, TraceReader};
 
+/// Starts loading `x`'s cache line (a hint: it reads nothing, cannot fault, and does
+/// nothing where the CPU has no prefetch instruction). For [`Kernel::prefetch`]
+/// implementations, which fetch the state a coming event will touch.
+#[inline(always)]
+pub fn prefetch_line<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults and `x` is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (x as *const T).cast(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
 /// Why an analysis could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -54,23 +54,6 @@ impl SharedData {
         a.len() >= 2 && a[0] < 2 * a[1]
     }
 
-    #[inline]
-    fn add(&mut self, t: ThreadId, pc: Pc, write: bool, n: u64) {
-        match self.threads.binary_search_by_key(&t, |x| x.0) {
-            Ok(i) => self.threads[i].1 += n,
-            Err(i) => self.threads.insert(i, (t, n)),
-        }
-        match self.pcs.iter_mut().find(|x| x.0 == pc) {
-            Some(p) => p.1 += n,
-            None => self.pcs.push((pc, n)),
-        }
-        if write {
-            self.writes += n;
-        } else {
-            self.reads += n;
-        }
-    }
-
     /// Adds another record.
     pub fn merge(&mut self, o: &SharedData) {
         for &(t, n) in &o.threads {
@@ -90,13 +73,191 @@ impl SharedData {
     }
 }
 
+/// One key's sums while counting, in 56 bytes with its key (a threaded trace has
+/// millions): the first thread and code address inline, their counts what the others
+/// leave of the total (most addresses see one of each), the others boxed.
+#[derive(Clone, Debug, Default)]
+struct Acc {
+    thread: ThreadId,
+    pc: Pc,
+    reads: u64,
+    writes: u64,
+    more: Option<Box<More>>,
+}
+
+/// Threads and code addresses after a key's first: (thread or pc, count) in first-seen
+/// order.
+#[derive(Clone, Debug, Default)]
+struct More {
+    threads: Vec<(ThreadId, u64)>,
+    pcs: Vec<(Pc, u64)>,
+}
+
+/// Adds `n` to `k`'s count in `v`.
+fn bump<K: PartialEq>(v: &mut Vec<(K, u64)>, k: K, n: u64) {
+    match v.iter_mut().find(|x| x.0 == k) {
+        Some(x) => x.1 += n,
+        None => v.push((k, n)),
+    }
+}
+
+impl Acc {
+    #[inline]
+    fn add(&mut self, t: ThreadId, pc: Pc, write: bool, n: u64) {
+        if self.reads + self.writes == 0 {
+            self.thread = t;
+            self.pc = pc;
+        } else if t != self.thread || pc != self.pc {
+            let m = self.more.get_or_insert_with(Box::default);
+            if t != self.thread {
+                bump(&mut m.threads, t, n);
+            }
+            if pc != self.pc {
+                bump(&mut m.pcs, pc, n);
+            }
+        }
+        if write {
+            self.writes += n;
+        } else {
+            self.reads += n;
+        }
+    }
+
+    /// The sums as [`SharedData`]: every thread's count, sorted by thread, and every
+    /// code address's, first seen first.
+    fn data(&self) -> SharedData {
+        fn with_first<K: Copy>(first: K, total: u64, more: &[(K, u64)]) -> Vec<(K, u64)> {
+            let rest = total - more.iter().map(|x| x.1).sum::<u64>();
+            std::iter::once((first, rest)).chain(more.iter().copied()).collect()
+        }
+        let total = self.reads + self.writes;
+        if total == 0 {
+            return SharedData::default();
+        }
+        let (more_t, more_pc) = match self.more.as_deref() {
+            Some(m) => (&m.threads[..], &m.pcs[..]),
+            None => (&[][..], &[][..]),
+        };
+        let mut threads = with_first(self.thread, total, more_t);
+        threads.sort_unstable_by_key(|x| x.0);
+        let pcs = with_first(self.pc, total, more_pc);
+        SharedData { threads, pcs, reads: self.reads, writes: self.writes }
+    }
+
+    fn merge(&mut self, o: &Acc) {
+        if self.reads + self.writes == 0 {
+            *self = o.clone();
+            return;
+        }
+        let SharedData { threads, pcs, .. } = o.data();
+        for (t, n) in threads.into_iter().filter(|x| x.0 != self.thread) {
+            bump(&mut self.more.get_or_insert_with(Box::default).threads, t, n);
+        }
+        for (pc, n) in pcs.into_iter().filter(|x| x.0 != self.pc) {
+            bump(&mut self.more.get_or_insert_with(Box::default).pcs, pc, n);
+        }
+        self.reads += o.reads;
+        self.writes += o.writes;
+    }
+}
+
+/// A key's sums and the next key of its 4-byte word (1-based, 0 = none).
+#[derive(Clone, Debug)]
+struct Entry {
+    addr: u64,
+    tag: u32,
+    next: u32,
+    acc: Acc,
+}
+
+/// Entries per block of [`Store::entries`] (blocks, not one vector: growing a vector
+/// of millions copies it and holds both copies at once).
+const BLOCK: usize = 1 << 12;
+
+/// Sums keyed by (address, tag), indexed per 64-byte line: a line's 16 words each
+/// point at their first key, keys are stored in first-touch order, and the last line
+/// is remembered. A sweep then finds its line once per line and its keys next to
+/// each other; a hash map of addresses sent every access to a random bucket (the
+/// sharing table was half of a threaded trace's index build).
+#[derive(Clone, Debug, Default)]
+struct Store {
+    lines: FxHashMap<u64, u32>,
+    words: Vec<[u32; 16]>,
+    entries: Vec<Vec<Entry>>,
+    len: u32,
+    /// The last line looked up and its index in `words`, plus one (0 = none yet).
+    last: (u64, u32),
+}
+
+impl Store {
+    #[inline]
+    fn entry(&mut self, at: u32) -> &mut Entry {
+        let i = at as usize - 1;
+        &mut self.entries[i / BLOCK][i % BLOCK]
+    }
+
+    #[inline]
+    fn get(&mut self, addr: u64, tag: u32) -> &mut Acc {
+        let line = addr >> 6;
+        let li = if self.last.1 != 0 && self.last.0 == line {
+            self.last.1 - 1
+        } else {
+            let n = self.words.len() as u32;
+            let li = *self.lines.entry(line).or_insert(n);
+            if li == n {
+                self.words.push([0; 16]);
+            }
+            self.last = (line, li + 1);
+            li
+        } as usize;
+        let w = ((addr >> 2) & 15) as usize;
+        let head = self.words[li][w];
+        let mut at = head;
+        while at != 0 {
+            let e = self.entry(at);
+            if e.addr == addr && e.tag == tag {
+                return &mut self.entry(at).acc;
+            }
+            at = e.next;
+        }
+        if (self.len as usize).is_multiple_of(BLOCK) {
+            self.entries.push(Vec::with_capacity(BLOCK));
+        }
+        self.entries.last_mut().expect("a block").push(Entry {
+            addr,
+            tag,
+            next: head,
+            acc: Acc::default(),
+        });
+        self.len += 1;
+        self.words[li][w] = self.len;
+        &mut self.entries.last_mut().expect("a block").last_mut().expect("an entry").acc
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().flatten()
+    }
+
+    /// The entries, each block freed once read (the report they become is as big).
+    fn into_entries(self) -> impl Iterator<Item = Entry> {
+        self.entries.into_iter().flatten()
+    }
+
+    fn merge(&mut self, o: &Store) {
+        for e in o.iter() {
+            self.get(e.addr, e.tag).merge(&e.acc);
+        }
+    }
+}
+
 /// The sharing kernel. Order-independent, so it shards per thread.
 #[derive(Clone, Debug, Default)]
 pub struct Sharing {
-    by_addr: FxHashMap<u64, SharedData>,
+    /// Per address (tag 0).
+    by_addr: Store,
     vars: Option<CurrentVariable>,
-    /// Per (variable id, address), when `vars` is set.
-    by_var: FxHashMap<(u32, u64), SharedData>,
+    /// Per (address, variable id), when `vars` is set.
+    by_var: Store,
 }
 
 /// What [`Sharing`] produces: every address, shared or not (rendering filters).
@@ -139,15 +300,13 @@ impl Kernel for Sharing {
     }
 
     fn finish(self) -> SharingReport {
-        SharingReport {
-            by_addr: self.by_addr.into_iter().map(|(a, d)| (Addr(a), d)).collect(),
-            by_variable_addr: self
-                .by_var
-                .into_iter()
-                .map(|((v, a), d)| ((v, Addr(a)), d))
-                .collect(),
-            variables: None,
-        }
+        // sized up front: growing a map of millions holds two tables at once
+        let mut by_addr = HashMap::with_capacity(self.by_addr.len as usize);
+        by_addr.extend(self.by_addr.into_entries().map(|e| (Addr(e.addr), e.acc.data())));
+        let mut by_variable_addr = HashMap::with_capacity(self.by_var.len as usize);
+        by_variable_addr
+            .extend(self.by_var.into_entries().map(|e| ((e.tag, Addr(e.addr)), e.acc.data())));
+        SharingReport { by_addr, by_variable_addr, variables: None }
     }
 }
 
@@ -159,17 +318,17 @@ impl Sharing {
             if matches!(ev, Event::Range { .. }) {
                 let mut w = t.addr & !7;
                 while w < t.addr.saturating_add(t.len) {
-                    map.entry(w).or_default().add(thread, t.pc, t.write, 1);
+                    map.get(w, 0).add(thread, t.pc, t.write, 1);
                     w += 8;
                 }
             } else {
-                map.entry(t.addr).or_default().add(thread, t.pc, t.write, 1);
+                map.get(t.addr, 0).add(thread, t.pc, t.write, 1);
             }
         });
         if let Some(id) = id {
             let by_var = &mut self.by_var;
             for_each_touch(ev, |t| {
-                by_var.entry((id, t.addr)).or_default().add(thread, t.pc, t.write, 1);
+                by_var.get(t.addr, id).add(thread, t.pc, t.write, 1);
             });
         }
     }
@@ -187,17 +346,8 @@ impl ShardKernel for Sharing {
     }
 
     fn merge(&mut self, o: Sharing) {
-        for (a, d) in o.by_addr {
-            match self.by_addr.get_mut(&a) {
-                Some(m) => m.merge(&d),
-                None => {
-                    self.by_addr.insert(a, d);
-                }
-            }
-        }
-        for (k, d) in o.by_var {
-            self.by_var.entry(k).or_default().merge(&d);
-        }
+        self.by_addr.merge(&o.by_addr);
+        self.by_var.merge(&o.by_var);
     }
 }
 
@@ -412,6 +562,65 @@ mod tests {
         // shards merge to the same answer
         let par = drive_parallel(&r, Sharing::default(), 2).unwrap();
         assert_eq!(par.by_addr, rep.by_addr);
+    }
+
+    #[test]
+    fn sums_match_a_plain_count() {
+        // 4 threads, 6 code addresses, addresses packed into few lines (unaligned ones and
+        // several in one word) and some far apart: every path of the store
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // per address: accesses per thread, per code address, loads, stores
+        type Sums = (Vec<(ThreadId, u64)>, HashMap<Pc, u64>, u64, u64);
+        let mut want: HashMap<Addr, Sums> = HashMap::new();
+        let mut streams = Vec::new();
+        for t in 0..4u32 {
+            let mut evs = Vec::new();
+            for _ in 0..3000 {
+                let r = next();
+                let addr = match r % 4 {
+                    0 => 0x1000 + r % 40,
+                    1 => 0x1000 + (r >> 8) % 4096,
+                    2 => 0x7fff_0000_0000 + ((r >> 8) % 64) * 4096,
+                    _ => 0x2000 + u64::from(t) * 8,
+                };
+                let pc = 10 + (r >> 20) % 6;
+                let write = (r >> 30) % 3 == 0;
+                evs.push(if write { wr(pc, addr, 4) } else { rd(pc, addr, 4) });
+                let w = want.entry(Addr(addr)).or_default();
+                match w.0.iter_mut().find(|e| e.0 == ThreadId(t)) {
+                    Some(e) => e.1 += 1,
+                    None => w.0.push((ThreadId(t), 1)),
+                }
+                *w.1.entry(Pc(pc)).or_default() += 1;
+                if write {
+                    w.3 += 1;
+                } else {
+                    w.2 += 1;
+                }
+            }
+            streams.push((t, evs));
+        }
+        let r = trace(&streams);
+        let serial = drive_serial(&r, Sharing::default(), |_| {}).unwrap();
+        let par = drive_parallel(&r, Sharing::default(), 3).unwrap();
+        for rep in [&serial, &par] {
+            assert_eq!(rep.by_addr.len(), want.len());
+            for (a, (threads, pcs, reads, writes)) in &want {
+                let got = &rep.by_addr[a];
+                let mut threads = threads.clone();
+                threads.sort();
+                assert_eq!(got.threads, threads, "{a}");
+                let got_pcs: HashMap<Pc, u64> = got.pcs.iter().copied().collect();
+                assert_eq!((&got_pcs, got.pcs.len()), (pcs, pcs.len()), "{a}");
+                assert_eq!((got.reads, got.writes), (*reads, *writes), "{a}");
+            }
+        }
     }
 
     #[test]

@@ -5,19 +5,7 @@ use crate::{Kind, Label, LabelId};
 use memlens_format::Addr;
 use memlens_symbols::Symbolizer;
 
-/// Asks the CPU to bring `p`'s cache line in.
-#[inline(always)]
-pub(crate) fn prefetch<T>(p: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults and `p` is a valid reference.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (p as *const T).cast(),
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
+pub(crate) use memlens_analysis::prefetch_line as prefetch;
 
 /// Labels by id, each distinct label once. The labels are kept once, in the
 /// vector; the table holds ids (millions of heap fields: no second copy of each name).

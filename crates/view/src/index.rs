@@ -10,6 +10,7 @@ use memlens_analysis::cachesim::Annotation;
 use memlens_analysis::calltree::CallTree;
 use memlens_analysis::false_sharing::FalseSharing;
 use memlens_analysis::heap::{AllocFns, Heap, HeapConfig};
+use memlens_analysis::prefetch_line as prefetch;
 use memlens_analysis::sharing::Sharing;
 use memlens_analysis::{CurrentVariable, Kernel, Named, Namer, Piped, Render, RenderOpts};
 use memlens_format::{AccessKind, Event, Pc, ThreadId, TraceReader};
@@ -66,21 +67,6 @@ const MAX_BODY: usize = 64;
 
 /// Iterations ahead whose lines' records a run fetches into the cache.
 const AHEAD: u64 = 8;
-
-/// Starts loading `x`'s cache line (a hint: nothing happens where there is none).
-#[inline(always)]
-fn prefetch<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing and cannot fault.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(
-            (x as *const T).cast::<i8>(),
-            std::arch::x86_64::_MM_HINT_T0,
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}
 
 /// One access of a run's body, its code address as an id.
 struct RunAccess {
