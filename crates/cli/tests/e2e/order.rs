@@ -400,7 +400,7 @@ const SKEW_CHUNKS: u64 = 16;
 /// thread recording little) with 64 KB buffers and merges it in file order:
 /// (max events held back, events per chunk at most, events).
 fn skew_merge(dir: &Path, skew: bool) -> (u64, u64, u64) {
-    file_order_merge(dir, "skew.c", &["3", "300000"], skew)
+    file_order_merge(dir, "skew.c", &["3", "500000"], skew)
 }
 
 /// Records `src` with `args` (64 KiB buffers, the skew bound on or off) and merges it
