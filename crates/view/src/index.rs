@@ -82,9 +82,13 @@ struct RunAccess {
 /// Zoom factor between levels.
 pub(crate) const LEVEL_FACTOR: u64 = 4;
 
-/// Closes handed to the writer at once, and hand-overs not yet written at most
-/// (the builder waits beyond).
+/// Closes handed to the writer at once: at least 16 holding at least 8,192 line
+/// touches and code-address sums, or 1,024 (a trace of few events has thousands of
+/// near-empty buckets, and sends of 16 woke the writer 3,000 times for hotspots.c),
+/// and hand-overs not yet written at most (the builder waits beyond).
 const CLOSES_PER_SEND: usize = 16;
+const ITEMS_PER_SEND: usize = 8192;
+const MAX_CLOSES_PER_SEND: usize = 1024;
 const SENDS_IN_FLIGHT: usize = 4;
 
 /// Slots of the builder's pc and line caches (powers of two).
@@ -126,6 +130,8 @@ struct Builder<'n> {
     /// Closes not yet handed over: they go [`CLOSES_PER_SEND`] at a time (a
     /// hand-over may wake the writer: a system call).
     ready: Vec<Close>,
+    /// Line touches and code-address sums in `ready`.
+    ready_items: usize,
     to_writer: Option<SyncSender<Vec<Close>>>,
     /// Hand-overs the writer is done with, and their closes, for reuse.
     spare: Option<Receiver<Vec<Close>>>,
@@ -230,8 +236,11 @@ impl<'n> Builder<'n> {
         for pc in self.win0_list.drain(..) {
             c.wins.push((pc, std::mem::take(&mut self.pc_win0[pc as usize])));
         }
+        self.ready_items += c.touched.len() + c.wins.len();
         self.ready.push(c);
-        if self.ready.len() >= CLOSES_PER_SEND {
+        let n = self.ready.len();
+        if (n >= CLOSES_PER_SEND && self.ready_items >= ITEMS_PER_SEND) || n >= MAX_CLOSES_PER_SEND
+        {
             self.hand_over();
         }
         while (self.bucket0 + 1) * self.bsize0 <= op {
@@ -248,6 +257,7 @@ impl<'n> Builder<'n> {
             next = back;
         }
         let batch = std::mem::replace(&mut self.ready, next);
+        self.ready_items = 0;
         if let Some(tx) = &self.to_writer {
             // a send fails only when the writer is gone (it panicked): the build
             // reports that when it joins it
@@ -696,6 +706,7 @@ pub fn build(
             bucket0: 0,
             close: Close::default(),
             ready: Vec::new(),
+            ready_items: 0,
             to_writer: Some(to_writer),
             spare: Some(spare),
             free: Vec::new(),
