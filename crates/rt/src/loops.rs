@@ -216,8 +216,8 @@ unsafe fn fold(items: &[Item], i: u64, left: u64) -> Option<u64> {
         return None;
     }
     let n = items.len();
-    // two iterations, the repeat and the time stamp after it
-    let need = (2 * n + 1) * MAX_ACCESS_LEN + MAX_REPEAT_LEN;
+    // two iterations, the repeat and a time stamp before and after it
+    let need = (2 * n + 2) * MAX_ACCESS_LEN + MAX_REPEAT_LEN;
     // (`enter` wrote the time stamp if one was due; a new buffer starts with one)
     let room = |st: &state::ThreadState| {
         st.has_room(need) && st.counts().events as usize + 3 * n <= CHUNK_EVENTS as usize
@@ -226,9 +226,21 @@ unsafe fn fold(items: &[Item], i: u64, left: u64) -> Option<u64> {
         guard_off(st);
         return None;
     }
-    // Events this chunk may still take after the two written iterations.
-    let spare = u64::from(CHUNK_EVENTS - st.counts().events) - 2 * n as u64;
-    let k = (left - 2).min(spare / n as u64).min(u64::from(u32::MAX) / n as u64);
+    // Copies of the second iteration this chunk may still take after the two
+    // written ones.
+    let copies = |st: &state::ThreadState| {
+        let spare = u64::from(CHUNK_EVENTS - st.counts().events) - 2 * n as u64;
+        (left - 2).min(spare / n as u64).min(u64::from(u32::MAX) / n as u64)
+    };
+    let mut k = copies(st);
+    // The stamp promise (one at least every 4,096 events, two op bytes an event):
+    // a run of at most 4,096 events that would cross the next stamp's position
+    // gets a stamp first (it ran for microseconds); a longer one gets one after.
+    let events = (k + 2) * n as u64;
+    if events <= 4096 && st.pos.load(Relaxed) + 2 * events as usize > st.stamp_at.get() {
+        record::stamp_time(st);
+        k = copies(st);
+    }
     let p0 = st.pos.load(Relaxed);
     st.pos.store(p0 | BUSY, Relaxed);
     compiler_fence(SeqCst);
@@ -261,10 +273,14 @@ unsafe fn fold(items: &[Item], i: u64, left: u64) -> Option<u64> {
         st.bump_by(if it.write { class::WRITES } else { class::READS }, copies);
     }
     st.pos.store(p as usize, Release);
-    // The stamp promise (one at least every 4,096 events): the loop's events took
-    // place before now, and after the stamp before them.
-    if k * n as u64 >= 4096 {
+    // The copies take no op bytes: each of their events is charged the two it
+    // would take, and a run that used up the budget gets its stamp now.
+    let charge = usize::try_from(2 * k * n as u64).unwrap_or(usize::MAX);
+    let at = st.stamp_at.get().saturating_sub(charge);
+    if p as usize >= at {
         record::stamp_time(st);
+    } else {
+        st.stamp_at.set(at);
     }
     guard_off(st);
     Some(2 + k)

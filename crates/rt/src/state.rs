@@ -34,10 +34,12 @@ pub(crate) const BUSY: usize = 1 << 63;
 /// Room kept free below `limit`: enough for the largest hot-path event pair.
 pub(crate) const RESERVE: usize = 4 * MAX_ACCESS_LEN;
 /// Op-stream bytes between two `Time` stamps: an event takes at least two op bytes
-/// (tag and pc; only rare control events take one), so a thread stamps at least
-/// every 4,096 events. The fast path's `limit` stops at the next stamp's position,
-/// so stamping costs the hot path nothing.
-pub(crate) const STAMP_BYTES: usize = 8192;
+/// (tag and pc; only rare control events take one), and one fast-path call may
+/// write a pair (a copy's two ranges, a clock and its atomic) starting just below
+/// the bound, so 8,190 bytes keep the promise of a stamp at least every 4,096
+/// events. The fast path's `limit` stops at the next stamp's position, so stamping
+/// costs the hot path nothing.
+pub(crate) const STAMP_BYTES: usize = 8190;
 /// Entries of a thread's shadow call stack.
 pub(crate) const SHADOW_CAP: usize = 1 << 16;
 /// The shadow stack's mapping: three arrays of [`SHADOW_CAP`] words — saved stack

@@ -547,6 +547,9 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
         }
     };
     wait("window.memlens && window.memlens.ready");
+    // the page's own count of requests in flight: a tree opens its largest path
+    // after its first rows are drawn, so row counts alone do not mean done
+    let idle = || br.js_async("const done = arguments[0]; memlens.idle().then(done);");
     let scan = line_of(SRC, "scan-load");
     let extra = line_of(SRC, "extra-store");
     // the source view opens at the largest change: A, B and delta beside the line
@@ -611,6 +614,7 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     // the call tree of both: the path that changed most opened, its figures per side
     br.js("memlens.treeMode('tree')");
     wait("window.memlens.treeRows().length >= 4");
+    idle();
     let rows = br.js("return memlens.treeRows()");
     let d = 64 * (B_ROUNDS - A_ROUNDS);
     assert_eq!(rows[0].as_array().unwrap()[..2], [json!(0), json!("main")], "{rows}");
@@ -639,9 +643,11 @@ fn view_diff_page_shows_the_changed_line_and_its_delta() {
     // closing main hides its paths
     br.js("document.querySelector('#t-functions .tree tr.row .tog').click()");
     wait("window.memlens.treeRows().length === 1");
+    idle();
     // inverted: scan, the largest change in exclusive accesses, opened on main, its caller
     br.js("memlens.treeMode('callers')");
     wait("window.memlens.treeRows('callers').length >= 3");
+    idle();
     let rows = br.js("return memlens.treeRows('callers')");
     let want = |depth: u64, name: &str| {
         json!([

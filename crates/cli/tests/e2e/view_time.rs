@@ -89,6 +89,45 @@ fn threads_that_run_together_have_overlapping_monotonic_time_stamps() {
     assert!((first + off - start).abs() < 10_000_000_000, "{first} + {off} vs {start}");
 }
 
+/// Loops recorded as runs stand for hundreds of events in a few bytes, and a copy
+/// writes its two ranges in one buffer write: neither may stretch the gap between
+/// two stamps past 4,096 events (`stamps.c`: a 300-iteration loop 3,000 times, a
+/// memcpy of a varying length after each; before the runs were charged, 43,632
+/// events went by without a stamp).
+#[test]
+fn loops_recorded_as_runs_and_copies_keep_a_stamp_every_4096_events() {
+    for cc in Cc::all() {
+        let dir = scratch(&format!("time-runs-{cc:?}"));
+        let exe = build(cc, "stamps.c", &dir, &[]);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &[]);
+        assert!(out.status.success(), "record failed: {}", stderr(&out));
+        let evs = &by_thread(&trace)[&0];
+        let run = line_of("stamps.c", "run");
+        let loads = evs.iter().filter(|e| e["line"] == run && e["event"] == "read").count();
+        let copies = evs.iter().filter(|e| e["event"] == "range_write").count();
+        assert_eq!(copies, 3000, "{cc:?}: a copy per round");
+        assert!(loads >= 300 * 3000 / 2, "{cc:?}: {loads} loads of the loop");
+        let stamps: Vec<u64> = evs
+            .iter()
+            .filter(|e| e["event"] == "time")
+            .map(|e| e["index"].as_u64().unwrap())
+            .collect();
+        let widest = stamps.windows(2).map(|w| w[1] - w[0] - 1).max().unwrap();
+        assert!(widest <= 4096, "{cc:?}: {widest} events between two stamps");
+        assert!(stamps.len() as u64 >= evs.len() as u64 / 4097, "{cc:?}: {} stamps", stamps.len());
+        if matches!(cc, Cc::Clang) {
+            // clang's build records the loop as runs: far less than a byte an event
+            let bytes = std::fs::metadata(&trace).unwrap().len();
+            assert!(
+                bytes * 10 < evs.len() as u64,
+                "{cc:?}: {bytes} bytes for {} events",
+                evs.len()
+            );
+        }
+    }
+}
+
 /// `memlens view` serving `trace`, with its URL; killed when dropped.
 struct Served {
     child: Child,
