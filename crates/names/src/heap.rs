@@ -53,6 +53,9 @@ pub struct HeapIndex {
     member_end: Vec<u64>,
     /// After `finish`: per block, overlapped by no other block.
     exclusive: Vec<bool>,
+    /// After `finish`: per block, no other block of its thread that is live at the
+    /// same time overlaps it (see [`HeapIndex::live_exclusive`]).
+    live_exclusive: Vec<bool>,
     /// After `finish`: per start, the thread of all its blocks when their lifetimes
     /// follow one another (`u32::MAX`: not so), so that the block live at an event
     /// is found by a binary search (an allocator reuses a start thousands of times).
@@ -188,6 +191,7 @@ impl HeapIndex {
                 }
             })
             .collect();
+        self.live_exclusive = self.live_exclusive_blocks(&starts, &self.solo);
         self.group_end = (0..starts.len())
             .map(|j| {
                 let g = &members[groups[j] as usize..groups[j + 1] as usize];
@@ -212,6 +216,128 @@ impl HeapIndex {
     /// [`HeapIndex::find`] answers for every address in it, at any event).
     pub fn exclusive(&self, i: usize) -> bool {
         self.exclusive.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether no other block of block `i`'s thread starts inside it while both are
+    /// live, and the search always reaches its start (see `live_exclusive_blocks`):
+    /// then it is what
+    /// [`HeapIndex::find`] answers for every address in it, for an access by its
+    /// thread while it is live (the live block of the accessing thread with the
+    /// newest start wins). An allocator's blocks are so; an arena with live pool
+    /// blocks inside is not.
+    pub fn live_exclusive(&self, i: usize) -> bool {
+        self.live_exclusive.get(i).copied().unwrap_or(false)
+    }
+
+    /// Sweeps each thread's births and deaths in event order over the blocks
+    /// live at each point (by start), marking those a live block of the same
+    /// thread overlaps. Marking too many only costs lookups; a thread whose live
+    /// blocks nest deeply (an arena) is given up on whole.
+    fn live_exclusive_blocks(&self, starts: &[u64], solo: &[u32]) -> Vec<bool> {
+        /// Live blocks below a new start looked at, through the marked ones (they
+        /// may reach over it), before the thread is given up on.
+        const WALK: usize = 64;
+        let mut ok = vec![true; self.blocks.len()];
+        // (thread, event, 0 death / 1 birth: a realloc's old block dies where the
+        // new one is born, block)
+        // order. A thread's births come in block order (its stream is read in
+        // order), so only the deaths are sorted; a block no other overlaps at all
+        // neither shadows nor is shadowed.
+        let mut births: Vec<(u32, u32)> = Vec::with_capacity(self.blocks.len());
+        let mut deaths: Vec<(u32, u64, u32)> = Vec::with_capacity(self.blocks.len());
+        for (i, b) in self.blocks.iter().enumerate().filter(|&(i, _)| !self.exclusive[i]) {
+            births.push((b.thread.0, i as u32));
+            if let Some(d) = b.died {
+                deaths.push((b.thread.0, d, i as u32));
+            }
+        }
+        births.sort_by_key(|&(t, _)| t); // stable: one run a thread when grouped
+        deaths.sort_unstable();
+        let mut evs: Vec<(u32, u64, u8, u32)> = Vec::with_capacity(births.len() + deaths.len());
+        let (mut x, mut y) = (0, 0);
+        while x < births.len() || y < deaths.len() {
+            let birth = births.get(x).map(|&(t, i)| (t, self.blocks[i as usize].born, 1, i));
+            let death = deaths.get(y).map(|&(t, d, i)| (t, d, 0, i));
+            match (birth, death) {
+                (Some(b), Some(d)) if d < b => (evs.push(d), y += 1),
+                (Some(b), _) => (evs.push(b), x += 1),
+                (None, Some(d)) => (evs.push(d), y += 1),
+                (None, None) => unreachable!(),
+            };
+        }
+        if !evs.is_sorted() {
+            // births out of block order (a reader that adds them so): sort them all
+            evs.sort_unstable();
+        }
+        let mut live: std::collections::BTreeMap<(u64, u32), u64> = Default::default();
+        let mut thread = None;
+        let mut given_up = false;
+        for &(t, _, kind, i) in &evs {
+            if thread != Some(t) {
+                (thread, given_up) = (Some(t), false);
+                live.clear();
+            }
+            let b = &self.blocks[i as usize];
+            if given_up {
+                ok[i as usize] = false;
+                continue;
+            }
+            if kind == 0 {
+                live.remove(&(b.start, i));
+                continue;
+            }
+            // A block is shadowed (marked) where a live one of its thread starts
+            // inside it: a higher start, or the same start allocated later.
+            for (&(s, c), _) in live.range((b.start, 0)..(b.end, 0)) {
+                ok[if s > b.start { i } else { c } as usize] = false;
+            }
+            let mut steps = 0;
+            for (&(_, c), &end) in live.range(..(b.start, 0)).rev() {
+                let was = ok[c as usize];
+                if end > b.start {
+                    ok[c as usize] = false;
+                }
+                // an unmarked block below is shadowed by none: a lower one reaching
+                // over this start would reach over its start too, so it is marked
+                steps += 1;
+                if was || steps > WALK {
+                    given_up = steps > WALK;
+                    break;
+                }
+            }
+            if given_up {
+                for &(_, c) in live.keys() {
+                    ok[c as usize] = false;
+                }
+                ok[i as usize] = false;
+                continue;
+            }
+            live.insert((b.start, i), b.end);
+        }
+        // A lookup must answer as the search does. The full search looks at the
+        // nearest WINDOW starts; the one-thread search at up to SOLO_STEPS, all of
+        // its thread alone (`solo`): a block with more starts inside than WINDOW is
+        // found wherever in it only when those are the one-thread search's.
+        // `same[j]`: the end of the run of starts from `j` with `solo[j]`'s value.
+        let mut same = vec![0u32; starts.len()];
+        for j in (0..starts.len()).rev() {
+            let run = j + 1 < starts.len() && solo[j + 1] == solo[j];
+            same[j] = if run { same[j + 1] } else { j as u32 + 1 };
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            if ok[i] && !self.exclusive[i] {
+                let (first, end) = (
+                    starts.partition_point(|&s| s < b.start),
+                    starts.partition_point(|&s| s < b.end),
+                );
+                let inside = end - first - 1;
+                ok[i] = inside < WINDOW
+                    || inside < SOLO_STEPS
+                        && solo[first] == b.thread.0
+                        && same[first] as usize >= end;
+            }
+        }
+        ok
     }
 
     /// Every block.
@@ -372,12 +498,12 @@ impl HeapIndex {
         let a = addr.0;
         let lo = a.saturating_sub(self.widest.saturating_sub(1));
         let (mut from, mut to) = (0u64, u64::MAX);
-        // Starts whose blocks never reach `addr` are stepped over, so the window counts
-        // only the others (a big live block with thousands of old small starts inside
-        // is found); `SOLO_STEPS` bounds the stepping (an address no block covers,
-        // below a huge block).
+        // All the thread's own starts up to `SOLO_STEPS` below are looked at, not the
+        // full search's `WINDOW`: a big live block with many old starts inside is
+        // found (the first start that reaches `addr` is the nearest, so where no
+        // live block covers it the answer is the full search's). `SOLO_STEPS` bounds
+        // the stepping (an address no block covers, below a huge block).
         let mut floor = 0;
-        let mut looked = 0;
         for j in (0..k).rev() {
             if self.starts[j] < lo || self.max_end[j] <= a {
                 floor = j + 1;
@@ -389,8 +515,7 @@ impl HeapIndex {
             if self.group_end[j] <= a {
                 continue;
             }
-            looked += 1;
-            if looked > WINDOW || self.solo[j] != thread.0 {
+            if self.solo[j] != thread.0 {
                 return None;
             }
             // the members' fields side by side: no block is read unless found
@@ -467,13 +592,19 @@ fn births_upto(born: &[u64], index: u64, hint: &mut u32) -> usize {
     p
 }
 
-/// The last block a lookup found that no other block overlaps: a lookup inside it
-/// needs no search (see [`HeapIndex::exclusive`]). One per attributor.
+/// The last block a lookup found that no other block overlaps, or none of its
+/// thread while it is live: a lookup inside it (then) needs no search (see
+/// [`HeapIndex::exclusive`], [`HeapIndex::live_exclusive`]). One per attributor.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LastBlock {
     start: u64,
     end: u64,
     index: usize,
+    /// For a block only live-exclusive: its thread and life; else any thread and
+    /// event (`born` 0, `died` `u64::MAX`, `thread` `None`).
+    thread: Option<ThreadId>,
+    born: u64,
+    died: u64,
     /// The previous search's number of starts at or below its address.
     below: usize,
     /// Where the previous search of a start's births ended (see [`births_upto`]):
@@ -497,17 +628,29 @@ impl LastBlock {
         index: u64,
         span: bool,
     ) -> Found {
-        if addr.0 >= self.start && addr.0 < self.end {
-            return (Some((self.index, addr.0 - self.start)), 0..u64::MAX);
+        if addr.0 >= self.start
+            && addr.0 < self.end
+            && self.thread.is_none_or(|t| t == thread)
+            && index >= self.born
+            && index < self.died
+        {
+            return (Some((self.index, addr.0 - self.start)), self.born..self.died);
         }
         if self.hints.is_empty() {
             self.hints = vec![(0, 0); HINTS];
         }
         let r = heap.search_near(addr, thread, index, span, &mut self.below, &mut self.hints);
         if let Some((bi, _)) = r.0 {
+            let b = &heap.blocks[bi];
             if heap.exclusive(bi) {
-                let b = &heap.blocks[bi];
                 (self.start, self.end, self.index) = (b.start, b.end, bi);
+                (self.thread, self.born, self.died) = (None, 0, u64::MAX);
+            } else if b.thread == thread && heap.live_exclusive(bi) {
+                let died = b.died.unwrap_or(u64::MAX);
+                if index >= b.born && index < died {
+                    (self.start, self.end, self.index) = (b.start, b.end, bi);
+                    (self.thread, self.born, self.died) = (Some(thread), b.born, died);
+                }
             }
         }
         r
@@ -780,6 +923,122 @@ mod tests {
         assert_eq!(h.find(Addr(0x10c68), t, index - 1), Some((99, 8)));
         // the full search alone looks at 64 starts and misses the big block
         assert_ne!(h.search_full(Addr(0x10c80), t, index + 1, false).0, Some((big, 0xc80)));
+    }
+
+    #[test]
+    fn a_live_exclusive_block_answers_for_its_bytes_all_its_life() {
+        // two threads allocating at 24 starts 64 bytes apart, sizes up to 256: blocks
+        // overlap their neighbours, some while both are live; some leak, some are
+        // freed by the other thread
+        let mut h = HeapIndex::default();
+        let mut rnd = xorshift(0x5eed);
+        let mut live: [Vec<u64>; 2] = [vec![], vec![]];
+        let mut index = [1u64; 2];
+        for _ in 0..3000 {
+            let t = (rnd() % 2) as usize;
+            let r = rnd();
+            if r.is_multiple_of(3) && !live[t].is_empty() {
+                let a = live[t].swap_remove((r >> 8) as usize % live[t].len());
+                // one free in eight by the other thread
+                let by = if r % 8 == 3 { 1 - t } else { t };
+                h.free(ThreadId(by as u32), index[by], Addr(a));
+                index[by] += 1;
+            } else {
+                // mostly where the thread's live blocks leave room, as an allocator
+                let a = 0x10000 + (r >> 16) % 24 * 0x40;
+                let size = if r.is_multiple_of(5) {
+                    0x40 + (r >> 32) % 0xc0
+                } else {
+                    8 + (r >> 32) % 0x38
+                };
+                h.add_block(ThreadId(t as u32), index[t], Addr(a), size, Pc(0xa), vec![]);
+                live[t].push(a);
+                index[t] += 1;
+            }
+            index[t] += rnd() % 3;
+        }
+        h.finish();
+        let blocks = h.blocks().to_vec();
+        let (mut checked, mut marked) = (0, 0);
+        for (i, b) in blocks.iter().enumerate() {
+            if !h.live_exclusive(i) {
+                marked += 1;
+                continue;
+            }
+            let end = b.died.unwrap_or(u64::MAX).min(index[b.thread.0 as usize] + 5);
+            for _ in 0..8 {
+                let a = b.start + rnd() % (b.end - b.start);
+                let j = b.born + rnd() % (end - b.born);
+                assert_eq!(h.find(Addr(a), b.thread, j), Some((i, a - b.start)), "{b:?} at {j}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 2000 && marked > 100, "{checked} lookups, {marked} blocks marked");
+        // the attributor's cache answers as the index does, lookup after lookup
+        let mut last = LastBlock::default();
+        for _ in 0..50_000 {
+            let r = rnd();
+            let t = ThreadId((r % 2) as u32);
+            // runs of lookups in one block, as a program's accesses come
+            let a = Addr(0x10000 + (r >> 8) % 0x640);
+            let j = (r >> 24) % (index[t.0 as usize] + 5);
+            for d in 0..4 {
+                let a = Addr(a.0 + d * 8);
+                let (found, span) = last.find(&h, a, t, j, true);
+                assert_eq!(found, h.find(a, t, j), "{a:?} by {t:?} at {j}");
+                assert!(span.contains(&j), "{span:?} holds {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_lookup_answers_as_the_search_past_its_window() {
+        // 100 dead blocks that each reach over most of a big block born after them
+        let heap = |small: ThreadId| {
+            let mut h = HeapIndex::default();
+            let mut index = 1;
+            for k in 0..100u64 {
+                h.add_block(small, index, Addr(0x10000 + k * 8), 0x1000, Pc(0xa), vec![]);
+                h.free(small, index + 1, Addr(0x10000 + k * 8));
+                index += 2;
+            }
+            h.add_block(ThreadId(0), index, Addr(0x10000), 0x1000, Pc(0xb), vec![]);
+            h.finish();
+            (h, index + 1)
+        };
+        let (t, far) = (ThreadId(0), Addr(0x10f00));
+        // of the big block's thread: the one-thread search steps past them all
+        let (h, i) = heap(t);
+        let big = h.blocks().len() - 1;
+        assert!(h.live_exclusive(big));
+        assert_eq!(h.find(far, t, i), Some((big, 0xf00)));
+        // of another thread: the full search's window of 64 starts misses it, and
+        // the cache of the last block must answer as it does
+        let (h, i) = heap(ThreadId(1));
+        assert!(!h.live_exclusive(big), "99 starts of another thread inside it");
+        let mut last = LastBlock::default();
+        assert_eq!(last.find(&h, Addr(0x10004), t, i, false).0, Some((big, 4)));
+        assert_ne!(h.find(far, t, i), Some((big, 0xf00)), "the search's window");
+        assert_eq!(last.find(&h, far, t, i, false).0, h.find(far, t, i));
+    }
+
+    #[test]
+    fn a_block_a_live_block_of_its_thread_starts_in_is_not_live_exclusive() {
+        let h = heap_of(&[
+            // an arena with a pool block inside it, both live
+            Ev::Alloc(1, 0x1000, 0x100, 0xa),
+            Ev::Alloc(2, 0x1040, 0x10, 0xb),
+            // one after another at the same start: both
+            Ev::Alloc(3, 0x2000, 0x20, 0xa),
+            Ev::Free(4, 0x2000),
+            Ev::Alloc(5, 0x2000, 0x40, 0xa),
+            // a block reaching over a later neighbour's start, both live
+            Ev::Alloc(6, 0x3000, 0x30, 0xa),
+            Ev::Alloc(7, 0x3020, 0x20, 0xa),
+        ]);
+        let ok: Vec<bool> = (0..h.blocks().len()).map(|i| h.live_exclusive(i)).collect();
+        // the arena and the block reaching over its neighbour are shadowed
+        assert_eq!(ok, [false, true, true, true, false, true]);
     }
 
     #[test]

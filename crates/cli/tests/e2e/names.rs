@@ -531,3 +531,33 @@ fn one_stack_slot_two_scopes_named_by_call_site() {
         }
     }
 }
+
+/// A live block over the old starts of 200 dead blocks that each reached past the
+/// bytes written (`heapwindow.c`): its stores are its own, not the newest dead
+/// block's (the block search looked at 64 starts below an address and missed it).
+#[test]
+fn a_live_block_over_hundreds_of_old_starts_owns_its_bytes() {
+    for cc in Cc::all() {
+        let dir = scratch(&format!("heapwindow-{cc:?}"));
+        // -O0: the stores to blocks freed right after are the point
+        let exe = build(cc, "heapwindow.c", &dir, &["-O0"]);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &[]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        // the layout the test is about: the last block starts below the old ones
+        let allocs: Vec<u64> = dump(&trace)
+            .iter()
+            .filter(|e| e["event"] == "alloc" && e["size"] == 60000)
+            .map(|e| u64::from_str_radix(&e["addr"].as_str().unwrap()[2..], 16).unwrap())
+            .collect();
+        let last = *allocs.last().unwrap();
+        let inside: std::collections::BTreeSet<u64> =
+            allocs.iter().copied().filter(|&a| a > last && a <= last + 59000).collect();
+        assert!(inside.len() > 100, "{cc:?}: {} old starts inside the last block", inside.len());
+        let rows = variables(&trace, "variable");
+        let row = |tag: &str| format!("heap(heapwindow.c:{} main)", line_of("heapwindow.c", tag));
+        assert_eq!(counts(&rows, &row("last")), (0, 100), "{cc:?}");
+        assert_eq!(counts(&rows, &row("old")), (0, 200), "{cc:?}");
+        assert_eq!(counts(&rows, &row("small")), (200, 0), "{cc:?}");
+    }
+}
