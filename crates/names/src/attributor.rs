@@ -16,9 +16,7 @@ use memlens_symbols::Symbolizer;
 /// [`Attributor::observe`] (it follows function frames), and ask for accesses with
 /// [`Attributor::attribute`].
 pub struct Attributor<'s> {
-    sym: &'s Symbolizer,
-    heap: HeapIndex,
-    maps: Option<Maps>,
+    ctx: Context<'s>,
     threads: FastMap<ThreadId, ThreadState>,
     /// Bumped whenever a thread appears or starts (see [`Access::tepoch`]).
     threads_epoch: u64,
@@ -35,6 +33,14 @@ pub struct Attributor<'s> {
     /// The thread named last and its entry of `epochs` (kept in step with it).
     current: Option<(ThreadId, Epochs, u64)>,
     fn_starts: FnStarts,
+}
+
+/// What an access is named against: the symbols, heap blocks, memory map and TLS
+/// layout, and the tables built from them at the first access.
+struct Context<'s> {
+    sym: &'s Symbolizer,
+    heap: HeapIndex,
+    maps: Option<Maps>,
     site_namer: Option<Box<dyn Fn(Pc) -> String + Send + Sync + 's>>,
     /// Static TLS blocks of the modules loaded at start-up: (module id, offset below
     /// the thread pointer, size).
@@ -46,14 +52,46 @@ pub struct Attributor<'s> {
     coarse_heap: Option<CoarseHeap>,
 }
 
+impl Context<'_> {
+    /// The resolver's view, building the heap classes and (`coarse`: by whole
+    /// variables) the coarse heap first if they are not yet.
+    fn shared(&mut self, coarse: bool) -> Shared<'_> {
+        let classes = self.classes.get_or_insert_with(|| {
+            HeapClasses::new(
+                &self.heap,
+                self.site_namer.as_deref().map(|f| f as crate::SiteNamer<'_>),
+            )
+        });
+        if coarse && self.coarse_heap.is_none() {
+            self.coarse_heap = Some(CoarseHeap::new(self.sym, &self.heap, classes));
+        }
+        Shared {
+            sym: self.sym,
+            heap: &self.heap,
+            classes,
+            maps: self.maps.as_ref(),
+            static_tls: &self.static_tls,
+            coarse: self.coarse_heap.as_ref(),
+            tls_reach: self.tls_reach,
+        }
+    }
+}
+
 impl<'s> Attributor<'s> {
     /// An attributor over a trace's symbols, heap blocks and memory map.
     pub fn new(sym: &'s Symbolizer, heap: HeapIndex, maps: Option<Maps>) -> Attributor<'s> {
         let static_tls = static_tls_layout(sym);
         Attributor {
-            sym,
-            heap,
-            maps,
+            ctx: Context {
+                sym,
+                heap,
+                maps,
+                site_namer: None,
+                tls_reach: Shared::tls_reach(&static_tls),
+                static_tls,
+                classes: None,
+                coarse_heap: None,
+            },
             threads: FastMap::default(),
             threads_epoch: 0,
             no_thread: ThreadState::default(),
@@ -63,11 +101,6 @@ impl<'s> Attributor<'s> {
             epoch: 0,
             current: None,
             fn_starts: FnStarts::default(),
-            site_namer: None,
-            tls_reach: Shared::tls_reach(&static_tls),
-            static_tls,
-            classes: None,
-            coarse_heap: None,
         }
     }
 
@@ -75,7 +108,7 @@ impl<'s> Attributor<'s> {
     /// `counts.c:37 allocs` (before the first access). Without it the site is shown
     /// as an address.
     pub fn set_site_namer(&mut self, f: impl Fn(Pc) -> String + Send + Sync + 's) {
-        self.site_namer = Some(Box::new(f));
+        self.ctx.site_namer = Some(Box::new(f));
     }
 
     /// Sets how finely accesses are told apart (before the first one).
@@ -102,9 +135,11 @@ impl<'s> Attributor<'s> {
     /// starts over without them (the ids handed out before are void). A namer
     /// asked once per cache line of a big hash table held a label per element.
     pub fn forget_labels_over(&mut self, max: usize) {
-        if self.cache.is_none() && self.coarse_heap.is_none() && self.res.labels.labels.len() > max
+        if self.cache.is_none()
+            && self.ctx.coarse_heap.is_none()
+            && self.res.labels.labels.len() > max
         {
-            self.res = self.res.fresh(self.sym);
+            self.res = self.res.fresh(self.ctx.sym);
         }
     }
 
@@ -126,13 +161,13 @@ impl<'s> Attributor<'s> {
                 self.threads_epoch += 1;
             }
             Event::FuncEnter { pc, frame, call_site } => {
-                let func = self.fn_starts.get(self.sym, *pc);
+                let func = self.fn_starts.get(self.ctx.sym, *pc);
                 let f = OpenFrame { pc: *pc, rbp: frame.0, func, call_site: *call_site };
                 self.thread(thread).enter(f);
                 self.frame_changed(thread);
             }
             Event::FuncExit { pc } => {
-                let f = self.fn_starts.get(self.sym, *pc);
+                let f = self.fn_starts.get(self.ctx.sym, *pc);
                 if let Some(t) = self.threads.get_mut(&thread) {
                     t.exit(f);
                     self.frame_changed(thread);
@@ -221,24 +256,7 @@ impl<'s> Attributor<'s> {
         if !self.res.labels.coarse {
             return None;
         }
-        let classes = self.classes.get_or_insert_with(|| {
-            HeapClasses::new(
-                &self.heap,
-                self.site_namer.as_deref().map(|f| f as crate::SiteNamer<'_>),
-            )
-        });
-        if self.coarse_heap.is_none() {
-            self.coarse_heap = Some(CoarseHeap::new(self.sym, &self.heap, classes));
-        }
-        let sh = Shared {
-            sym: self.sym,
-            heap: &self.heap,
-            classes,
-            maps: self.maps.as_ref(),
-            static_tls: &self.static_tls,
-            coarse: self.coarse_heap.as_ref(),
-            tls_reach: self.tls_reach,
-        };
+        let sh = self.ctx.shared(true);
         let st = self.threads.get(&thread).unwrap_or(&self.no_thread);
         let (lo, hi) = (first.0.min(last.0), first.0.max(last.0));
         if !sh.one_name(st, &mut self.res, lo, hi) {
@@ -259,24 +277,7 @@ impl<'s> Attributor<'s> {
         ep: Epochs,
         slot: usize,
     ) -> LabelId {
-        let classes = self.classes.get_or_insert_with(|| {
-            HeapClasses::new(
-                &self.heap,
-                self.site_namer.as_deref().map(|f| f as crate::SiteNamer<'_>),
-            )
-        });
-        if self.res.labels.coarse && self.coarse_heap.is_none() {
-            self.coarse_heap = Some(CoarseHeap::new(self.sym, &self.heap, classes));
-        }
-        let sh = Shared {
-            sym: self.sym,
-            heap: &self.heap,
-            classes,
-            maps: self.maps.as_ref(),
-            static_tls: &self.static_tls,
-            coarse: self.coarse_heap.as_ref(),
-            tls_reach: self.tls_reach,
-        };
+        let sh = self.ctx.shared(self.res.labels.coarse);
         let st = self.threads.get(&thread).unwrap_or(&self.no_thread);
         let a = Access { thread, st, index, pc, addr, tepoch: self.threads_epoch };
         let threads = &self.threads;
@@ -300,6 +301,6 @@ impl<'s> Attributor<'s> {
 
     /// The labels found (see [`Attributor::into_labels`]) and the heap index.
     pub fn into_parts(self) -> (Vec<Label>, HeapIndex) {
-        (self.res.labels.labels, self.heap)
+        (self.res.labels.labels, self.ctx.heap)
     }
 }
