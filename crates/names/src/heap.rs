@@ -191,7 +191,7 @@ impl HeapIndex {
                 }
             })
             .collect();
-        self.live_exclusive = self.live_exclusive_blocks(&starts, &self.solo);
+        self.live_exclusive = self.live_exclusive_blocks(&starts, &groups, &members, &self.solo);
         self.group_end = (0..starts.len())
             .map(|j| {
                 let g = &members[groups[j] as usize..groups[j + 1] as usize];
@@ -233,18 +233,31 @@ impl HeapIndex {
     /// live at each point (by start), marking those a live block of the same
     /// thread overlaps. Marking too many only costs lookups; a thread whose live
     /// blocks nest deeply (an arena) is given up on whole.
-    fn live_exclusive_blocks(&self, starts: &[u64], solo: &[u32]) -> Vec<bool> {
-        /// Live blocks below a new start looked at, through the marked ones (they
-        /// may reach over it), before the thread is given up on.
+    fn live_exclusive_blocks(
+        &self,
+        starts: &[u64],
+        groups: &[u32],
+        members: &[u32],
+        solo: &[u32],
+    ) -> Vec<bool> {
+        /// Live blocks below a new start looked at, through the shadowed ones
+        /// (they may reach over it), and words of the live set scanned for them,
+        /// before the thread is given up on (all its blocks marked).
         const WALK: usize = 64;
-        let mut ok = vec![true; self.blocks.len()];
-        // (thread, event, 0 death / 1 birth: a realloc's old block dies where the
-        // new one is born, block)
-        // order. A thread's births come in block order (its stream is read in
-        // order), so only the deaths are sorted; a block no other overlaps at all
-        // neither shadows nor is shadowed.
-        let mut births: Vec<(u32, u32)> = Vec::with_capacity(self.blocks.len());
-        let mut deaths: Vec<(u32, u64, u32)> = Vec::with_capacity(self.blocks.len());
+        const SCAN: usize = 256;
+        let n = self.blocks.len();
+        let mut start_of = vec![0u32; n];
+        for j in 0..starts.len() {
+            for &m in &members[groups[j] as usize..groups[j + 1] as usize] {
+                start_of[m as usize] = j as u32;
+            }
+        }
+        // Events (thread, event, 0 death / 1 birth, block) in order: a realloc's old
+        // block dies where the new one is born. A thread's births come in block
+        // order (its stream is read in order), so only the deaths are sorted; a
+        // block no other overlaps at all neither shadows nor is shadowed.
+        let mut births: Vec<(u32, u32)> = Vec::with_capacity(n);
+        let mut deaths: Vec<(u32, u64, u32)> = Vec::with_capacity(n);
         for (i, b) in self.blocks.iter().enumerate().filter(|&(i, _)| !self.exclusive[i]) {
             births.push((b.thread.0, i as u32));
             if let Some(d) = b.died {
@@ -269,73 +282,108 @@ impl HeapIndex {
             // births out of block order (a reader that adds them so): sort them all
             evs.sort_unstable();
         }
-        let mut live: std::collections::BTreeMap<(u64, u32), u64> = Default::default();
-        let mut thread = None;
-        let mut given_up = false;
-        for &(t, _, kind, i) in &evs {
-            if thread != Some(t) {
-                (thread, given_up) = (Some(t), false);
-                live.clear();
-            }
-            let b = &self.blocks[i as usize];
-            if given_up {
-                ok[i as usize] = false;
-                continue;
-            }
-            if kind == 0 {
-                live.remove(&(b.start, i));
-                continue;
-            }
-            // A block is shadowed (marked) where a live one of its thread starts
-            // inside it: a higher start, or the same start allocated later.
-            for (&(s, c), _) in live.range((b.start, 0)..(b.end, 0)) {
-                ok[if s > b.start { i } else { c } as usize] = false;
-            }
-            let mut steps = 0;
-            for (&(_, c), &end) in live.range(..(b.start, 0)).rev() {
-                let was = ok[c as usize];
-                if end > b.start {
-                    ok[c as usize] = false;
-                }
-                // an unmarked block below is shadowed by none: a lower one reaching
-                // over this start would reach over its start too, so it is marked
-                steps += 1;
-                if was || steps > WALK {
-                    given_up = steps > WALK;
-                    break;
-                }
-            }
-            if given_up {
-                for &(_, c) in live.keys() {
-                    ok[c as usize] = false;
-                }
-                ok[i as usize] = false;
-                continue;
-            }
-            live.insert((b.start, i), b.end);
-        }
-        // A lookup must answer as the search does. The full search looks at the
-        // nearest WINDOW starts; the one-thread search at up to SOLO_STEPS, all of
-        // its thread alone (`solo`): a block with more starts inside than WINDOW is
-        // found wherever in it only when those are the one-thread search's.
         // `same[j]`: the end of the run of starts from `j` with `solo[j]`'s value.
         let mut same = vec![0u32; starts.len()];
         for j in (0..starts.len()).rev() {
             let run = j + 1 < starts.len() && solo[j + 1] == solo[j];
             same[j] = if run { same[j + 1] } else { j as u32 + 1 };
         }
-        for (i, b) in self.blocks.iter().enumerate() {
-            if ok[i] && !self.exclusive[i] {
-                let (first, end) = (
-                    starts.partition_point(|&s| s < b.start),
-                    starts.partition_point(|&s| s < b.end),
-                );
-                let inside = end - first - 1;
-                ok[i] = inside < WINDOW
-                    || inside < SOLO_STEPS
-                        && solo[first] == b.thread.0
-                        && same[first] as usize >= end;
+        // The swept thread's live blocks: a bit per start, the newest block there,
+        // and the older ones live at a start that has several (shadowed by it).
+        let mut live = vec![0u64; starts.len().div_ceil(64)];
+        let mut at = vec![u32::MAX; starts.len()];
+        let mut older: FastMap<usize, Vec<u32>> = FastMap::default();
+        let mut shadowed = vec![false; n];
+        let mut ok = vec![true; n];
+        let mut given_up: Vec<u32> = Vec::new();
+        let mut thread = None;
+        let mut skip = false;
+        for &(t, _, kind, i) in &evs {
+            if thread != Some(t) {
+                (thread, skip) = (Some(t), false);
+                live.fill(0);
+                older.clear();
             }
+            let (i, j) = (i as usize, start_of[i as usize] as usize);
+            if skip {
+                continue;
+            }
+            if kind == 0 {
+                if at[j] as usize == i {
+                    match older.get_mut(&j).and_then(Vec::pop) {
+                        Some(o) => at[j] = o,
+                        None => {
+                            live[j / 64] &= !(1 << (j % 64));
+                            at[j] = u32::MAX;
+                        }
+                    }
+                } else if let Some(v) = older.get_mut(&j) {
+                    v.retain(|&o| o as usize != i);
+                }
+                continue;
+            }
+            let b = &self.blocks[i];
+            if live[j / 64] >> (j % 64) & 1 != 0 {
+                // the same start allocated later wins there
+                shadowed[at[j] as usize] = true;
+                older.entry(j).or_default().push(at[j]);
+            }
+            let end = starts.partition_point(|&s| s < b.end);
+            // A lookup must answer as the search does. The full search looks at the
+            // nearest WINDOW starts; the one-thread search at up to SOLO_STEPS, all
+            // of its thread alone (`solo`): a block with more starts inside than
+            // WINDOW is found wherever in it only when those are the latter's.
+            let inside = end - j - 1;
+            ok[i] =
+                inside < WINDOW || inside < SOLO_STEPS && solo[j] == t && same[j] as usize >= end;
+            // shadowed where a live block of its thread starts inside it
+            if (j + 1..end).step_by(64).any(|k| {
+                let w = live[k / 64] >> (k % 64);
+                let span = (end - k).min(64 - k % 64);
+                w & (u64::MAX >> (64 - span)) != 0
+            }) {
+                shadowed[i] = true;
+            }
+            // and it shadows the live blocks below that reach over its start; an
+            // unshadowed one below is reached over by none (a lower one reaching
+            // over this start would reach over its start too): the walk stops there
+            let (mut k, mut steps, mut words) = (j, 0, 0);
+            let lo = starts.partition_point(|&s| s < b.start.saturating_sub(self.widest));
+            while k > lo {
+                let w = live[(k - 1) / 64] & (u64::MAX >> (63 - (k - 1) % 64));
+                if w == 0 {
+                    k = (k - 1) / 64 * 64;
+                    words += 1;
+                    if words > SCAN {
+                        break;
+                    }
+                    continue;
+                }
+                let p = (k - 1) / 64 * 64 + 63 - w.leading_zeros() as usize;
+                let mut clear = false;
+                let more = older.get(&p).map_or(&[][..], Vec::as_slice);
+                for &c in std::iter::once(&at[p]).chain(more) {
+                    let c = c as usize;
+                    clear |= !shadowed[c];
+                    if self.blocks[c].end > b.start {
+                        shadowed[c] = true;
+                    }
+                }
+                steps += 1;
+                if clear || steps > WALK {
+                    break;
+                }
+                k = p;
+            }
+            if steps > WALK || words > SCAN {
+                (skip, _) = (true, given_up.push(t));
+                continue;
+            }
+            live[j / 64] |= 1 << (j % 64);
+            at[j] = i as u32;
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            ok[i] = self.exclusive[i] || ok[i] && !shadowed[i] && !given_up.contains(&b.thread.0);
         }
         ok
     }
