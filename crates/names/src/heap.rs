@@ -382,8 +382,10 @@ impl HeapIndex {
             live[j / 64] |= 1 << (j % 64);
             at[j] = i as u32;
         }
+        given_up.sort_unstable();
         for (i, b) in self.blocks.iter().enumerate() {
-            ok[i] = self.exclusive[i] || ok[i] && !shadowed[i] && !given_up.contains(&b.thread.0);
+            let kept = given_up.binary_search(&b.thread.0).is_err();
+            ok[i] = self.exclusive[i] || ok[i] && !shadowed[i] && kept;
         }
         ok
     }
