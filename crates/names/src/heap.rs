@@ -53,8 +53,8 @@ pub struct HeapIndex {
     member_end: Vec<u64>,
     /// After `finish`: per block, overlapped by no other block.
     exclusive: Vec<bool>,
-    /// After `finish`: per block, no other block of its thread that is live at the
-    /// same time overlaps it (see [`HeapIndex::live_exclusive`]).
+    /// After `finish`: per block, no live block of its thread starts inside it while
+    /// it is live, and the search always reaches it (see [`HeapIndex::live_exclusive`]).
     live_exclusive: Vec<bool>,
     /// After `finish`: per start, the thread of all its blocks when their lifetimes
     /// follow one another (`u32::MAX`: not so), so that the block live at an event
@@ -229,10 +229,10 @@ impl HeapIndex {
         self.live_exclusive.get(i).copied().unwrap_or(false)
     }
 
-    /// Sweeps each thread's births and deaths in event order over the blocks
-    /// live at each point (by start), marking those a live block of the same
-    /// thread overlaps. Marking too many only costs lookups; a thread whose live
-    /// blocks nest deeply (an arena) is given up on whole.
+    /// Sweeps each thread's births and deaths in event order over its blocks live
+    /// at each point (a bit per start), marking those shadowed: a live block of
+    /// the same thread starts inside them. Marking too many only costs lookups; a
+    /// thread whose live blocks nest deeply (an arena) is given up on whole.
     fn live_exclusive_blocks(
         &self,
         starts: &[u64],
