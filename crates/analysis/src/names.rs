@@ -46,6 +46,13 @@ pub struct DataName {
 pub trait Namer {
     /// Names a code address.
     fn code(&self, pc: Pc) -> CodeName;
+    /// Names the function a call entered at `pc` (a function entry's code
+    /// address): the out-of-line function, not a helper inlined at its first
+    /// instructions, which [`Namer::code`] names. Call trees, flame charts and
+    /// their exports name their frames by it.
+    fn function(&self, pc: Pc) -> CodeName {
+        self.code(pc)
+    }
     /// Names a data address, if anything is known about it.
     fn data(&self, addr: Addr) -> Option<DataName>;
     /// A namer of each access where and when it happens, if this namer can make
@@ -78,6 +85,10 @@ impl Namer for NoNames {
 impl<N: Namer + ?Sized> Namer for &N {
     fn code(&self, pc: Pc) -> CodeName {
         (**self).code(pc)
+    }
+
+    fn function(&self, pc: Pc) -> CodeName {
+        (**self).function(pc)
     }
 
     fn data(&self, addr: Addr) -> Option<DataName> {

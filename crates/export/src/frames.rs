@@ -57,7 +57,7 @@ impl<'n> Frames<'n> {
         if let Some(&i) = self.by_pc.get(&pc) {
             return i;
         }
-        let c = self.namer.code(pc);
+        let c = self.namer.function(pc);
         let n = self.list.len() as u32;
         let i = *self.by_key.entry((c.function.clone(), c.file.clone())).or_insert(n);
         if i == n {

@@ -110,6 +110,26 @@ impl Names {
         name
     }
 
+    /// The function a call entered at `pc` (a function entry's code address, as the
+    /// call tree and the flame chart name their frames): the out-of-line function,
+    /// never a helper inlined at its first instructions (which [`Names::code`]
+    /// names, as the code the address runs); file and line are then that function's
+    /// own, where the helper was inlined.
+    pub fn entered(&self, pc: Pc) -> CodeName {
+        let c = self.code(pc);
+        let loc = self.sym.frames(pc);
+        let Some(outer) = loc.as_ref().and_then(|l| l.outermost()) else { return c };
+        match &outer.function {
+            Some(f) if *f != c.function => CodeName {
+                function: f.clone(),
+                file: outer.file.clone().unwrap_or_else(|| "".into()),
+                line: outer.line.unwrap_or(0),
+                column: outer.column.unwrap_or(0),
+            },
+            _ => c,
+        }
+    }
+
     fn resolve(&self, pc: Pc) -> CodeName {
         let unknown = || CodeName { function: format!("{pc}").into(), ..CodeName::default() };
         let Some(loc) = self.sym.frames(pc) else {

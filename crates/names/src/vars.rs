@@ -23,6 +23,11 @@ impl Namer for CodeNamer<'_> {
         CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
     }
 
+    fn function(&self, pc: Pc) -> CodeName {
+        let c = self.0.entered(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
     fn data(&self, _addr: Addr) -> Option<DataName> {
         None
     }
@@ -162,6 +167,11 @@ impl AccessNamer for AccessNames<'_> {
 impl Namer for TraceNamer<'_> {
     fn code(&self, pc: Pc) -> CodeName {
         let c = self.names.code(pc);
+        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+    }
+
+    fn function(&self, pc: Pc) -> CodeName {
+        let c = self.names.entered(pc);
         CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
     }
 

@@ -67,6 +67,8 @@ const MAX_BODY: usize = 64;
 
 /// Iterations ahead whose lines' records a run fetches into the cache.
 const AHEAD: u64 = 8;
+/// Nice steps the bucket writer's thread runs below the builder's.
+const WRITER_NICE: i32 = 10;
 
 /// One access of a run's body, its code address as an id.
 struct RunAccess {
@@ -199,7 +201,7 @@ impl<'n> Builder<'n> {
         if let Some(&i) = self.func_of_pc.get(&pc) {
             return i;
         }
-        let code = self.namer.code(pc);
+        let code = self.namer.function(pc);
         let name = code.function;
         let i = match self.funcs.get(&name) {
             Some(&i) => i,
@@ -605,6 +607,20 @@ impl Kernel for Builder<'_> {
     fn finish(self) {}
 }
 
+/// Lowers the calling thread's scheduling priority by `n` nice steps (Linux: nice is
+/// per thread). Best effort: an error leaves it as it was.
+fn lower_priority(n: i32) {
+    #[cfg(target_os = "linux")]
+    if n > 0 {
+        // SAFETY: plain system calls on the calling thread's own id.
+        unsafe {
+            let tid = libc::gettid() as libc::id_t;
+            let cur = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(libc::PRIO_PROCESS, tid, (cur + n).min(19));
+        }
+    }
+}
+
 /// Level of a span in the flame files: durations in `[4^k, 4^(k+1))`, 0..4 in level 0.
 pub(crate) fn span_level(dur: u64) -> usize {
     let mut k = 0;
@@ -737,6 +753,10 @@ pub fn build(
         // the writer of every level's buckets on a thread of its own (see `emit`)
         let (tables, end) = std::thread::scope(|ws| {
             let writer = ws.spawn(move || {
+                // The builder is the critical path: the writer takes what the
+                // builder and the naming pass leave of the two cores (sharing
+                // them evenly made big.c's index 88 s against 65 s).
+                lower_priority(WRITER_NICE);
                 for mut batch in closes {
                     for c in batch.iter_mut() {
                         w.close(c);

@@ -35,7 +35,7 @@ pub(crate) fn write(
             0
         } else {
             *of_func.entry(n.func).or_insert_with(|| {
-                let name = namer.code(n.pc).function;
+                let name = namer.function(n.pc).function;
                 *ids.entry(name.clone()).or_insert_with(|| {
                     names.push(name);
                     names.len() as u64 - 1
@@ -182,7 +182,7 @@ impl Profile {
         let mut nodes = tree.nodes;
         for n in nodes.iter_mut().skip(1) {
             n.func = *of_func.entry(n.func).or_insert_with(|| {
-                let name = namer.code(n.pc).function;
+                let name = namer.function(n.pc).function;
                 *ids.entry(name.clone()).or_insert_with(|| {
                     names.push(name);
                     names.len() as u64 - 1

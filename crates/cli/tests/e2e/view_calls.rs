@@ -276,3 +276,62 @@ fn viewer_shows_the_call_tree_and_the_heap_over_time() {
     v.wait_for("document.getElementById('heapchart').dataset.axis === 'order'");
     shot(&v, &dir, "heap-order.png");
 }
+
+/// A helper inlined at main's first instructions (`inlentry.c`, -O2) names the
+/// code there, but not the frame the call entered: the flame chart's functions,
+/// the call tree and the speedscope export call it `main` (they called it
+/// `arg_long`), while `report --by function` still counts the helper's own
+/// accesses under its name.
+#[test]
+fn a_helper_inlined_at_a_function_entry_does_not_name_the_frame() {
+    for cc in Cc::all() {
+        let dir = scratch(&format!("view-inlentry-{cc:?}"));
+        let exe = build(cc, "inlentry.c", &dir, &["-g"]);
+        let trace = dir.join("t.trace");
+        let out = record(&exe, &trace, &["5000"]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let t = trace.to_str().unwrap();
+        // the premise: the helper is inlined into main
+        let by_fn: Vec<String> = report(&trace, "function")
+            .iter()
+            .map(|r| r["function"].as_str().unwrap().to_string())
+            .collect();
+        assert!(by_fn.iter().any(|f| f == "arg_long"), "{cc:?}: {by_fn:?}");
+        assert!(by_fn.iter().any(|f| f == "work"), "{cc:?}: {by_fn:?}");
+
+        let out = run_memlens(&["view", "--no-serve", t]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let meta: Value = serde_json::from_slice(
+            &std::fs::read(dir.join("t.trace.mlview").join("meta.json")).unwrap(),
+        )
+        .unwrap();
+        let mut funcs: Vec<&str> =
+            meta["functions"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        funcs.sort();
+        assert_eq!(funcs, ["main", "work"], "{cc:?}: the flame chart's functions");
+
+        let ss = dir.join("t.speedscope.json");
+        let out = run_memlens(&["export", "--format", "speedscope", "-o", ss.to_str().unwrap(), t]);
+        assert!(out.status.success(), "{cc:?}: {}", stderr(&out));
+        let v: Value = serde_json::from_slice(&std::fs::read(&ss).unwrap()).unwrap();
+        let mut frames: Vec<&str> = v["shared"]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        frames.sort();
+        assert_eq!(frames, ["main", "work"], "{cc:?}: speedscope's frames");
+
+        let (_server, port, token) = serve_in_background(&trace, &[], None);
+        let top = api(port, &token, "/api/calltree?view=top&node=0");
+        let rows: Vec<&str> =
+            top["rows"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(rows, ["main"], "{cc:?}: the call tree's root");
+        let main = top["rows"][0]["node"].as_u64().unwrap();
+        let v = api(port, &token, &format!("/api/calltree?view=top&node={main}"));
+        let rows: Vec<&str> =
+            v["rows"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(rows, ["work"], "{cc:?}: main's callees");
+    }
+}
