@@ -19,13 +19,11 @@ pub struct CodeNamer<'a>(pub &'a Names);
 
 impl Namer for CodeNamer<'_> {
     fn code(&self, pc: Pc) -> CodeName {
-        let c = self.0.code(pc);
-        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+        plain(self.0.code(pc))
     }
 
     fn function(&self, pc: Pc) -> CodeName {
-        let c = self.0.entered(pc);
-        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+        plain(self.0.entered(pc))
     }
 
     fn data(&self, _addr: Addr) -> Option<DataName> {
@@ -35,6 +33,11 @@ impl Namer for CodeNamer<'_> {
     fn function_start(&self, pc: Pc) -> Option<Pc> {
         known_start(self.0, pc)
     }
+}
+
+/// A code name as the kernels' renderers take it.
+fn plain(c: crate::code::CodeName) -> CodeName {
+    CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
 }
 
 /// The start of the function holding `pc`, as the attributor matches exits.
@@ -166,13 +169,11 @@ impl AccessNamer for AccessNames<'_> {
 
 impl Namer for TraceNamer<'_> {
     fn code(&self, pc: Pc) -> CodeName {
-        let c = self.names.code(pc);
-        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+        plain(self.names.code(pc))
     }
 
     fn function(&self, pc: Pc) -> CodeName {
-        let c = self.names.entered(pc);
-        CodeName { function: c.function.to_string(), file: c.file.to_string(), line: c.line }
+        plain(self.names.entered(pc))
     }
 
     fn data(&self, addr: Addr) -> Option<DataName> {

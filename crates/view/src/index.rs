@@ -755,7 +755,7 @@ pub fn build(
             let writer = ws.spawn(move || {
                 // The builder is the critical path: the writer takes what the
                 // builder and the naming pass leave of the two cores (sharing
-                // them evenly made big.c's index 88 s against 65 s).
+                // them evenly made big.c's index 71–75 s against 65–67 s).
                 lower_priority(WRITER_NICE);
                 for mut batch in closes {
                     for c in batch.iter_mut() {
